@@ -1,0 +1,328 @@
+"""`qlora-app` command line.
+
+Module level imports stay light (typer, rich, pydantic, yaml): `qlora-app --help` must not pay for torch,
+transformers or gradio. Each command imports what it needs inside its body.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from app.errors import UserError
+
+app = typer.Typer(
+    name="qlora-app",
+    help="QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+presets_app = typer.Typer(help="List and show the built-in presets.", no_args_is_help=True)
+runs_app = typer.Typer(help="List and show runs in a runs folder.", no_args_is_help=True)
+app.add_typer(presets_app, name="presets")
+app.add_typer(runs_app, name="runs")
+
+console = Console()
+err_console = Console(stderr=True)
+
+SetOpt = typer.Option(None, "--set", help="Override any config key: --set training.save_steps=5 or --set r=8.")
+
+
+# ---------------------------------------------------------------------------------------------------------- train
+
+
+@app.command()
+def train(
+    dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
+    method: Optional[str] = typer.Option(None, help="sft or grpo (default grpo)."),
+    model: Optional[str] = typer.Option(None, help="Hub id or local model folder."),
+    preset: Optional[str] = typer.Option(None, help="Preset name (qlora-app presets list) or YAML file."),
+    config: Optional[Path] = typer.Option(None, help="A full config YAML (as written into run directories)."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config", help="Hub dataset config name."),
+    prompt_field: Optional[str] = typer.Option(None, help="Column holding the prompt (default: auto-detect)."),
+    reference_field: Optional[str] = typer.Option(None, help="Column holding the reference answer (auto)."),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+    output_dir: Optional[str] = typer.Option(None, help="Parent folder for run directories (default: runs)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Use this (new, empty) folder as the run directory."),
+    local_only: bool = typer.Option(False, "--local-only", help="Air-gapped: local paths and HF cache only."),
+    resume: Optional[Path] = typer.Option(None, help="Continue RUN_DIR from its last checkpoint."),
+    reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
+    set_: Optional[List[str]] = SetOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
+):
+    """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
+    from app.config import build_config, load_yaml_file, resolve, warnings_for
+    from app.presets import load_preset
+
+    if resume is not None and (preset or config):
+        raise UserError("--resume reuses the run's own config.yaml; drop --preset/--config (use --set to change keys)")
+    base: dict = {}
+    if resume is not None:
+        from app import rundir
+
+        base = load_yaml_file(rundir.require_run_dir(resume) / rundir.CONFIG)
+    elif config is not None:
+        base = load_yaml_file(config)
+    elif preset is not None:
+        base = load_preset(preset)
+    flags = {
+        "method": method,
+        "model": {"name_or_path": model},
+        "data": {"dataset": dataset, "config_name": dataset_config, "prompt_field": prompt_field,
+                 "reference_field": reference_field},
+        "training": {"max_steps": max_steps},
+        "runtime": {"local_only": True if local_only else None},
+        "reward": {"custom": list(reward) if reward else None},
+        "output_dir": output_dir,
+    }
+    cfg = build_config(base, flags, list(set_ or []))
+    if dry_run:
+        resolved = resolve(cfg)
+        sys.stdout.write(resolved.to_yaml())
+        for w in warnings_for(resolved):
+            err_console.print(f"[yellow]note:[/] {w}")
+        return
+    from app.train.runner import run_training
+
+    d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
+                     console=console)
+    _print_run_summary(d)
+
+
+def _print_run_summary(d: Path) -> None:
+    from rich.table import Table
+
+    from app import rundir
+    from app.plots import curve_keys, series, sparkline
+
+    st = rundir.read_status(d) or {}
+    recs = rundir.read_metrics(d)
+    t = Table(title=f"run {d.name}: {st.get('status')}", show_header=True)
+    t.add_column("metric")
+    t.add_column("last", justify="right")
+    t.add_column("curve")
+    for k in curve_keys(recs):
+        _, ys = series(recs, k)
+        t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
+    t.add_row("steps", str(st.get("step")), "")
+    t.add_row("adapter", str(d / rundir.ADAPTER), "")
+    console.print(t)
+
+
+# ---------------------------------------------------------------------------------------------- data and reward
+
+
+@app.command()
+def inspect(
+    dataset: str = typer.Argument(..., help="Hub id, local file or built-in name."),
+    dataset_config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config name."),
+    split: Optional[str] = typer.Option(None, help="Split to inspect (default train)."),
+    prompt_field: Optional[str] = typer.Option(None),
+    reference_field: Optional[str] = typer.Option(None),
+    local_only: bool = typer.Option(False, "--local-only"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+):
+    """Show which fields will be used as prompt / reference, with reasons and sample rows."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(local_only)
+    from app.data.inspect_cmd import run_inspect
+
+    raise typer.Exit(run_inspect(dataset, dataset_config, split, prompt_field, reference_field, local_only, as_json))
+
+
+@app.command()
+def score(
+    completion: Optional[str] = typer.Option(None, help="A model completion to score."),
+    reference: Optional[str] = typer.Option(None, help="The reference answer."),
+    file: Optional[str] = typer.Option(None, help="JSONL with rows {completion, reference}."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON line per input."),
+    set_: Optional[List[str]] = SetOpt,
+):
+    """Score completions with the shaped reward and explain each component."""
+    from app.rewards.score_cmd import run_score
+
+    raise typer.Exit(run_score(completion, reference, file, as_json, list(set_ or [])))
+
+
+# ------------------------------------------------------------------------------------------- compare, demo, ui
+
+
+@app.command()
+def compare(
+    adapter: Path = typer.Option(..., help="Run directory or adapter directory."),
+    model: Optional[str] = typer.Option(None, help="Base model (default: read from the adapter/run config)."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset for held-out rows (default: the run's)."),
+    num_samples: int = typer.Option(0, help="Held-out rows to compare (seeded)."),
+    prompt: Optional[List[str]] = typer.Option(None, help="A prompt to compare (repeatable)."),
+    prompt_field: Optional[str] = typer.Option(None),
+    reference_field: Optional[str] = typer.Option(None),
+    max_new_tokens: int = typer.Option(128),
+    temperature: float = typer.Option(0.0, help="0 = greedy (reproducible)."),
+    batch_size: int = typer.Option(16),
+    seed: int = typer.Option(0),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the comparison as JSON."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(local_only)
+    from app.compare import run_compare_cli
+
+    raise typer.Exit(run_compare_cli(
+        adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
+        prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
+        temperature=temperature, batch_size=batch_size, seed=seed, json_out=json_out, html_out=html_out,
+        local_only=local_only, console=console,
+    ))
+
+
+@app.command()
+def demo(
+    output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
+    quick: bool = typer.Option(False, "--quick", help="A reduced budget (about a minute) to check the path."),
+):
+    """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO on built-in arithmetic, then base vs adapter."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(True)  # the demo never needs the network, and must not try
+    from app.demo.run import run_demo
+
+    run_demo(output_dir, quick=quick, console=console)
+
+
+@app.command()
+def ui(
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
+    port: int = typer.Option(7860),
+    share: bool = typer.Option(False, "--share", help="Create a public Gradio share link (off by default)."),
+    auth: Optional[str] = typer.Option(None, help="USER:PASS required to open the UI."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder to show and write to."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(local_only)
+    from app.ui.launch import launch
+
+    launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only)
+
+
+# ------------------------------------------------------------------------------------------- presets and runs
+
+
+@presets_app.command("list")
+def presets_list():
+    """All presets with their method, model and dataset."""
+    from rich.table import Table
+
+    from app.presets import list_presets
+
+    t = Table(title="presets")
+    for col in ("name", "method", "model", "dataset", "what"):
+        t.add_column(col)
+    for p in list_presets():
+        t.add_row(p["name"], p["method"], p["model"], p["dataset"], p["description"])
+    console.print(t)
+
+
+@presets_app.command("show")
+def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.")):
+    """Print a preset's YAML."""
+    from app.presets import preset_path
+
+    sys.stdout.write(preset_path(name).read_text())
+
+
+@runs_app.command("list")
+def runs_list(output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")):
+    """Runs with status, method, model, dataset and final metrics."""
+    from rich.table import Table
+
+    from app.runs import run_summary
+    from app import rundir
+
+    t = Table(title=f"runs in {output_dir}")
+    for col in ("run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"):
+        t.add_column(col)
+    for d in rundir.list_runs(output_dir):
+        s = run_summary(d)
+        t.add_row(*(str(s.get(k, "") if s.get(k) is not None else "") for k in
+                    ("name", "status", "method", "model", "dataset", "step", "loss", "reward", "date")))
+    console.print(t)
+
+
+@runs_app.command("show")
+def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
+    """A run's config, status and curves."""
+    from app import rundir
+
+    d = rundir.require_run_dir(run)
+    console.print(f"[bold]{d}[/]")
+    sys.stdout.write((d / rundir.CONFIG).read_text())
+    _print_run_summary(d)
+
+
+# ------------------------------------------------------------------------------------------- export and setup
+
+
+@app.command()
+def export(
+    run: Path = typer.Argument(..., help="Run directory or adapter directory."),
+    out: Path = typer.Option(..., help="Destination folder (must not exist)."),
+    merge: bool = typer.Option(False, "--merge", help="Merge into the 16-bit base model (needs the base weights)."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Copy the adapter, or merge it into a 16-bit copy of the base model."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(local_only)
+    from app.export import export_adapter
+
+    p = export_adapter(run, out, merge=merge, local_only=local_only)
+    console.print(f"[green]exported[/] to {p}")
+
+
+@app.command()
+def prefetch(
+    model: Optional[str] = typer.Option(None, help="Model hub id to download into the HF cache."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset hub id to download into the HF cache."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config"),
+):
+    """Download a model and/or dataset on a connected machine, for later --local-only runs."""
+    from app.export import prefetch as do_prefetch
+
+    if not model and not dataset:
+        raise UserError("nothing to prefetch; pass --model ID and/or --dataset ID")
+    for line in do_prefetch(model, dataset, dataset_config):
+        console.print(line)
+
+
+@app.command()
+def doctor():
+    """What this machine can do: GPU, bf16, libraries, offline settings."""
+    from app.doctor import report
+
+    report(console)
+
+
+def main() -> None:
+    """Entry point: user errors become one red line and exit code 2, never a traceback."""
+    try:
+        app()
+    except UserError as e:
+        err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""`qlora-app doctor`: what this machine can do, and what to change if something is missing."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shutil
+
+
+def report(console) -> None:
+    from rich.table import Table
+
+    from app.models import device_facts, pick_backend, pick_compute_dtype
+
+    t = Table(title="qlora-app doctor")
+    t.add_column("check")
+    t.add_column("value")
+    for pkg in ("torch", "transformers", "trl", "peft", "bitsandbytes", "datasets", "accelerate", "gradio",
+                "math-verify", "trackio"):
+        try:
+            t.add_row(pkg, md.version(pkg))
+        except md.PackageNotFoundError:
+            t.add_row(pkg, "[red]not installed[/]")
+    f = device_facts()
+    t.add_row("GPU", f["gpu"] or "none (CPU: works, slowly; 4-bit via bitsandbytes CPU kernels)")
+    if f["vram_gb"]:
+        t.add_row("VRAM", f"{f['vram_gb']:.1f} GB")
+    t.add_row("compute dtype (auto)", pick_compute_dtype("auto", f["cuda"], f["bf16"]))
+    try:
+        md.version("unsloth")
+        unsloth = True
+    except md.PackageNotFoundError:
+        unsloth = False
+    t.add_row("backend (auto)", pick_backend("auto", f["cuda"], unsloth))
+    t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
+    t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
+    console.print(t)

@@ -1,0 +1,59 @@
+"""Export an adapter (copy or merge into the 16-bit base) and prefetch hub files for later offline use."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from app import rundir
+from app.errors import UserError
+
+
+def _base_model_of(adapter_dir: Path) -> str:
+    import json
+
+    cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
+    run_cfg = adapter_dir.parent / rundir.CONFIG
+    if run_cfg.is_file():  # the run's config names the model as the user gave it (local path or hub id)
+        return (yaml.safe_load(run_cfg.read_text()).get("model") or {}).get("name_or_path") or cfg[
+            "base_model_name_or_path"]
+    return cfg["base_model_name_or_path"]
+
+
+def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool = False) -> Path:
+    adapter = rundir.find_adapter(run)
+    out = Path(out)
+    if out.exists():
+        raise UserError(f"'{out}' already exists; pick a new --out folder (nothing is overwritten)")
+    if not merge:
+        shutil.copytree(adapter, out)
+        return out
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_name = _base_model_of(adapter)
+    # Merging needs the unquantized weights: merging into 4-bit would bake rounding error into every layer.
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, local_files_only=local_only)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    merged.save_pretrained(out)
+    AutoTokenizer.from_pretrained(adapter if (adapter / "tokenizer_config.json").is_file() else base_name,
+                                  local_files_only=local_only).save_pretrained(out)
+    return out
+
+
+def prefetch(model: str | None, dataset: str | None, dataset_config: str | None):
+    """Yields progress lines. Needs the network; what it fetches lands in the normal HF cache."""
+    if model:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"])
+        yield f"model {model} -> {path}"
+    if dataset:
+        from app.data import resolve_dataset
+
+        dd = resolve_dataset(dataset, dataset_config, local_only=False)
+        yield f"dataset {dataset}: " + ", ".join(f"{k}={len(v)}" for k, v in dd.items())

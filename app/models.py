@@ -1,0 +1,169 @@
+"""Load a base model in 4-bit (bitsandbytes NF4) and describe the LoRA adapter to attach.
+
+The decisions (compute dtype, backend, where a model comes from) are small pure functions so they can be unit
+tested on a machine without a GPU; the loading itself is the real transformers + bitsandbytes path, which runs on
+CPU too (slowly), so tests exercise it for real on tiny models.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from app.config import LoraConfig, ModelConfig
+from app.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+def looks_local(name: str) -> bool:
+    """A path the user meant as local: it exists, or it is spelled like a path (./x, /x, ~/x, x\\y)."""
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or os.sep in name.replace("/", "")
+
+
+def pick_compute_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
+    """'auto' = bf16 where the GPU supports it (Ampere+), fp16 on older GPUs, fp32 on CPU (CPU kernels want fp32)."""
+    if setting != "auto":
+        if setting == "bf16" and cuda and not bf16_supported:
+            raise UserError("model.compute_dtype=bf16 needs an Ampere or newer GPU; use fp16 or auto")
+        return setting
+    if not cuda:
+        return "fp32"
+    return "bf16" if bf16_supported else "fp16"
+
+
+def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
+    """Unsloth only runs on CUDA; 'auto' uses it when it can and falls back to plain HF otherwise."""
+    if setting == "unsloth":
+        if not cuda:
+            raise UserError("runtime.backend=unsloth needs a CUDA GPU; use runtime.backend=hf (or auto) on this machine")
+        if not unsloth_installed:
+            raise UserError("runtime.backend=unsloth but unsloth is not installed; pip install 'qlora-app[unsloth]'")
+        return "unsloth"
+    if setting == "auto" and cuda and unsloth_installed:
+        return "unsloth"
+    return "hf"
+
+
+def device_facts() -> dict:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "cuda": cuda,
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "vram_gb": (torch.cuda.get_device_properties(0).total_memory / 2**30) if cuda else None,
+    }
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def check_model_source(name: str, local_only: bool) -> None:
+    """Fail fast and clearly before transformers produces a long hub traceback."""
+    if looks_local(name):
+        p = Path(name).expanduser()
+        if not p.is_dir():
+            raise UserError(f"model path '{name}' not found; pass an existing local model folder or a hub id")
+        if not (p / "config.json").is_file():
+            raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
+        return
+    if local_only:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(name, "config.json")
+        if not isinstance(hit, str):
+            raise UserError(
+                f"model '{name}' is not in the local HF cache and --local-only forbids downloads; "
+                f"run 'qlora-app prefetch --model {name}' on a connected machine or pass a local folder"
+            )
+
+
+def quantization_config(mc: ModelConfig, dtype: str):
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=mc.quant_type,
+        bnb_4bit_use_double_quant=mc.double_quant,  # ~0.37 bit/param saved (QLoRA paper)
+        bnb_4bit_compute_dtype=torch_dtype(dtype),
+    )
+
+
+def load_tokenizer(mc: ModelConfig, local_only: bool = False):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(
+        mc.name_or_path, revision=mc.revision, trust_remote_code=mc.trust_remote_code, local_files_only=local_only
+    )
+    if tok.pad_token is None:  # batched generation and training both need padding
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True):
+    """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    check_model_source(mc.name_or_path, local_only)
+    facts = device_facts()
+    dtype = pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"])
+    kwargs = dict(
+        revision=mc.revision,
+        trust_remote_code=mc.trust_remote_code,
+        local_files_only=local_only,
+        dtype=torch_dtype(dtype),
+    )
+    if mc.load_in_4bit:
+        kwargs["quantization_config"] = quantization_config(mc, dtype)
+    if facts["cuda"]:
+        kwargs["device_map"] = {"": 0}
+    _quiet_bnb_kernel_hub_warning()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(mc.name_or_path, **kwargs)
+    except OSError as e:
+        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+    tok = load_tokenizer(mc, local_only)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    if not for_training:
+        model.eval()
+    torch.manual_seed(0)
+    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"], "4bit": mc.load_in_4bit}
+    return model, tok, info
+
+
+def peft_lora_config(lc: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=lc.r,
+        lora_alpha=lc.alpha,
+        lora_dropout=lc.dropout,
+        # "LoRA Without Regret": all linear layers, attention and MLP; rank cannot make up for skipping MLPs.
+        target_modules=lc.target_modules,
+        exclude_modules=lc.exclude_modules or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _quiet_bnb_kernel_hub_warning() -> None:
+    """bitsandbytes tries an optional 'kernels' hub package for its CPU 4-bit GEMM and warns when it is absent;
+    the fallback kernel is what we want offline, so keep the log readable."""
+
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "kernels" not in record.getMessage()
+
+    for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
+        logging.getLogger(name).addFilter(_Drop())
+
+
+def param_count_b(model) -> float:
+    return sum(p.numel() for p in model.parameters()) / 1e9

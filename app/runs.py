@@ -1,0 +1,44 @@
+"""Summaries of run directories for `qlora-app runs` and the UI's Runs tab."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from app import rundir
+
+
+def run_summary(d: Path) -> dict:
+    d = Path(d)
+    try:
+        cfg = yaml.safe_load((d / rundir.CONFIG).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        cfg = {}
+    st = rundir.read_status(d) or {}
+    recs = rundir.read_metrics(d)
+    last = {}
+    for r in recs:  # last non-null value of each key
+        last.update({k: v for k, v in r.items() if v is not None})
+    started = st.get("started")
+    return {
+        "name": d.name,
+        "path": str(d),
+        "status": st.get("status", "created"),
+        "method": cfg.get("method"),
+        "model": (cfg.get("model") or {}).get("name_or_path"),
+        "dataset": (cfg.get("data") or {}).get("dataset"),
+        "step": st.get("step"),
+        "max_steps": st.get("max_steps"),
+        "loss": _fmt(last.get("loss")),
+        "reward": _fmt(last.get("reward")),
+        "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
+        "error": st.get("error"),
+        "adapter": str(d / rundir.ADAPTER) if (d / rundir.ADAPTER / "adapter_config.json").is_file() else None,
+        "resumable": rundir.last_checkpoint(d) is not None,
+    }
+
+
+def _fmt(v):
+    return None if v is None else float(f"{v:.4g}")

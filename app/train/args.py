@@ -1,0 +1,85 @@
+"""Translate an AppConfig into TRL's SFTConfig / GRPOConfig keyword arguments.
+
+Kept separate from the trainers so the translation can be unit-tested without loading a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from pathlib import Path
+
+from app import rundir
+from app.config import AppConfig
+from app.errors import UserError
+
+
+def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool) -> dict:
+    t = cfg.training
+    report_to = [r for r in cfg.runtime.report_to if r != "none"]
+    return dict(
+        output_dir=str(Path(run_dir) / rundir.CHECKPOINTS),
+        learning_rate=t.learning_rate,
+        num_train_epochs=t.num_train_epochs,
+        max_steps=t.max_steps,
+        per_device_train_batch_size=t.per_device_train_batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        seed=t.seed,
+        data_seed=t.seed,
+        gradient_checkpointing=t.gradient_checkpointing,
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        logging_steps=t.logging_steps,
+        lr_scheduler_type=t.lr_scheduler_type,
+        warmup_steps=t.warmup_steps,
+        max_grad_norm=t.max_grad_norm,
+        report_to=report_to or "none",
+        run_name=Path(run_dir).name,
+        bf16=cuda and compute_dtype == "bf16",
+        fp16=cuda and compute_dtype == "fp16",
+        use_cpu=not cuda,
+        disable_tqdm=True,  # our own rich progress bar replaces tqdm
+        dataloader_num_workers=0,
+        push_to_hub=False,
+        # 8-bit paged AdamW is the QLoRA optimizer on GPU; bitsandbytes' paged optimizers need CUDA.
+        optim="paged_adamw_8bit" if cuda else "adamw_torch",
+    )
+
+
+def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool) -> dict:
+    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda)
+    kw.update(max_length=cfg.training.max_length, packing=False)
+    return _with_extra(kw, cfg, "SFTConfig")
+
+
+def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, reward_weights: list[float]) -> dict:
+    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda)
+    g = cfg.grpo
+    kw.update(
+        num_generations=g.num_generations,
+        max_completion_length=g.max_completion_length,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        beta=g.beta,
+        loss_type=g.loss_type,
+        reward_weights=reward_weights,
+        log_completions=False,
+        use_vllm=False,  # vLLM wants its own GPU memory; on one consumer GPU HF generate is the dependable default
+    )
+    return _with_extra(kw, cfg, "GRPOConfig")
+
+
+def _with_extra(kw: dict, cfg: AppConfig, cls_name: str) -> dict:
+    import trl
+
+    cls = getattr(trl, cls_name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k, v in cfg.training.extra_args.items():
+        if k not in names:
+            hint = difflib.get_close_matches(k, sorted(names), n=1)
+            raise UserError(
+                f"training.extra_args.{k} is not a {cls_name} field" + (f"; did you mean '{hint[0]}'?" if hint else "")
+            )
+        kw[k] = v
+    return kw

@@ -1,0 +1,30 @@
+"""GRPO: TRL's GRPOTrainer with a LoRA adapter on the 4-bit base and the shaped reward.
+
+Each reward component is its own reward function, combined by TRL with `reward_weights`, so TRL logs
+`rewards/<component>/mean` for every component and the user can see which one moved.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.config import AppConfig
+from app.models import peft_lora_config
+from app.train.args import grpo_kwargs
+
+
+def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info: dict, has_reference: bool):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from app.rewards import build_reward_funcs
+
+    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
+    args = GRPOConfig(**grpo_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"], weights))
+    return GRPOTrainer(
+        model=model,
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=train_ds,
+        processing_class=tok,
+        peft_config=peft_lora_config(cfg.lora),
+    )

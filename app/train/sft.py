@@ -1,0 +1,22 @@
+"""SFT: TRL's SFTTrainer with a LoRA adapter on the 4-bit base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.config import AppConfig
+from app.models import peft_lora_config
+from app.train.args import sft_kwargs
+
+
+def build_sft_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info: dict):
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(**sft_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"]))
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        processing_class=tok,
+        peft_config=peft_lora_config(cfg.lora),
+    )

@@ -1,0 +1,48 @@
+"""Test setup: nothing here may touch the network, and tiny models are built once per session."""
+
+import os
+import sys
+from pathlib import Path
+
+# Before anything imports huggingface_hub / transformers / datasets: they read these at import time.
+for k, v in {
+    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1", "GRADIO_ANALYTICS_ENABLED": "False", "DO_NOT_TRACK": "1",
+    "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled",
+}.items():
+    os.environ[k] = v
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+
+ARCHS = ("llama", "qwen2", "qwen3")
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """{'llama': dir, 'qwen2': dir, 'qwen3': dir}: random tiny models + a locally trained tokenizer."""
+    import tiny
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    tiny.build_tokenizer(root / "tok")
+    return {a: tiny.build_model(a, root / a, root / "tok") for a in ARCHS}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_models) -> Path:
+    return tiny_models["qwen3"]
+
+
+@pytest.fixture()
+def math_jsonl(tmp_path) -> Path:
+    """A small GSM8K-shaped local dataset."""
+    import json
+
+    p = tmp_path / "math.jsonl"
+    with p.open("w") as f:
+        for i in range(40):
+            a, b = i % 9 + 1, i % 7 + 2
+            f.write(json.dumps({"question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
+                                "answer": f"He has {a} + {b} = {a + b} apples.\n#### {a + b}"}) + "\n")
+    return p

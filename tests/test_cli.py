@@ -1,0 +1,91 @@
+"""CLI surface: light --help, dry-run loads nothing, bad input is one line + exit 2, presets."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+
+def cli(*args, cwd=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout)
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli import app\n"
+            "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output\n"
+            "r = CliRunner().invoke(app, ['train', '--help'])\nassert r.exit_code == 0, r.output\n"
+            "print(sorted(m for m in ('torch','transformers','gradio','trl','peft','datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_dry_run_prints_resolved_config_without_loading_weights():
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli import app\n"
+            "r = CliRunner().invoke(app, ['train', '--dataset', 'gsm8k', '--dry-run'])\n"
+            "assert r.exit_code == 0, r.output\nsys.stderr.write(r.output)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    cfg = yaml.safe_load(out.stderr[out.stderr.index("method:"):])
+    # The headline command resolves to a complete GRPO run on GSM8K with the default small instruct model.
+    assert cfg["method"] == "grpo" and cfg["data"]["dataset"] == "gsm8k"
+    assert cfg["model"]["name_or_path"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert cfg["lora"]["r"] == 16 and cfg["model"]["load_in_4bit"] is True
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["train", "--preset", "no-such-preset", "--dry-run"], "unknown preset"),
+    (["train", "--set", "r=0", "--dry-run"], "lora.r"),
+    (["train", "--set", "learning_rate=-1", "--dry-run"], "learning_rate"),
+    (["train", "--set", "num_generations=1", "--dry-run"], "num_generations"),
+    (["train", "--set", "lora.rank=4", "--dry-run"], "did you mean 'lora.r'"),
+    (["train", "--dataset", "x.jsonl", "--model", "/no/such/model"], "not found"),
+    (["train", "--config", "/no/such.yaml"], "not found"),
+    (["runs", "show", "/no/such/run"], "not found"),
+    (["presets", "show", "nope"], "unknown preset"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
+    if "x.jsonl" in args:
+        (tmp_path / "x.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
+    r = cli(*args, cwd=tmp_path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    err = r.stderr.strip()
+    assert needle in err and err.startswith("error:")
+
+
+def test_presets_list_and_show():
+    r = cli("presets", "list")
+    assert r.returncode == 0
+    for name in ("gsm8k-grpo", "lwr-sft", "lwr-grpo", "skyrl-gsm8k", "gpu-8gb", "gpu-24gb", "sft-instruct"):
+        assert name in r.stdout
+    shown = cli("presets", "show", "lwr-grpo").stdout
+    assert shown.splitlines()[0] == "# qlora-app train --preset lwr-grpo"
+
+
+def test_every_preset_is_valid_and_starts_with_its_command():
+    from app.config import resolve, validate
+    from app.presets import list_presets, preset_path, load_preset
+
+    names = [p["name"] for p in list_presets()]
+    assert len(names) >= 8
+    for n in names:
+        first = preset_path(n).read_text().splitlines()[0]
+        assert first.startswith(f"# qlora-app train --preset {n}"), n
+        resolve(validate(load_preset(n)))  # raises on anything invalid
+
+
+def test_lwr_presets_match_the_guide():
+    from app.presets import load_preset
+
+    sft, grpo, sky = load_preset("lwr-sft"), load_preset("lwr-grpo"), load_preset("skyrl-gsm8k")
+    assert (sft["lora"]["r"], sft["lora"]["alpha"], sft["training"]["learning_rate"]) == (256, 16, 2e-4)
+    assert (sft["training"]["per_device_train_batch_size"], sft["training"]["gradient_accumulation_steps"]) == (1, 4)
+    assert (grpo["lora"]["r"], grpo["lora"]["alpha"], grpo["training"]["learning_rate"]) == (1, 32, 5e-5)
+    assert grpo["grpo"]["num_generations"] == 8 and grpo["lora"]["target_modules"] == "all-linear"
+    assert sky["model"]["name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct" and sky["grpo"]["beta"] > 0
+    assert (sky["lora"]["r"], sky["training"]["learning_rate"], sky["grpo"]["num_generations"]) == (32, 3e-5, 4)

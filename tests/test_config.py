@@ -1,0 +1,73 @@
+"""The one config: layering, auto values from LoRA Without Regret, and validation messages."""
+
+import pytest
+
+from app.config import AppConfig, build_config, effective_batch, parse_set, resolve, warnings_for
+from app.errors import UserError
+
+
+def test_layers_apply_in_order():
+    preset = {"method": "sft", "lora": {"r": 64}, "training": {"save_steps": 10}}
+    cfg = build_config(preset, {"lora": {"r": None}, "training": {"save_steps": 20}}, ["r=8"])
+    assert cfg.method == "sft"
+    assert cfg.lora.r == 8  # --set beats the flag, which beats the preset; None flags are "unset"
+    assert cfg.training.save_steps == 20
+
+
+def test_set_parses_yaml_values_and_dotted_keys():
+    assert parse_set(["training.save_steps=5", "learning_rate=1e-4", "report_to=[trackio]"]) == {
+        "training": {"save_steps": 5, "learning_rate": 1e-4},
+        "runtime": {"report_to": ["trackio"]},
+    }
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("lora.rank=4", "did you mean 'lora.r'"),
+    ("save_step=4", "did you mean 'training.save_steps'"),
+    ("nonsense", "key=value"),
+])
+def test_set_errors_suggest(item, needle):
+    with pytest.raises(UserError, match=needle.replace("(", r"\(")):
+        parse_set([item])
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["r=0"], "lora.r"), (["learning_rate=0"], "training.learning_rate"),
+    (["num_generations=1"], "grpo.num_generations"), (["method=dpo"], "method"),
+    (["per_device_train_batch_size=3", "gradient_accumulation_steps=1"], "multiple of grpo.num_generations"),
+    (["reward.weights={lenght: 1}"], "did you mean 'length'"),
+])
+def test_invalid_values_are_one_line_errors(sets, needle):
+    with pytest.raises(UserError) as e:
+        build_config(sets=sets)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unknown_section_key_in_preset():
+    with pytest.raises(UserError, match="did you mean 'training.learning_rate'"):
+        build_config({"training": {"learning_rat": 1e-4}})
+
+
+def test_resolve_follows_lora_without_regret():
+    grpo = resolve(AppConfig(method="grpo"))
+    assert grpo.lora.r == 16 and grpo.lora.target_modules == "all-linear"
+    assert 1e-5 <= grpo.training.learning_rate <= 5e-5
+    assert grpo.model.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert "Final answer" in grpo.data.system_prompt
+    sft_small, sft_big = resolve(AppConfig(method="sft"), 500), resolve(AppConfig(method="sft"), 500_000)
+    assert sft_small.lora.r < sft_big.lora.r == 256
+    assert sft_small.training.learning_rate == pytest.approx(2e-4)
+    assert effective_batch(grpo) < 32 and effective_batch(sft_big) < 32
+
+
+def test_warns_on_large_effective_batch():
+    cfg = resolve(build_config(sets=["per_device_train_batch_size=8", "gradient_accumulation_steps=8"]))
+    assert any("effective batch 64" in w for w in warnings_for(cfg))
+    assert not warnings_for(resolve(AppConfig()))
+
+
+def test_yaml_round_trip():
+    cfg = resolve(AppConfig(method="grpo"))
+    import yaml
+
+    assert AppConfig.model_validate(yaml.safe_load(cfg.to_yaml())) == cfg

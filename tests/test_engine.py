@@ -1,0 +1,136 @@
+"""The real QLoRA path on CPU: 4-bit tiny models, TRL SFT and GRPO for a few steps, the run directory contract."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app import rundir
+from app.config import build_config
+from app.train.runner import run_training
+
+pytestmark = pytest.mark.slow
+
+FAST = ["training.save_steps=2", "gradient_checkpointing=false", "max_completion_length=12",
+        "training.max_length=96", "logging_steps=1"]
+
+
+def _cfg(model: Path, data: Path, out: Path, method: str, steps: int = 2, extra=()):
+    return build_config(
+        {"method": method, "model": {"name_or_path": str(model)}, "data": {"dataset": str(data)},
+         "output_dir": str(out), "run_name": f"{method}-test"},
+        {"training": {"max_steps": steps}},
+        FAST + (["per_device_train_batch_size=4", "gradient_accumulation_steps=1", "num_generations=4"]
+                if method == "grpo" else ["per_device_train_batch_size=2", "gradient_accumulation_steps=1"])
+        + list(extra),
+    )
+
+
+def _check_run_dir(d: Path, method: str, steps: int):
+    for name in (rundir.CONFIG, rundir.METRICS, rundir.LOG, rundir.STATUS):
+        assert (d / name).is_file(), name
+    assert (d / rundir.ADAPTER / "adapter_config.json").is_file()
+    assert (d / rundir.ADAPTER / "adapter_model.safetensors").is_file()
+    assert rundir.last_checkpoint(d) is not None
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED and st["step"] == steps
+    recs = rundir.read_metrics(d)
+    assert [r["step"] for r in recs] == list(range(1, steps + 1))
+    assert all(r.get("learning_rate") is not None and "loss" in r for r in recs)
+    if method == "grpo":
+        for comp in ("length", "format", "reference", "boilerplate"):
+            assert all(r.get(f"rewards/{comp}/mean") is not None for r in recs), comp
+        assert all(r.get("reward") is not None for r in recs)
+    cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
+    assert cfg["method"] == method and cfg["lora"]["r"] > 0  # resolved, complete
+
+
+def _loads_as_peft(model_dir: Path, adapter: Path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir)
+    m = PeftModel.from_pretrained(base, str(adapter))
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    # all-linear: attention and MLP projections both carry LoRA
+    assert {"q_proj", "v_proj", "up_proj", "down_proj"} <= set(cfg["target_modules"])
+    assert any("lora_A" in n for n, _ in m.named_parameters())
+
+
+def test_base_loads_in_4bit(tiny_model):
+    import bitsandbytes as bnb
+
+    from app.config import ModelConfig
+    from app.models import load_base_model
+
+    model, tok, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)))
+    kinds = {type(m) for m in model.modules()}
+    assert bnb.nn.Linear4bit in kinds and info["4bit"] and info["compute_dtype"] == "fp32"
+    assert tok.pad_token is not None
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_sft_few_steps_each_architecture(arch, tiny_models, math_jsonl, tmp_path):
+    d = run_training(_cfg(tiny_models[arch], math_jsonl, tmp_path, "sft", steps=2), progress=False)
+    _check_run_dir(d, "sft", 2)
+    _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_grpo_few_steps_logs_each_reward_component(arch, tiny_models, math_jsonl, tmp_path):
+    d = run_training(_cfg(tiny_models[arch], math_jsonl, tmp_path, "grpo", steps=2), progress=False)
+    _check_run_dir(d, "grpo", 2)
+    _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
+    assert (d / rundir.CURVES).is_file()
+
+
+def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, tmp_path):
+    cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2)
+    d = run_training(cfg, progress=False)
+    adapter_bytes = (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
+    d2 = run_training(cfg, progress=False)  # same run_name: a new folder, the finished one untouched
+    assert d2 != d and d2.name == d.name + "-2"
+    assert (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes() == adapter_bytes
+    # Resume from the last checkpoint with a longer budget (extending a run), through the CLI.
+    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "4",
+                        "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED and st["step"] == 4
+    assert [m["step"] for m in rundir.read_metrics(d)] == [1, 2, 3, 4]
+
+
+def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, tmp_path):
+    run = tmp_path / "stopme"
+    cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=500, extra=["save_steps=1000"])
+    run.mkdir()
+    (run / rundir.CONFIG).write_text(cfg.to_yaml())
+    p = subprocess.Popen([sys.executable, "-m", "app.cli", "train", "--config", str(run / rundir.CONFIG),
+                          "--run-dir", str(run), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and len(rundir.read_metrics(run)) < 2:
+        time.sleep(0.5)
+    assert rundir.read_metrics(run), "training never logged a step"
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=300)
+    st = rundir.read_status(run)
+    assert st["status"] == rundir.INTERRUPTED, st
+    assert rundir.last_checkpoint(run) is not None and st["step"] < 500
+    assert (run / rundir.ADAPTER / "adapter_config.json").is_file()
+
+
+def test_reward_that_raises_does_not_kill_training(tiny_model, math_jsonl, tmp_path):
+    bad = tmp_path / "bad_reward.py"
+    bad.write_text("def flaky(completions, **kw):\n"
+                   "    return [1.0 if i % 2 else (_ for _ in ()).throw(ValueError('boom')) "
+                   "for i, _ in enumerate(completions)]\n")
+    cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2, extra=[f"reward.custom=['{bad}:flaky']"])
+    d = run_training(cfg, progress=False)
+    assert rundir.read_status(d)["status"] == rundir.FINISHED
+    assert rundir.read_metrics(d)[-1]["reward_errors"] > 0
