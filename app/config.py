@@ -58,6 +58,9 @@ class LoraConfig(StrictModel):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: str | list[str] = "all-linear"
     exclude_modules: list[str] = Field(default_factory=list)
+    # Start from an existing adapter (a run directory or adapter folder) instead of a fresh one, e.g. GRPO after
+    # an SFT warm-up. r/alpha/targets then come from that adapter.
+    init_from: str | None = None
 
 
 class DataConfig(StrictModel):

@@ -153,6 +153,22 @@ def peft_lora_config(lc: LoraConfig):
     )
 
 
+def attach_or_describe_lora(model, lc: LoraConfig):
+    """(model, peft_config) for a TRL trainer: a fresh adapter is described by a LoraConfig that TRL attaches;
+    lora.init_from loads an existing adapter as trainable and TRL gets the PeftModel with no config."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):  # the Unsloth backend attaches its own adapter
+        return model, None
+    if not lc.init_from:
+        return model, peft_lora_config(lc)
+
+    from app.rundir import find_adapter
+
+    # Same preparation TRL gives a fresh adapter (it handles quantized bases itself), so both paths match.
+    return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
+
+
 def _quiet_bnb_kernel_hub_warning() -> None:
     """bitsandbytes tries an optional 'kernels' hub package for its CPU 4-bit GEMM and warns when it is absent;
     the fallback kernel is what we want offline, so keep the log readable."""
@@ -163,6 +179,27 @@ def _quiet_bnb_kernel_hub_warning() -> None:
 
     for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
         logging.getLogger(name).addFilter(_Drop())
+
+
+def unsloth_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("unsloth") is not None
+
+
+def load_for_training(cfg):
+    """(model, tokenizer, info) through the backend runtime.backend picks: HF + bitsandbytes, or Unsloth on CUDA."""
+    facts = device_facts()
+    backend = pick_backend(cfg.runtime.backend, facts["cuda"], unsloth_installed())
+    if backend == "unsloth":
+        from app.unsloth_backend import load_with_unsloth
+
+        dtype = pick_compute_dtype(cfg.model.compute_dtype, facts["cuda"], facts["bf16"])
+        model, tok = load_with_unsloth(cfg, dtype)
+        return model, tok, {"compute_dtype": dtype, "cuda": True, "gpu": facts["gpu"], "4bit": True,
+                            "backend": "unsloth"}
+    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only)
+    return model, tok, {**info, "backend": "hf"}
 
 
 def param_count_b(model) -> float:

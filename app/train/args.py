@@ -44,6 +44,11 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool)
         push_to_hub=False,
         # 8-bit paged AdamW is the QLoRA optimizer on GPU; bitsandbytes' paged optimizers need CUDA.
         optim="paged_adamw_8bit" if cuda else "adamw_torch",
+        # trackio logs to a local database; without these transformers may create or freeze a public Space
+        # after training. Users who want a Space set it via training.extra_args (refused under --local-only).
+        project="qlora-app",
+        trackio_space_id=None,
+        trackio_static_space_id=False,
     )
 
 
@@ -76,6 +81,8 @@ def _with_extra(kw: dict, cfg: AppConfig, cls_name: str) -> dict:
     cls = getattr(trl, cls_name)
     names = {f.name for f in dataclasses.fields(cls)}
     for k, v in cfg.training.extra_args.items():
+        if cfg.runtime.local_only and (k.startswith(("trackio_", "hub_")) or k == "push_to_hub") and v:
+            raise UserError(f"training.extra_args.{k} would contact the hub, which --local-only forbids; remove it")
         if k not in names:
             hint = difflib.get_close_matches(k, sorted(names), n=1)
             raise UserError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config import AppConfig
-from app.models import peft_lora_config
+from app.models import attach_or_describe_lora
 from app.train.args import grpo_kwargs
 
 
@@ -20,11 +20,12 @@ def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info
 
     funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
     args = GRPOConfig(**grpo_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"], weights))
+    model, peft_config = attach_or_describe_lora(model, cfg.lora)
     return GRPOTrainer(
         model=model,
         reward_funcs=funcs,
         args=args,
         train_dataset=train_ds,
         processing_class=tok,
-        peft_config=peft_lora_config(cfg.lora),
+        peft_config=peft_config,
     )

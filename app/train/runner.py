@@ -125,12 +125,12 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
 
 def _train(cfg: AppConfig, d: Path, train_raw, det, resuming: bool, progress: bool, console) -> None:
     from app.data import to_grpo, to_sft
-    from app.models import load_base_model
+    from app.models import load_for_training
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
 
-    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only)
-    log.info("model %s loaded (4-bit=%s, compute %s, %s)", cfg.model.name_or_path, info["4bit"],
-             info["compute_dtype"], info["gpu"] or "CPU")
+    model, tok, info = load_for_training(cfg)
+    log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
+             info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
     stop = StopFlag().install()
     bar = TerminalProgress(cfg.method, enabled=progress)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.config import AppConfig
-from app.models import peft_lora_config
+from app.models import attach_or_describe_lora
 from app.train.args import sft_kwargs
 
 
@@ -13,10 +13,11 @@ def build_sft_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info:
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(**sft_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"]))
+    model, peft_config = attach_or_describe_lora(model, cfg.lora)
     return SFTTrainer(
         model=model,
         args=args,
         train_dataset=train_ds,
         processing_class=tok,
-        peft_config=peft_lora_config(cfg.lora),
+        peft_config=peft_config,
     )

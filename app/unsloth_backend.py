@@ -1,0 +1,48 @@
+"""Optional Unsloth backend (CUDA only). Kept thin: it only swaps how the 4-bit model and the adapter are made;
+TRL trainers, rewards, run directories and callbacks are the same as the HF path. The translations are pure
+functions so they are tested on machines without a GPU."""
+
+from __future__ import annotations
+
+from app.config import AppConfig, LoraConfig
+
+# Unsloth wants explicit projection names; "all-linear" means every attention and MLP projection.
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def unsloth_load_kwargs(cfg: AppConfig, dtype: str) -> dict:
+    import torch
+
+    return dict(
+        model_name=cfg.model.name_or_path,
+        max_seq_length=max(cfg.training.max_length, cfg.grpo.max_completion_length + 512),
+        load_in_4bit=cfg.model.load_in_4bit,
+        dtype={"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype],
+        local_files_only=cfg.runtime.local_only,
+    )
+
+
+def unsloth_peft_kwargs(lc: LoraConfig, seed: int) -> dict:
+    targets = ALL_LINEAR if lc.target_modules == "all-linear" else list(
+        [lc.target_modules] if isinstance(lc.target_modules, str) else lc.target_modules)
+    targets = [t for t in targets if t not in set(lc.exclude_modules)]
+    return dict(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout, target_modules=targets,
+                use_gradient_checkpointing="unsloth", random_state=seed)
+
+
+def load_with_unsloth(cfg: AppConfig, dtype: str):
+    """Returns (peft_model, tokenizer). Only reached on CUDA with unsloth installed (see models.pick_backend)."""
+    from unsloth import FastLanguageModel  # noqa: import only here: unsloth refuses to import without a GPU
+
+    model, tok = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(cfg, dtype))
+    if cfg.lora.init_from:
+        from peft import PeftModel
+
+        from app.rundir import find_adapter
+
+        model = PeftModel.from_pretrained(model, str(find_adapter(cfg.lora.init_from)), is_trainable=True)
+    else:
+        model = FastLanguageModel.get_peft_model(model, **unsloth_peft_kwargs(cfg.lora, cfg.training.seed))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
