@@ -59,7 +59,9 @@ def _loads_as_peft(model_dir: Path, adapter: Path):
     m = PeftModel.from_pretrained(base, str(adapter))
     cfg = json.loads((adapter / "adapter_config.json").read_text())
     # all-linear: attention and MLP projections both carry LoRA
-    assert {"q_proj", "v_proj", "up_proj", "down_proj"} <= set(cfg["target_modules"])
+    targets = cfg["target_modules"]
+    leaf_names = {t.rsplit(".", 1)[-1] for t in (targets if isinstance(targets, list) else [targets])}
+    assert {"q_proj", "v_proj", "up_proj", "down_proj"} <= leaf_names, targets
     assert any("lora_A" in n for n, _ in m.named_parameters())
 
 

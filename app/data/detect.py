@@ -1,0 +1,435 @@
+"""Which column is the prompt, which is the reference: detected from names *and* values, with a reason for each.
+
+Why this exists: other tools either want a hand-written column map or guess by substring (and then match "text"
+inside "context"). Here a column name is split into words (snake_case, kebab-case, spaces, camelCase) and each word
+is looked up in small synonym tables, so "context" is never "text" and "answerKey" is an answer. Values decide the
+rest: a categorical "source" column is metadata, not a prompt; a list of {role, content} dicts is a conversation.
+
+Only a bounded sample of rows is looked at, so the cost does not grow with the dataset. Only the standard library is
+imported here (the CLI imports this package for --help).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+from app.errors import UserError
+
+
+class DataError(UserError):
+    """A dataset problem the user can fix; the message is one line: the problem and the fix."""
+
+
+# Word -> weight for each role. Higher wins; a short final answer outranks a long worked solution (the reward needs
+# the answer), and "text"/"content" are weak so that "target_text" is a reference and "input_text" a prompt.
+PROMPT_WORDS = {
+    "prompt": 100, "prompts": 95, "question": 100, "questions": 95, "problem": 100, "problems": 95,
+    "instruction": 100, "instructions": 95, "query": 95, "queries": 90, "request": 85, "input": 85, "inputs": 85,
+    "inp": 70, "human": 80, "user": 75, "statement": 60, "src": 60, "sentence": 55, "sentences": 50,
+    "source": 50, "dialogue": 50, "dialog": 50, "utterance": 50, "premise": 50, "claim": 50, "message": 45,
+    "conversation": 45, "transcript": 40, "text": 40, "content": 40, "post": 40, "document": 40, "article": 40,
+    "body": 35, "context": 35, "ctx": 35, "passage": 35, "paragraph": 35, "abstract": 30,
+    "messages": 45, "conversations": 45, "chat": 45, "turns": 45,
+}
+REFERENCE_WORDS = {
+    "answer": 100, "answers": 95, "ans": 90, "gold": 95, "truth": 100, "gt": 90, "correct": 90, "decision": 85,
+    "verdict": 85, "chosen": 85, "reference": 85, "references": 85, "target": 85, "targets": 85, "tgt": 80,
+    "output": 80, "outputs": 80, "response": 80, "responses": 75, "completion": 80, "completions": 75,
+    "solution": 78, "solutions": 75, "label": 75, "labels": 75, "reply": 75, "assistant": 75, "gpt": 75,
+    "summary": 75, "bot": 70, "result": 70, "highlights": 70, "resp": 70, "out": 65, "sol": 65, "headline": 60,
+    # classification targets
+    "sentiment": 60, "emotion": 60, "intent": 60, "stance": 60, "polarity": 60, "class": 60,
+}
+# Whole-name-only abbreviations ("a" inside "is_a" means nothing).
+WHOLE_PROMPT = {"q": 80, "x": 30}
+WHOLE_REFERENCE = {"a": 80, "y": 30}
+# Columns joined into the prompt. Passages go before the question, inputs and options after it.
+PASSAGE_WORDS = {"context", "ctx", "passage", "document", "article", "paragraph", "background", "knowledge",
+                 "evidence", "facts", "table", "schema", "abstract"}
+AFTER_WORDS = {"input", "inputs", "choices", "options", "candidates", "endings", "hint", "hints", "choice", "option",
+               "ending", "candidate", "hypothesis"}
+CHOICE_WORDS = {"choices", "options", "candidates", "endings"}
+# A word from here next to a role word makes the column metadata ("answer_start", "problem_source", "prompt_id").
+METADATA_WORDS = {
+    "id", "ids", "idx", "index", "uuid", "hash", "type", "types", "category", "categories", "level", "difficulty",
+    "lang", "language", "length", "len", "count", "num", "score", "scores", "rating", "url", "link", "path", "file",
+    "filename", "date", "time", "timestamp", "token", "tokens", "embedding", "embeddings", "model", "tag", "tags",
+    "topic", "subject", "domain", "metadata", "meta", "split", "flag", "is", "has", "start", "end", "offset",
+    "name", "source", "task", "format", "status", "version", "weight", "prob", "logprob", "rank", "system",
+    # wrong answers are never the reference
+    "rejected", "wrong", "incorrect", "negative", "bad", "distractor", "distractors", "false",
+}
+WEAK_WORDS = {"original", "raw", "old", "long", "alt", "alternative", "other", "extra", "prev", "previous"}
+BOOST_WORDS = {"final", "short", "correct", "expected", "gold", "best", "clean", "ground"}
+CONVERSATION_ROLE_KEYS = ("role", "from", "speaker", "author", "sender")
+CONVERSATION_TEXT_KEYS = ("content", "value", "text", "message", "utterance")
+
+
+@dataclass
+class Detection:
+    format: str  # "columns" | "chat"
+    prompt_field: str | None
+    reference_field: str | None
+    context_fields: list[str]
+    messages_field: str | None
+    columns: list[str]
+    num_rows: int | None
+    reasons: dict[str, str]
+    # Not part of the inspect --json contract: the long worked solution when the reference is a short final answer.
+    # SFT trains on it (teaching "42" alone would teach no reasoning); GRPO compares against the short answer.
+    solution_field: str | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("solution_field")
+        return d
+
+
+def name_words(name: str) -> list[str]:
+    """'answerKey' -> ['answer', 'key']; 'final_answer' -> ['final', 'answer']; 'Question' -> ['question']."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", str(name))
+    spaced = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", spaced)
+    spaced = re.sub(r"([A-Za-z])([0-9])", r"\1 \2", spaced)  # 'sentence1' -> 'sentence 1'; 'r1' -> 'r 1'
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+def _role_score(words: list[str], table: dict[str, int], whole: dict[str, int]) -> tuple[int, str | None]:
+    """(score, matched word). Metadata words next to a role word knock it out; weak words lower it."""
+    if len(words) == 1 and words[0] in whole:
+        return whole[words[0]], words[0]
+    hits = [(table[w], w) for w in words if w in table]
+    if not hits:
+        return 0, None
+    score, word = max(hits)
+    others = [w for w in words if w != word]
+    if any(w in METADATA_WORDS for w in others):
+        return 0, None
+    if any(w in WEAK_WORDS for w in others):
+        score = int(score * 0.6)
+    if any(w in BOOST_WORDS for w in others):
+        score += 5
+    if len(words) == 1:
+        score += 3  # an exact name is a stronger signal than the same word inside a longer name
+    return score, word
+
+
+# ------------------------------------------------------------------------------------------------ value profiles
+
+
+def _is_message(x) -> bool:
+    return isinstance(x, dict) and any(k in x for k in CONVERSATION_ROLE_KEYS) and any(
+        k in x for k in CONVERSATION_TEXT_KEYS)
+
+
+def value_kind(v) -> str:
+    """One of: empty, text, number, bool, messages, list_text, choices, answer_dict, dict, other."""
+    if v is None or (isinstance(v, float) and v != v):  # None or NaN (pandas fills CSV gaps with NaN)
+        return "empty"
+    if isinstance(v, str):
+        return "text" if v.strip() else "empty"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, (list, tuple)):
+        items = [x for x in v if x is not None]
+        if not items:
+            return "empty"
+        if all(_is_message(x) for x in items):
+            return "messages"
+        if all(isinstance(x, str) for x in items):
+            return "list_text"
+        return "other"
+    if isinstance(v, dict):
+        keys = {k.lower() for k in v}
+        if "text" in keys and "label" in keys and isinstance(v.get("text"), list):
+            return "choices"  # ARC: {"text": [...], "label": ["A", "B", ...]}
+        if keys & {"text", "value", "answer", "answers", "normalized_value", "contexts", "ground_truth"}:
+            return "answer_dict"  # SQuAD {"text": [...], "answer_start": [...]}, TriviaQA {"value": ...}
+        return "dict"
+    return "other"
+
+
+@dataclass
+class Profile:
+    name: str
+    words: list[str]
+    kind: str  # dominant non-empty kind
+    share: float  # fraction of sampled rows that are non-empty and of that kind
+    avg_len: float  # characters of the text form
+    distinct: float  # distinct values / non-empty values
+    spaces: float  # fraction of text values with whitespace (prose vs codes / ids)
+    has_assistant: bool = False  # for messages: does the conversation contain an answer turn?
+    sample: list = field(default_factory=list, repr=False)  # a few non-empty values, for nested-key lookups
+
+    @property
+    def categorical(self) -> bool:
+        return self.kind == "text" and self.distinct <= 0.3 and self.avg_len < 40
+
+    @property
+    def id_like(self) -> bool:
+        return self.kind == "text" and self.spaces < 0.1 and self.avg_len < 48 and self.distinct > 0.9
+
+
+def profile_column(name: str, values: list) -> Profile:
+    kinds: dict[str, int] = {}
+    for v in values:
+        k = value_kind(v)
+        kinds[k] = kinds.get(k, 0) + 1
+    non_empty = [v for v in values if value_kind(v) != "empty"]
+    kinds.pop("empty", None)
+    kind = max(kinds, key=kinds.get) if kinds else "empty"
+    share = kinds.get(kind, 0) / max(len(values), 1)
+    texts = [str(v) for v in non_empty]
+    avg_len = sum(map(len, texts)) / len(texts) if texts else 0.0
+    distinct = len(set(texts)) / len(texts) if texts else 0.0
+    spaces = sum(1 for t in texts if any(c.isspace() for c in t.strip())) / len(texts) if texts else 0.0
+    has_assistant = False
+    if kind == "messages":
+        has_assistant = any(
+            str(next((m[k] for k in CONVERSATION_ROLE_KEYS if k in m), "")).lower()
+            in ("assistant", "gpt", "bot", "model", "chatgpt", "ai")
+            for v in non_empty if isinstance(v, (list, tuple)) for m in v if isinstance(m, dict))
+    return Profile(name, name_words(name), kind, share, avg_len, distinct, spaces, has_assistant, non_empty[:8])
+
+
+def spread_sample(ds, n: int) -> list[dict]:
+    """Up to n rows spread evenly over the dataset (the first rows of a file are often unrepresentative, e.g. an
+    Alpaca file that starts with empty inputs); selecting by index is cheap on Arrow-backed data."""
+    total = len(ds)
+    if total <= n:
+        return ds.to_list() if hasattr(ds, "to_list") else list(ds)
+    step = total / n
+    return ds.select([int(i * step) for i in range(n)]).to_list()
+
+
+# ------------------------------------------------------------------------------------------------ detection
+
+
+def _resolve_override(name: str, columns: list[str], what: str) -> str:
+    if name in columns:
+        return name
+    folded = [c for c in columns if c.lower() == name.lower()]
+    if len(folded) == 1:  # '--prompt-field question' on a CSV whose header says 'Question'
+        return folded[0]
+    raise DataError(f"{what} '{name}' is not a column of this dataset; columns are: {', '.join(columns)}")
+
+
+def _describe(p: Profile) -> str:
+    return f"{p.kind}, {round(p.share * 100)}% of sampled rows filled, avg {round(p.avg_len)} chars"
+
+
+REFERENCE_KINDS = {"text", "number", "bool", "list_text", "answer_dict", "messages"}
+
+
+def detect_fields(ds, prompt_field: str | None = None, reference_field: str | None = None,
+                  sample_rows: int = 64, *, num_rows: int | None = None) -> Detection:
+    """Detect the roles of ``ds``'s columns from a bounded sample. Overrides win over detection.
+
+    ``num_rows`` lets a caller that only read a sample (``inspect`` on a big file) report the true size."""
+    rows = spread_sample(ds, sample_rows)
+    return detect_from_rows(rows, list(ds.column_names), prompt_field, reference_field,
+                            num_rows if num_rows is not None else len(ds))
+
+
+def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | None = None,
+                     reference_field: str | None = None, num_rows: int | None = None) -> Detection:
+    """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files)."""
+    if not columns:
+        raise DataError("the dataset has no columns; pass a file with named fields (e.g. JSONL objects)")
+    p_override = _resolve_override(prompt_field, columns, "--prompt-field") if prompt_field else None
+    r_override = _resolve_override(reference_field, columns, "--reference-field") if reference_field else None
+    d = _Detector(rows, columns)
+    prompt, reference = p_override, r_override
+    if p_override:
+        d.reasons["prompt_field"] = f"set by override ({_describe(d.prof[p_override])})"
+    if r_override:
+        d.reasons["reference_field"] = f"set by override ({_describe(d.prof[r_override])})"
+    prompt = prompt or d.named_prompt(exclude={reference})
+    reference = reference or d.named_reference(exclude={prompt})
+
+    # Conversations (messages / ShareGPT conversations) carry prompt and answer themselves: chat format unless
+    # the data also has separate prompt + reference columns (OpenR1 and NuminaMath ship both; columns win).
+    fmt, messages = "columns", None
+    conv = d.conversation(exclude={prompt, reference})
+    if conv is None and prompt is None and reference and d.prof[reference].has_assistant:
+        conv = reference  # only chosen/rejected conversations (HH-RLHF as messages): train on the chosen ones
+    if conv and not p_override and (prompt is None or reference is None):
+        fmt, messages, prompt = "chat", conv, None
+        d.reasons.pop("prompt_field", None)
+        if reference and not r_override and d.prof[reference].kind == "messages":
+            reference = None
+            d.reasons.pop("reference_field", None)
+        d.reasons["format"] = (f"'{conv}' holds conversations (lists of role/content turns with an assistant turn) "
+                               "and there are no separate prompt + reference columns")
+        d.reasons["messages_field"] = "conversation column; the prompt is the turns before the last assistant turn"
+
+    if fmt == "columns" and prompt is None:
+        prompt, reference = d.prompt_by_value(reference, reference_overridden=bool(r_override))
+    if fmt == "columns" and reference is None and not r_override:
+        reference = d.reference_by_position(prompt)
+    if reference is None and not r_override:
+        reference = d.nested_reference(exclude={prompt, messages})
+    contexts = d.contexts(prompt, {prompt, reference, messages}) if prompt else []
+
+    if reference is None:
+        d.reasons["reference_field"] = ("no reference-like column (answer, output, response, target, ...): "
+                                        "text-only data; pass --reference-field NAME to set one")
+    d.reasons.setdefault("format", "separate prompt / reference columns" if reference else "prompt text only")
+    solution = d.solution(reference) if reference and not r_override and fmt == "columns" else None
+    return Detection(fmt, prompt, reference, contexts, messages, columns, num_rows, d.reasons, solution)
+
+
+def _numbered_twin(a: list[str], b: list[str]) -> bool:
+    """'sentence1' / 'sentence2', 'question1' / 'question2': the same words apart from digits."""
+    return a != b and [w for w in a if not w.isdigit()] == [w for w in b if not w.isdigit()]
+
+
+class _Detector:
+    """The individual rules, each recording its reason."""
+
+    def __init__(self, rows: list[dict], columns: list[str]):
+        self.columns = columns
+        self.order = {c: i for i, c in enumerate(columns)}
+        self.prof = {c: profile_column(c, [r.get(c) if isinstance(r, dict) else None for r in rows])
+                     for c in columns}
+        self.ps = {c: _role_score(p.words, PROMPT_WORDS, WHOLE_PROMPT) for c, p in self.prof.items()}
+        self.rs = {c: _role_score(p.words, REFERENCE_WORDS, WHOLE_REFERENCE) for c, p in self.prof.items()}
+        self.reasons: dict[str, str] = {}
+        self.named_refs: list[str] = []
+        letters = [c for c in columns if len(c) == 1 and c.lower() in "abcdefgh"]
+        # MMLU-as-CSV: columns A, B, C, D are the options, so 'A' is not an abbreviation of 'answer'.
+        self.option_letters = letters if len(letters) >= 3 else []
+
+    def _meta(self, c: str) -> bool:
+        return bool(set(self.prof[c].words) & METADATA_WORDS)
+
+    def _prompt_ok(self, c: str, strong: bool) -> bool:
+        p = self.prof[c]
+        if p.kind == "messages":  # TRL conversational prompt: [{"role": "user", ...}] without an answer turn
+            return not p.has_assistant
+        # A strong name ('instruction', 'question') is trusted even when every row repeats it or it has no spaces
+        # ('12*7'); a weak one ('text', 'source') must look like prose, not a category or an id.
+        return p.kind == "text" and (strong or (not p.id_like and not p.categorical))
+
+    def named_prompt(self, exclude: set) -> str | None:
+        cands = [c for c in self.columns if c not in exclude and self.ps[c][0] > self.rs[c][0]
+                 and c not in self.option_letters and self._prompt_ok(c, self.ps[c][0] >= 80)]
+        if not cands:
+            return None
+        best = min(cands, key=lambda c: (-self.ps[c][0], self.order[c]))
+        self.reasons["prompt_field"] = f"name word '{self.ps[best][1]}' means prompt ({_describe(self.prof[best])})"
+        return best
+
+    def _ref_ok(self, c: str) -> bool:
+        p = self.prof[c]
+        if p.kind == "bool":
+            return self.rs[c][1] in ("answer", "label", "labels", "a", "correct", "decision")
+        return p.kind in REFERENCE_KINDS and c not in self.option_letters
+
+    def named_reference(self, exclude: set) -> str | None:
+        # Highest name score first; ties go to the shorter values (a final answer over a worked solution).
+        self.named_refs = sorted(
+            (c for c in self.columns if c not in exclude and self.rs[c][0] > self.ps[c][0] and self._ref_ok(c)),
+            key=lambda c: (-self.rs[c][0], self.prof[c].avg_len, self.order[c]))
+        if not self.named_refs:
+            return None
+        best = self.named_refs[0]
+        longer = [c for c in self.named_refs[1:] if self.prof[c].kind == "text"
+                  and self.prof[c].avg_len > self.prof[best].avg_len * 1.5]
+        extra = (f"; preferred over '{longer[0]}' (longer, a worked solution): the reward needs the final answer"
+                 if longer else "")
+        self.reasons["reference_field"] = (f"name word '{self.rs[best][1]}' means reference "
+                                           f"({_describe(self.prof[best])}){extra}")
+        return best
+
+    def conversation(self, exclude: set) -> str | None:
+        cands = [c for c in self.columns if c not in exclude and self.prof[c].kind == "messages"
+                 and self.prof[c].has_assistant and not self._meta(c) and self.rs[c][1] != "chosen"]
+        chatty = {"messages", "conversations", "conversation", "chat", "dialog", "dialogue", "turns"}
+        cands.sort(key=lambda c: (0 if set(self.prof[c].words) & chatty else 1, self.order[c]))
+        return cands[0] if cands else None
+
+    def prompt_by_value(self, reference: str | None, reference_overridden: bool) -> tuple[str, str | None]:
+        prose = [c for c in self.columns if c != reference and self._prompt_ok(c, False) and self.rs[c][0] == 0
+                 and not self._meta(c) and self.prof[c].kind == "text"]
+        if not prose and reference and not reference_overridden and self.prof[reference].kind == "text":
+            # The only prose is "reference"-named (e.g. chosen/rejected transcripts): it is text to train on.
+            self.reasons["prompt_field"] = f"the only prose column; used as the text ({_describe(self.prof[reference])})"
+            self.reasons.pop("reference_field", None)
+            return reference, None
+        if not prose:
+            prose = [c for c in self.columns if c != reference and self.prof[c].kind == "text" and not self._meta(c)]
+        if not prose:
+            kinds = ", ".join(f"{c} ({self.prof[c].kind})" for c in self.columns)
+            raise DataError(f"no text-like column to use as the prompt (columns: {kinds}); "
+                            "pass --prompt-field NAME or a dataset with a text column")
+        if reference is None and len(prose) >= 2:
+            # Two unnamed text columns: datasets put the input first and the output second.
+            p, r = prose[0], prose[1]
+            self.reasons["prompt_field"] = f"no known prompt name; first text column ({_describe(self.prof[p])})"
+            self.reasons["reference_field"] = f"no known reference name; second text column ({_describe(self.prof[r])})"
+            return p, r
+        p = max(prose, key=lambda c: (self.prof[c].avg_len, -self.order[c]))
+        self.reasons["prompt_field"] = f"no known prompt name; longest text column ({_describe(self.prof[p])})"
+        return p, reference
+
+    def reference_by_position(self, prompt: str) -> str | None:
+        """A named prompt ('prompt', 'question') followed by one unnamed prose column ('story'): that is the answer.
+        Not for generic prompt names ('text' + 'title' is a text corpus with metadata)."""
+        if self.ps[prompt][1] in ("text", "content", "body", "document", "article", "x") or self.ps[prompt][0] == 0:
+            return None
+        rest = [c for c in self.columns if self.order[c] > self.order[prompt] and self.prof[c].kind == "text"
+                and self.ps[c][0] == 0 and self.rs[c][0] == 0 and not self._meta(c) and not self.prof[c].id_like
+                and not self.prof[c].categorical and self.prof[c].avg_len >= 20
+                and not set(self.prof[c].words) & (PASSAGE_WORDS | AFTER_WORDS)]
+        if len(rest) != 1:
+            return None
+        self.reasons["reference_field"] = (f"no known reference name; the only other prose column, after the prompt "
+                                           f"({_describe(self.prof[rest[0]])})")
+        return rest[0]
+
+    def nested_reference(self, exclude: set) -> str | None:
+        """verl-style {"reward_model": {"ground_truth": ...}}: a dict column with an answer-named key."""
+        best, best_score = None, 0
+        for c in self.columns:
+            if c in exclude or self.prof[c].kind not in ("dict", "answer_dict"):
+                continue
+            keys = {k for r in self.prof[c].sample if isinstance(r, dict) for k in r}
+            for k in keys:
+                score = _role_score(name_words(k), REFERENCE_WORDS, WHOLE_REFERENCE)[0]
+                if score > best_score:
+                    best, best_score, best_key = c, score, k
+        if best:
+            self.reasons["reference_field"] = f"nested: the '{best_key}' key inside '{best}'"
+        return best
+
+    def contexts(self, prompt: str, used: set) -> list[str]:
+        """Columns joined into the prompt: Alpaca input, Dolly/SQuAD context, ARC choices, option columns."""
+        out = []
+        p_words = self.prof[prompt].words
+        for c in self.columns:
+            p = self.prof[c]
+            words = set(p.words)
+            if c in used or self._meta(c) or p.kind not in ("text", "list_text", "choices", "answer_dict", "dict"):
+                continue
+            twin = p.kind == "text" and _numbered_twin(p_words, p.words)
+            if not (words & (PASSAGE_WORDS | AFTER_WORDS) or twin or c in self.option_letters):
+                continue
+            if words & {"input", "inputs"} and self.ps[prompt][1] in ("input", "inputs"):
+                continue
+            if self.ps[prompt][1] in words and not twin:  # 'ctx_a' next to prompt 'ctx' repeats part of it
+                continue
+            out.append(c)
+        if out:
+            kind = {c: "answer options" if set(self.prof[c].words) & CHOICE_WORDS or c in self.option_letters
+                    else "context" for c in out}
+            self.reasons["context_fields"] = "joined into the prompt: " + ", ".join(f"'{c}' ({kind[c]})" for c in out)
+        return out
+
+    def solution(self, reference: str) -> str | None:
+        longer = [c for c in self.named_refs if c != reference and self.prof[c].kind == "text"
+                  and self.rs[c][1] in ("solution", "solutions", "output", "response", "completion", "sol")
+                  and self.prof[c].avg_len > self.prof[reference].avg_len * 1.5]
+        return longer[0] if longer else None

@@ -1,0 +1,69 @@
+"""``qlora-app inspect DATASET``: what the app will use as prompt and reference, why, and three sample rows.
+
+The point is trust: a user sees the detected roles with the reason for each *before* spending an hour of GPU time,
+and the exact prompt text the model will get. ``--json`` prints one JSON object (the ``Detection``) for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from app.data.convert import prompt_text, reference_text
+from app.data.loading import inspect_detection
+
+SAMPLES = 3
+CELL = 300  # characters per sample cell: enough to recognise a row, short enough for a terminal
+
+
+def _short(text: str | None) -> str:
+    if text is None:
+        return "-"
+    text = text.strip()
+    return text if len(text) <= CELL else text[: CELL - 1] + "…"
+
+
+def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt_field: str | None,
+                reference_field: str | None, local_only: bool, as_json: bool) -> int:
+    """Print the detection; returns the exit code. Bad input raises DataError (the CLI maps it to exit 2)."""
+    det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only)
+    if as_json:
+        sys.stdout.write(json.dumps(det.to_dict(), ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return 0
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text  # dataset text is shown literally: '[1]' or '[bold]' in a row is not markup
+
+    console = Console()
+    size = f"{det.num_rows:,} rows" if det.num_rows is not None else "row count not computed (large file)"
+    console.print(f"[bold]{escape(dataset)}[/] split [bold]{escape(split_name)}[/]: {size}, "
+                  f"{len(det.columns)} columns ({escape(', '.join(det.columns))})")
+    roles = Table(title="Detected fields", show_lines=True)
+    roles.add_column("role", style="bold")
+    roles.add_column("field", style="cyan")
+    roles.add_column("why")
+    rows_ = [("format", det.format, det.reasons.get("format", ""))]
+    if det.messages_field:
+        rows_.append(("messages", det.messages_field, det.reasons.get("messages_field", "")))
+    rows_.append(("prompt", det.prompt_field or "-", det.reasons.get("prompt_field", "")))
+    rows_.append(("reference", det.reference_field or "-", det.reasons.get("reference_field", "")))
+    if det.context_fields:
+        rows_.append(("context", ", ".join(det.context_fields), det.reasons.get("context_fields", "")))
+    if det.solution_field:
+        rows_.append(("SFT target", det.solution_field, "worked solution used as the SFT completion"))
+    for role, field, why in rows_:
+        roles.add_row(role, Text(field), Text(why))
+    console.print(roles)
+
+    samples = Table(title=f"{min(SAMPLES, len(rows))} sample rows as the model will see them", show_lines=True)
+    samples.add_column("#", justify="right")
+    samples.add_column("prompt")
+    samples.add_column("reference")
+    for i, row in enumerate(rows[:SAMPLES]):
+        samples.add_row(str(i), Text(_short(prompt_text(row, det))), Text(_short(reference_text(row, det))))
+    console.print(samples)
+    console.print("[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME.[/]")
+    return 0

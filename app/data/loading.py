@@ -1,0 +1,398 @@
+"""Dataset sources -> ``datasets.DatasetDict``, train / held-out splits, and bounded previews for ``inspect``.
+
+Sources: the built-in ``arith``; a local .jsonl / .json / .csv / .tsv / .parquet / .txt file (optionally .gz);
+a ``save_to_disk`` folder or a folder of data files; a Hugging Face Hub id. Local files go through
+``datasets.load_dataset`` like hub data (memory-mapped Arrow, cached), and every failure becomes a one-line
+``DataError`` that says what to do -- e.g. the line number of a corrupt JSONL line, not a pyarrow traceback.
+``datasets`` / ``pyarrow`` are imported inside functions: the CLI imports this package for --help.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import random
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.data.detect import DataError, Detection, detect_fields, detect_from_rows, spread_sample
+
+# Short names people type. GSM8K lives under the openai org and needs its 'main' config.
+ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
+BUILTINS = ("arith",)
+LOADERS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
+           ".parquet": "parquet", ".txt": "text"}
+OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+HELDOUT_SPLITS = ("test", "validation", "valid", "val", "dev", "eval")
+# Extensions that mean "a file", so a missing one is reported as a missing file rather than looked up on the hub.
+FILE_LIKE = {*LOADERS, ".xlsx", ".xls", ".arrow", ".feather", ".avro", ".orc", ".zip", ".tar", ".yaml", ".yml"}
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+# Above this, inspect does not count the lines of a JSONL/CSV file (its cost must not grow with the file).
+COUNT_LIMIT_BYTES = 64 * 2**20
+
+
+def _one_line(msg: str, limit: int = 240) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _suffixes(path: Path) -> tuple[str, str | None]:
+    """('.jsonl', '.gz') for data.jsonl.gz; ('.csv', None) for data.csv."""
+    sfx = [s.lower() for s in path.suffixes]
+    comp = sfx[-1] if sfx and sfx[-1] in OPENERS else None
+    if comp:
+        sfx = sfx[:-1]
+    return (sfx[-1] if sfx else ""), comp
+
+
+def _open_text(path: Path):
+    _, comp = _suffixes(path)
+    return OPENERS[comp](path, "rt", encoding="utf-8", errors="replace") if comp else open(
+        path, encoding="utf-8", errors="replace")
+
+
+@contextmanager
+def offline(enabled: bool):
+    """Offline mode for the duration of a load, also when ``datasets`` was imported before the flag was known
+    (both libraries read the variables at import time, so the module constants are patched too)."""
+    if not enabled:
+        yield
+        return
+    import datasets.config as dcfg
+    import huggingface_hub.constants as hcst
+
+    env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    saved = (dcfg.HF_HUB_OFFLINE, dcfg.HF_DATASETS_OFFLINE, hcst.HF_HUB_OFFLINE)
+    os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    dcfg.HF_HUB_OFFLINE = dcfg.HF_DATASETS_OFFLINE = hcst.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        dcfg.HF_HUB_OFFLINE, dcfg.HF_DATASETS_OFFLINE, hcst.HF_HUB_OFFLINE = saved
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def source_kind(spec: str) -> str:
+    """'builtin' | 'file' | 'dir' | 'hub'. A missing path that looks like a file is an error, not a hub id."""
+    if spec in BUILTINS:
+        return "builtin"
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return "dir"
+    if p.is_file():
+        return "file"
+    looks_local = spec.startswith(("/", ".", "~")) or _suffixes(p)[0] in FILE_LIKE or spec.count("/") > 1
+    if looks_local or not HUB_ID.match(spec):
+        raise DataError(f"dataset file '{spec}' not found; check the path, or pass a hub id or 'arith'")
+    return "hub"
+
+
+# ------------------------------------------------------------------------------------------------ full loads
+
+
+def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool = False):
+    """Any supported source -> ``DatasetDict`` (a single file becomes its 'train' split)."""
+    if not spec or not str(spec).strip():
+        raise DataError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
+    spec = str(spec).strip()
+    kind = source_kind(spec)
+    if kind == "builtin":
+        from app.data.arith import arith_dataset  # lazy: written by another module, heavy imports inside
+
+        return arith_dataset()
+    if kind == "file":
+        return _load_file(Path(spec).expanduser())
+    if kind == "dir":
+        return _load_dir(Path(spec).expanduser(), config_name)
+    return _load_hub(spec, config_name, local_only)
+
+
+def _first_char(path: Path) -> str:
+    """First non-whitespace character ('' for an empty file); stops reading as soon as it finds one."""
+    with _open_text(path) as f:
+        while chunk := f.read(65536):
+            stripped = chunk.lstrip()
+            if stripped:
+                return stripped[0]
+    return ""
+
+
+def _bad_json_line(path: Path) -> str | None:
+    """Describe the first line that is not a JSON object, or None."""
+    with _open_text(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                return f"line {i} of '{path}' is not valid JSON ({e.msg} at column {e.colno}); fix or delete that line"
+            if not isinstance(obj, dict):
+                return f"line {i} of '{path}' is a JSON {type(obj).__name__}, not an object; each line must be {{...}}"
+    return None
+
+
+def _wrapped_json(path: Path):
+    """A .json file holding one object: {"train": [...], "test": [...]} or {"data": [...]} -> DatasetDict."""
+    from datasets import Dataset, DatasetDict
+
+    with _open_text(path) as f:
+        try:
+            obj = json.load(f)
+        except json.JSONDecodeError as e:
+            raise DataError(f"'{path}' is not valid JSON (line {e.lineno}: {e.msg}); fix the file") from None
+    lists = {k: v for k, v in obj.items() if isinstance(v, list) and v and all(isinstance(x, dict) for x in v)}
+    if not lists:
+        return None
+    try:
+        if len(lists) > 1 or next(iter(lists)) in ("train", *HELDOUT_SPLITS):
+            return DatasetDict({k: Dataset.from_list(v) for k, v in lists.items()})
+        return DatasetDict({"train": Dataset.from_list(next(iter(lists.values())))})
+    except Exception as e:  # noqa: BLE001 - arrow type clashes between rows
+        raise DataError(f"could not read '{path}': {_one_line(e)}; make each field the same type in every row"
+                        ) from None
+
+
+def _load_file(path: Path):
+    import datasets
+
+    ext, _ = _suffixes(path)
+    if ext not in LOADERS:
+        raise DataError(f"unsupported file type '{path.name}'; use .jsonl, .json, .csv, .tsv, .parquet, .txt "
+                        "or a save_to_disk folder")
+    if path.stat().st_size == 0 or (ext != ".parquet" and not _first_char(path)):
+        raise DataError(f"'{path}' is empty; pass a file with at least one row")
+    loader, kwargs = LOADERS[ext], {}
+    if ext == ".tsv":
+        kwargs["sep"] = "\t"
+    if ext == ".json" and _first_char(path) == "{":
+        with _open_text(path) as f:
+            first, more = f.readline(), f.read(4096).strip()
+        try:
+            obj = json.loads(first)
+            # One line holding {"data": [{...}, ...]} is a wrapper, not a one-row JSON-lines file.
+            is_lines = isinstance(obj, dict) and (bool(more) or not any(
+                isinstance(v, list) and v and all(isinstance(x, dict) for x in v) for v in obj.values()))
+        except json.JSONDecodeError:
+            is_lines = False  # a pretty-printed single object spans many lines
+        if not is_lines and (dd := _wrapped_json(path)) is not None:
+            return dd
+    try:
+        dd = datasets.load_dataset(loader, data_files={"train": str(path)}, **kwargs)
+    except Exception as e:  # noqa: BLE001 - every loader failure becomes one actionable line
+        if loader == "json" and (_first_char(path) != "[") and (bad := _bad_json_line(path)):
+            raise DataError(bad) from None
+        if loader == "csv" and _count_lines(path) in (0, 1):
+            raise DataError(f"'{path}' has a header but no rows; pass a file with at least one row") from None
+        cause = e.__cause__ or e.__context__ or e
+        raise DataError(f"could not read '{path}' as {ext[1:]}: {_one_line(cause)}; check the file format") from None
+    if sum(len(s) for s in dd.values()) == 0:
+        raise DataError(f"'{path}' has no rows; pass a file with at least one row")
+    return dd
+
+
+def _load_dir(path: Path, config_name: str | None):
+    import datasets
+
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        try:
+            obj = datasets.load_from_disk(str(path))
+        except Exception as e:  # noqa: BLE001
+            raise DataError(f"could not load the saved dataset in '{path}': {_one_line(e)}") from None
+        return obj if isinstance(obj, datasets.DatasetDict) else datasets.DatasetDict({"train": obj})
+    try:  # a folder of data files, e.g. a downloaded hub repo; datasets infers splits from the file names
+        return datasets.load_dataset(str(path), name=config_name)
+    except Exception as e:  # noqa: BLE001
+        raise DataError(f"could not load a dataset from folder '{path}': {_one_line(e)}; pass a data file, "
+                        "a save_to_disk folder or a folder of .jsonl/.csv/.parquet files") from None
+
+
+def _load_hub(spec: str, config_name: str | None, local_only: bool):
+    import datasets
+
+    if config_name is None and spec.lower() in ALIASES:
+        spec, config_name = ALIASES[spec.lower()]
+    elif spec.lower() in ALIASES:
+        spec = ALIASES[spec.lower()][0]
+    import datasets.config as dcfg
+
+    offline_now = local_only or dcfg.HF_HUB_OFFLINE
+    try:
+        with offline(local_only):
+            return datasets.load_dataset(spec, config_name)
+    except Exception as e:  # noqa: BLE001 - translate the many hub/caching failures into one line each
+        msg = _one_line(e)
+        if isinstance(e, ValueError) and ("config" in msg.lower()):
+            raise DataError(f"dataset '{spec}': {msg}; pass --config NAME") from None
+        if offline_now:
+            raise DataError(f"dataset {spec} is not in the local cache; run `qlora-app prefetch --dataset {spec}` "
+                            "on a connected machine or pass a local file") from None
+        if type(e).__name__ == "DatasetNotFoundError":
+            raise DataError(f"dataset '{spec}' was not found on the Hugging Face Hub (or is gated); check the id "
+                            "or pass a local file") from None
+        if isinstance(e, (ConnectionError, OSError)):
+            raise DataError(f"could not reach the Hugging Face Hub for '{spec}' ({msg}); pass a local file, or "
+                            "prefetch it on a connected machine and use --local-only") from None
+        raise DataError(f"could not load dataset '{spec}': {msg}") from None
+
+
+# ------------------------------------------------------------------------------------------------ splits
+
+
+def pick_split(dd, split: str | None):
+    """The named split; the default 'train' also accepts a dataset whose only split has another name."""
+    name = split or "train"
+    if name in dd:
+        return name
+    if split in (None, "train") and len(dd) == 1:
+        return next(iter(dd))
+    raise DataError(f"split '{name}' not found; this dataset has: {', '.join(dd)} (pass --split NAME)")
+
+
+def build_splits(data_cfg, seed: int, local_only: bool = False):
+    """(train rows, held-out rows, Detection). Held-out rows are never in train."""
+    dd = resolve_dataset(data_cfg.dataset, data_cfg.config_name, local_only)
+    train_name = pick_split(dd, data_cfg.split)
+    train = dd[train_name]
+    if len(train) == 0:
+        raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --split")
+    det = detect_fields(train, data_cfg.prompt_field, data_cfg.reference_field)
+    if data_cfg.eval_split:
+        if data_cfg.eval_split not in dd:
+            raise DataError(f"eval split '{data_cfg.eval_split}' not found; this dataset has: {', '.join(dd)}")
+        if data_cfg.eval_split == train_name:
+            raise DataError(f"eval split '{train_name}' is also the training split; pick another, or unset it to "
+                            "hold out rows automatically")
+        heldout = dd[data_cfg.eval_split]
+        det.reasons["heldout"] = f"split '{data_cfg.eval_split}' (set in the config)"
+    elif other := next((s for s in HELDOUT_SPLITS if s in dd and s != train_name), None):
+        heldout = dd[other]
+        det.reasons["heldout"] = f"the dataset's own '{other}' split"
+    else:
+        # At most a fifth of the rows, so a small dataset still has something to train on.
+        k = min(data_cfg.heldout_size, len(train) // 5)
+        held = set(random.Random(seed).sample(range(len(train)), k))
+        heldout = train.select(sorted(held))
+        train = train.select([i for i in range(len(train)) if i not in held])
+        det.reasons["heldout"] = f"{k} rows drawn from '{train_name}' with seed {seed} (removed from training)"
+    missing = [c for c in (det.prompt_field, det.messages_field) if c and c not in heldout.column_names]
+    if missing:
+        raise DataError(f"the held-out split lacks column(s) {', '.join(missing)}; set data.eval_split to a split "
+                        "with the same columns, or unset it")
+    if data_cfg.max_samples:
+        train = train.select(range(min(data_cfg.max_samples, len(train))))
+    return train, heldout, det
+
+
+def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False) -> list[dict]:
+    """A seeded sample of n held-out rows: [{"prompt": str, "reference": str|None, "row": dict}]."""
+    from app.data.convert import prompt_text, reference_text
+
+    _, heldout, det = build_splits(data_cfg, seed, local_only)
+    idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
+    rows = heldout.select(idx).to_list() if idx else []
+    return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r} for r in rows]
+
+
+# ------------------------------------------------------------------------------------------------ bounded preview
+
+
+def _count_lines(path: Path) -> int | None:
+    if path.stat().st_size > COUNT_LIMIT_BYTES or _suffixes(path)[1]:
+        return None
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(2**20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")
+
+
+def _peek_jsonl(path: Path, n: int) -> tuple[list[dict], int | None]:
+    rows: list[dict] = []
+    with _open_text(path) as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"line {i} of '{path}' is not valid JSON ({e.msg} at column {e.colno}); "
+                                "fix or delete that line") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"line {i} of '{path}' is a JSON {type(obj).__name__}, not an object")
+            rows.append(obj)
+            if len(rows) >= n:
+                break
+    # Blank lines are rare; counting newlines is a cheap upper bound that is exact for normal files.
+    return rows, (len(rows) if len(rows) < n else _count_lines(path))
+
+
+def _peek_csv(path: Path, n: int, sep: str) -> tuple[list[dict], list[str], int | None]:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, nrows=n, sep=sep)
+    except Exception as e:  # noqa: BLE001
+        raise DataError(f"could not read '{path}' as CSV: {_one_line(e)}; check the delimiter and quoting") from None
+    df = df.astype(object).where(df.notna(), None)
+    total = len(df) if len(df) < n else None
+    if total is None and not _suffixes(path)[1] and path.stat().st_size <= COUNT_LIMIT_BYTES:
+        import csv
+
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:  # csv handles quoted newlines
+            total = max(sum(1 for _ in csv.reader(f, delimiter=sep)) - 1, 0)
+    return df.to_dict("records"), [str(c) for c in df.columns], total
+
+
+def peek(spec: str, config_name: str | None, split: str | None, n: int, local_only: bool):
+    """(rows, columns, num_rows or None, split name) reading a bounded number of rows where the format allows:
+    the first rows of a parquet / JSONL / CSV file; other sources load normally (memory-mapped) and are sampled."""
+    kind = source_kind(str(spec).strip())
+    path = Path(spec).expanduser()
+    ext = _suffixes(path)[0] if kind == "file" else ""
+    if kind == "file" and ext in (".parquet", ".jsonl", ".ndjson", ".csv", ".tsv"):
+        if split not in (None, "train"):
+            raise DataError(f"a single file has only the 'train' split, not '{split}'; drop --split")
+        if path.stat().st_size == 0 or (ext != ".parquet" and not _first_char(path)):
+            raise DataError(f"'{path}' is empty; pass a file with at least one row")
+        if ext == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                # Streamed reads: without these pyarrow loads the whole first row group (often the whole file).
+                pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16)
+                batch = next(pf.iter_batches(batch_size=n), None)
+            except Exception as e:  # noqa: BLE001
+                raise DataError(f"could not read '{path}' as parquet: {_one_line(e)}") from None
+            if batch is None or pf.metadata.num_rows == 0:
+                raise DataError(f"'{path}' has no rows; pass a file with at least one row")
+            return batch.to_pylist(), list(pf.schema_arrow.names), pf.metadata.num_rows, "train"
+        if ext in (".csv", ".tsv"):
+            rows, cols, total = _peek_csv(path, n, "\t" if ext == ".tsv" else ",")
+            if not rows:
+                raise DataError(f"'{path}' has no rows; pass a file with at least one row")
+            return rows, cols, total, "train"
+        rows, total = _peek_jsonl(path, n)
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        return rows, cols, total, "train"
+    dd = resolve_dataset(spec, config_name, local_only)
+    name = pick_split(dd, split)
+    ds = dd[name]
+    if len(ds) == 0:
+        raise DataError(f"split '{name}' has no rows; pick another with --split ({', '.join(dd)})")
+    return spread_sample(ds, n), list(ds.column_names), len(ds), name
+
+
+def inspect_detection(spec: str, config_name: str | None, split: str | None, prompt_field: str | None,
+                      reference_field: str | None, local_only: bool, n: int = 64) -> tuple[Detection, list[dict], str]:
+    rows, cols, total, name = peek(spec, config_name, split, n, local_only)
+    return detect_from_rows(rows, cols, prompt_field, reference_field, total), rows, name

@@ -1,0 +1,190 @@
+"""Field detection: a corpus of schemas modelled on public datasets (tests/data_schemas/, expectations written by
+hand in expected.json), extra synonym variants, overrides and the errors a user can hit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.data import DataError, Detection, detect_fields, resolve_dataset
+from app.data.detect import detect_from_rows, name_words
+from app.data.loading import inspect_detection
+from app.errors import UserError
+
+CORPUS = Path(__file__).parent / "data_schemas"
+EXPECTED = json.loads((CORPUS / "expected.json").read_text())
+KEYS = ("format", "prompt_field", "reference_field", "context_fields", "messages_field")
+
+
+def test_corpus_is_big_enough_and_complete():
+    assert len(EXPECTED) >= 20
+    for name in EXPECTED:
+        assert (CORPUS / name).is_file(), name
+    kinds = {Path(n).suffix for n in EXPECTED}
+    assert {".jsonl", ".json", ".csv", ".parquet", ".tsv"} <= kinds
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_detection_full_load(name):
+    """The training path: full load, detection on a spread sample."""
+    det = detect_fields(resolve_dataset(str(CORPUS / name))["train"])
+    assert {k: det.to_dict()[k] for k in KEYS} == EXPECTED[name], det.reasons
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_detection_inspect_path(name):
+    """The inspect path reads only the first rows of big files; it must agree with the training path."""
+    det, rows, split = inspect_detection(str(CORPUS / name), None, None, None, None, False)
+    assert {k: det.to_dict()[k] for k in KEYS} == EXPECTED[name], det.reasons
+    assert det.num_rows == 12 and split == "train" and rows
+
+
+def _rows(**cols):
+    n = len(next(iter(cols.values())))
+    return [{k: v[i] for k, v in cols.items()} for i in range(n)]
+
+
+def _prose(i, words=12):
+    vocab = "the river stone bright calm seven under over green blue table light dark quick".split()
+    return " ".join(vocab[(i * 7 + j * 3) % len(vocab)] for j in range(words)) + f" {i}"
+
+
+def _detect(rows):
+    return detect_from_rows(rows, list(rows[0]), num_rows=len(rows))
+
+
+R = range(20)
+
+
+@pytest.mark.parametrize("rows, prompt, reference", [
+    (_rows(Problem=[_prose(i) for i in R], Solution=[_prose(i, 40) for i in R], Answer=[str(i) for i in R]),
+     "Problem", "Answer"),
+    (_rows(query=[_prose(i) for i in R], response=[_prose(i, 30) for i in R]), "query", "response"),
+    (_rows(input=[_prose(i) for i in R], target=[_prose(i, 5) for i in R]), "input", "target"),
+    (_rows(src=[_prose(i) for i in R], tgt=[_prose(i, 5) for i in R]), "src", "tgt"),
+    (_rows(source=[_prose(i) for i in R], completion=[_prose(i, 5) for i in R]), "source", "completion"),
+    (_rows(content=[_prose(i, 50) for i in R], url=[f"http://x/{i}" for i in R]), "content", None),
+    (_rows(id=[str(i) for i in R], title=[_prose(i, 2) for i in R], text=[_prose(i, 80) for i in R]), "text", None),
+    (_rows(q=[_prose(i) for i in R], a=[_prose(i, 3) for i in R]), "q", "a"),
+    (_rows(QUESTION=[_prose(i) for i in R], ANSWER=[str(i) for i in R]), "QUESTION", "ANSWER"),
+    (_rows(questionText=[_prose(i) for i in R], groundTruth=[str(i) for i in R]), "questionText", "groundTruth"),
+    (_rows(**{"Problem Statement": [_prose(i) for i in R], "Gold Answer": [str(i) for i in R]}),
+     "Problem Statement", "Gold Answer"),
+    (_rows(sentence=[_prose(i) for i in R], label=[i % 3 for i in R]), "sentence", "label"),
+    (_rows(question=[f"{i}*7" for i in R], answer=[i * 7 for i in R]), "question", "answer"),  # no spaces, ints
+    (_rows(instruction=["Translate to French."] * 20, input=[_prose(i) for i in R], output=[_prose(i) for i in R]),
+     "instruction", "output"),
+    (_rows(prompt=[_prose(i) for i in R], story=[_prose(i, 90) for i in R]), "prompt", "story"),
+    (_rows(question=[_prose(i) for i in R], reasoning=[_prose(i, 60) for i in R], answer=[str(i) for i in R]),
+     "question", "answer"),
+    (_rows(prompt_id=[f"{i:032x}" for i in R], prompt=[_prose(i) for i in R], chosen=[_prose(i) for i in R],
+           rejected=[_prose(i + 1) for i in R], score_chosen=[8.0] * 20), "prompt", "chosen"),
+    (_rows(english=[_prose(i) for i in R], german=[_prose(i + 3) for i in R]), "english", "german"),  # by position
+    (_rows(tweet=[_prose(i) for i in R], sentiment=["positive", "negative"] * 10), "tweet", "sentiment"),
+    (_rows(data_source=["gsm8k"] * 20, prompt=[[{"role": "user", "content": _prose(i)}] for i in R],
+           reward_model=[{"style": "rule", "ground_truth": str(i)} for i in R]), "prompt", "reward_model"),  # verl
+])
+def test_synonyms_and_values(rows, prompt, reference):
+    det = _detect(rows)
+    assert (det.prompt_field, det.reference_field) == (prompt, reference), det.reasons
+    assert det.reasons["prompt_field"] and det.reasons["reference_field"]
+
+
+def test_words_not_substrings():
+    # 'context' contains 'text' as a substring; only whole words count.
+    assert name_words("context") == ["context"]
+    assert name_words("answerKey") == ["answer", "key"]
+    assert name_words("generated_solution") == ["generated", "solution"]
+    assert name_words("Input Text") == ["input", "text"]
+    assert name_words("sentence1") == ["sentence", "1"]
+    det = _detect(_rows(context=[_prose(i, 40) for i in R], question=[_prose(i) for i in R],
+                        answer=[str(i) for i in R]))
+    assert det.prompt_field == "question" and det.context_fields == ["context"]
+
+
+def test_short_final_answer_beats_worked_solution_and_sft_keeps_solution():
+    rows = _rows(problem=[_prose(i) for i in R], generated_solution=[_prose(i, 60) for i in R],
+                 expected_answer=[str(i) for i in R])
+    det = _detect(rows)
+    assert det.reference_field == "expected_answer"
+    assert det.solution_field == "generated_solution"
+    assert "solution_field" not in det.to_dict()
+    assert "generated_solution" in det.reasons["reference_field"]
+
+
+def test_metadata_columns_are_not_roles():
+    rows = _rows(uid=[f"{i:032x}" for i in R], problem_source=["synthetic_math"] * 20,
+                 answer_start=[i for i in R], problem=[_prose(i) for i in R], answer=[str(i) for i in R])
+    det = _detect(rows)
+    assert (det.prompt_field, det.reference_field, det.context_fields) == ("problem", "answer", [])
+
+
+def test_categorical_source_is_not_a_prompt_in_chat_data():
+    rows = _rows(source=["lmsys/arena", "sharegpt"] * 10,
+                 conversation=[[{"role": "user", "content": _prose(i)}, {"role": "assistant", "content": "ok"}]
+                               for i in R])
+    det = _detect(rows)
+    assert det.format == "chat" and det.messages_field == "conversation" and det.prompt_field is None
+
+
+def test_preference_conversations_only_train_on_chosen():
+    turn = lambda i: [{"role": "user", "content": _prose(i)}, {"role": "assistant", "content": _prose(i + 1)}]  # noqa: E731
+    det = _detect(_rows(chosen=[turn(i) for i in R], rejected=[turn(i + 5) for i in R]))
+    assert (det.format, det.messages_field, det.prompt_field, det.reference_field) == ("chat", "chosen", None, None)
+
+
+def test_to_dict_has_exactly_the_json_keys():
+    det = _detect(_rows(question=[_prose(i) for i in R], answer=[str(i) for i in R]))
+    d = det.to_dict()
+    assert list(d) == ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns",
+                       "num_rows", "reasons"]
+    json.dumps(d)
+    assert isinstance(det, Detection) and d["num_rows"] == 20
+
+
+def test_overrides_win_and_are_case_insensitive():
+    rows = _rows(Question=[_prose(i) for i in R], Notes=[_prose(i, 4) for i in R], Answer=[str(i) for i in R])
+    det = detect_from_rows(rows, list(rows[0]), prompt_field="notes", reference_field="Question")
+    assert (det.prompt_field, det.reference_field) == ("Notes", "Question")
+    assert "override" in det.reasons["prompt_field"] and "override" in det.reasons["reference_field"]
+
+
+def test_unknown_override_lists_columns():
+    rows = _rows(question=[_prose(i) for i in R], answer=[str(i) for i in R])
+    with pytest.raises(DataError) as e:
+        detect_from_rows(rows, list(rows[0]), prompt_field="questoin")
+    msg = str(e.value)
+    assert "questoin" in msg and "question, answer" in msg and "\n" not in msg
+    with pytest.raises(DataError, match="--reference-field 'gold'"):
+        detect_from_rows(rows, list(rows[0]), reference_field="gold")
+
+
+def test_no_text_column_is_an_error():
+    rows = _rows(x=[i for i in R], y=[i * 2.5 for i in R])
+    with pytest.raises(DataError, match="no text-like column") as e:
+        _detect(rows)
+    assert isinstance(e.value, UserError) and "\n" not in str(e.value)
+
+
+def test_text_only_has_no_reference():
+    det = _detect(_rows(text=[_prose(i, 60) for i in R]))
+    assert det.prompt_field == "text" and det.reference_field is None and det.format == "columns"
+    assert "text-only" in det.reasons["reference_field"]
+
+
+def test_detection_cost_is_bounded_by_the_sample(monkeypatch):
+    from datasets import Dataset
+
+    ds = Dataset.from_dict({"question": [_prose(i) for i in range(5000)], "answer": [str(i) for i in range(5000)]})
+    seen = []
+    orig = Dataset.select
+
+    def spy(self, indices, *a, **k):
+        seen.append(len(list(indices)))
+        return orig(self, indices, *a, **k)
+
+    monkeypatch.setattr(Dataset, "select", spy)
+    det = detect_fields(ds, sample_rows=32)
+    assert seen == [32] and det.num_rows == 5000 and det.prompt_field == "question"
