@@ -317,6 +317,9 @@ def doctor():
 
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
+    from app.models import quiet_library_noise
+
+    quiet_library_noise()
     try:
         app()
     except UserError as e:

@@ -124,7 +124,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         kwargs["quantization_config"] = quantization_config(mc, dtype)
     if facts["cuda"]:
         kwargs["device_map"] = {"": 0}
-    _quiet_bnb_kernel_hub_warning()
+    quiet_library_noise()
     try:
         model = AutoModelForCausalLM.from_pretrained(mc.name_or_path, **kwargs)
     except OSError as e:
@@ -169,9 +169,12 @@ def attach_or_describe_lora(model, lc: LoraConfig):
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
 
 
-def _quiet_bnb_kernel_hub_warning() -> None:
-    """bitsandbytes tries an optional 'kernels' hub package for its CPU 4-bit GEMM and warns when it is absent;
-    the fallback kernel is what we want offline, so keep the log readable."""
+def quiet_library_noise() -> None:
+    """Keep the terminal readable: our own progress bars replace the libraries' (loading shards, generating
+    splits), and bitsandbytes' warning that an optional hub 'kernels' package is absent is not actionable (its
+    fallback CPU kernel is what we want offline). Must run before those libraries are imported."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
     class _Drop(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:

@@ -87,9 +87,9 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     if not cfg.data.dataset:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
-    from app.models import _quiet_bnb_kernel_hub_warning, check_model_source
+    from app.models import quiet_library_noise, check_model_source
 
-    _quiet_bnb_kernel_hub_warning()
+    quiet_library_noise()
     check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only)  # fail fast, before data
     # Data first: a wrong column name should fail in a second, not after the model has loaded.
     from app.data import build_splits

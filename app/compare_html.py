@@ -1,0 +1,173 @@
+"""How a comparison is shown: the rich terminal table (``print_result``) and the --html page (``render``).
+
+The page is one self-contained file (inline CSS, no scripts, no external assets) so
+it can be mailed or opened offline. Summary on top, then each prompt with base and adapter side by side and the
+words where they differ highlighted. Every piece of model or dataset text goes through ``html.escape``: model
+output is untrusted and may contain markup."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from html import escape
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}
+h1{font-size:20px;margin:0 0 4px} .meta{color:#5b6475;font-size:13px;margin-bottom:16px}
+table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
+.summary th,.summary td{border:1px solid #dde1e8;padding:4px 10px;text-align:right;font-size:14px}
+.summary th:first-child,.summary td:first-child{text-align:left}
+.wtl{margin:8px 0 20px;font-size:15px} .win{color:#137333} .loss{color:#b3261e} .tie{color:#5b6475}
+.row{background:#fff;border:1px solid #dde1e8;border-radius:6px;margin:0 0 14px;padding:10px 12px}
+.row.w{border-left:5px solid #34a853} .row.l{border-left:5px solid #ea4335} .row.t{border-left:5px solid #bbb}
+.prompt,.ref{white-space:pre-wrap;font-size:14px;margin:2px 0} .ref{color:#5b6475}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin-top:8px}
+.side{border:1px solid #e6e9ef;border-radius:4px;padding:6px 8px;background:#fcfcfd}
+.side h3{font-size:13px;margin:0 0 4px;color:#5b6475;font-weight:600}
+.out{white-space:pre-wrap;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
+.onlybase{background:#fde2e1;text-decoration:line-through;text-decoration-color:#b3261e55}
+.onlyadapter{background:#d9f2e0}
+.ok{color:#137333;font-weight:600} .bad{color:#b3261e;font-weight:600} .na{color:#8a93a3}
+.same{font-size:12px;color:#8a93a3;margin-left:6px}
+"""
+
+# A word with its trailing whitespace: spaces alone never count as "equal", so a highlight is not chopped into
+# one span per word when whole stretches differ.
+_TOKEN = re.compile(r"\S+\s*|\s+")
+
+
+def _tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+def diff_spans(base: str, adapter: str) -> tuple[str, str]:
+    """Escaped HTML for both texts with the words found only on one side wrapped in a highlight span."""
+    a, b = _tokens(base), _tokens(adapter)
+    sm = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    left, right = [], []
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        lhs, rhs = escape("".join(a[i1:i2])), escape("".join(b[j1:j2]))
+        if op == "equal":
+            left.append(lhs)
+            right.append(rhs)
+            continue
+        if lhs:
+            left.append(f'<span class="onlybase">{lhs}</span>')
+        if rhs:
+            right.append(f'<span class="onlyadapter">{rhs}</span>')
+    return "".join(left), "".join(right)
+
+
+def _num(v, pct: bool = False, digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    return f"{100 * v:.1f}%" if pct else f"{v:.{digits}f}"
+
+
+def summary_rows(s: dict) -> list[tuple[str, str, str, str]]:
+    """(metric, base, adapter, delta) display strings; the terminal table and the page show the same rows."""
+    out = []
+    base, ad = s["base"], s["adapter"]
+
+    def row(name: str, b, a, pct: bool = False, digits: int = 3) -> None:
+        d = None if a is None or b is None else a - b
+        sign = "+" if d is not None and d > 0 else ""
+        out.append((name, _num(b, pct, digits), _num(a, pct, digits), sign + _num(d, pct, digits)))
+
+    if base.get("n_judged"):
+        row(f"accuracy ({base['n_judged']} with reference)", base["accuracy"], ad["accuracy"], pct=True)
+    row("mean reward", base["mean_reward"], ad["mean_reward"])
+    for comp in base.get("components", {}):
+        row(f"  reward/{comp}", base["components"][comp], ad["components"].get(comp))
+    row("mean length (chars)", base["mean_length"], ad["mean_length"], digits=1)
+    row("boilerplate rate", base["boilerplate_rate"], ad["boilerplate_rate"], pct=True)
+    return out
+
+
+def _summary(s: dict) -> str:
+    cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
+    return ('<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
+            + "</table>"
+            + f'<div class="wtl">adapter vs base by reward: <span class="win">{int(s["wins"])} wins</span>, '
+              f'<span class="tie">{int(s["ties"])} ties</span>, <span class="loss">{int(s["losses"])} losses</span>'
+              "</div>")
+
+
+def _verdict(correct) -> str:
+    if correct is True:
+        return '<span class="ok">✓</span>'
+    if correct is False:
+        return '<span class="bad">✗</span>'
+    return '<span class="na">–</span>'
+
+
+def _row(i: int, r: dict) -> str:
+    b, a = r["base"], r["adapter"]
+    left, right = diff_spans(b["text"], a["text"])
+    d = a["reward"] - b["reward"]
+    cls = "w" if d > 1e-6 else "l" if d < -1e-6 else "t"
+    same = '<span class="same">(identical outputs)</span>' if b["text"] == a["text"] else ""
+    ref = f'<div class="ref">reference: {escape(r["reference"])}</div>' if r.get("reference") is not None else ""
+    sides = "".join(
+        f'<div class="side"><h3>{name} · reward {c["reward"]:.3f} {_verdict(c["correct"])}</h3>'
+        f'<div class="out">{body}</div></div>'
+        for name, c, body in (("base", b, left), ("adapter", a, right)))
+    return (f'<div class="row {cls}"><div class="prompt"><b>#{i}</b> {escape(r["prompt"])}{same}</div>{ref}'
+            f'<div class="cols">{sides}</div></div>')
+
+
+def render(result: dict) -> str:
+    cfg = result.get("config", {})
+    meta = " · ".join(escape(f"{k}: {cfg[k]}") for k in
+                      ("base_model", "adapter", "dataset", "max_new_tokens", "temperature", "seed")
+                      if cfg.get(k) is not None)
+    body = "".join(_row(i, r) for i, r in enumerate(result["rows"], 1))
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>qlora-app: base vs adapter</title>"
+            f"<style>{CSS}</style></head><body>"
+            f"<h1>Base vs adapter</h1><div class=\"meta\">{meta}</div>"
+            f"{_summary(result['summary'])}{body}</body></html>\n")
+
+
+# ---------------------------------------------------------------------------------------------- terminal
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _mark(correct) -> str:
+    return {True: "✓", False: "✗"}.get(correct, "–")
+
+
+def print_result(result: dict, console, clip: int = 300) -> None:
+    """Side-by-side table (model text is shown as plain Text, never parsed as rich markup), then the summary."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from app.compare import SIDES
+
+    t = Table(title="base vs adapter", show_lines=True, expand=True)
+    for col, ratio in (("#", None), ("prompt", 3), ("reference", 2), ("base", 4), ("adapter", 4)):
+        t.add_column(col, ratio=ratio, overflow="fold", justify="right" if col == "#" else "left")
+    for i, r in enumerate(result["rows"], 1):
+        cells = []
+        for side in SIDES:
+            c = r[side]
+            cell = Text(_clip(c["text"], clip) or "(empty)")
+            style = {True: "green", False: "red"}.get(c["correct"], "dim")
+            cell.append(f"\nreward {c['reward']:.3f} {_mark(c['correct'])}", style=style)
+            cells.append(cell)
+        t.add_row(str(i), Text(_clip(r["prompt"], clip)), Text(_clip(r["reference"] or "–", clip)), *cells)
+    console.print(t)
+
+    s = result["summary"]
+    st = Table(title=f"summary over {s['n']} prompts", show_header=True)
+    for col in ("metric", "base", "adapter", "Δ"):
+        st.add_column(col, justify="left" if col == "metric" else "right")
+
+    for r in summary_rows(s):
+        st.add_row(*r)
+    console.print(st)
+    console.print(f"adapter vs base by reward: [green]{s['wins']} wins[/], {s['ties']} ties, "
+                  f"[red]{s['losses']} losses[/]")

@@ -1,0 +1,294 @@
+"""compare: the base side really is the base, the adapter side really uses the adapter, outputs and errors.
+
+Everything runs for real on tiny random models in 4-bit on CPU: a LoRA adapter with deliberately non-zero weights
+(init_lora_weights=False, so B is not zero and the adapter changes the model), a run directory around it, and the
+small local math dataset from conftest.
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEM = "Solve the problem step by step, briefly. End with a line of the form 'Final answer: <answer>'."
+PROMPTS = [
+    "Tom has 3 apples and buys 4 more. How many apples does he have?",
+    "Write a short poem about the sea.",
+    "2 + 2",
+    "The quick brown fox jumps over the lazy dog. Solve the problem step by step, briefly, and give the answer.",
+]
+
+
+def make_adapter(base_dir: Path, out: Path) -> Path:
+    """A LoRA adapter on every linear layer whose weights are random (not the usual zero B), saved with PEFT."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_pretrained(base_dir)
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
+                                            init_lora_weights=False, task_type="CAUSAL_LM"))
+    peft.save_pretrained(out)
+    return out
+
+
+def write_run(run: Path, base_dir: Path, adapter_src: Path, dataset: Path | None = None) -> Path:
+    """A run directory as the engine writes it: config.yaml + adapter/."""
+    import shutil
+
+    from app.config import AppConfig
+
+    cfg = AppConfig.model_validate({
+        "method": "grpo", "model": {"name_or_path": str(base_dir)},
+        "data": {"dataset": str(dataset) if dataset else None, "system_prompt": SYSTEM, "heldout_size": 10},
+    })
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(cfg.to_yaml())
+    shutil.copytree(adapter_src, run / "adapter")
+    return run
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tiny_models, tmp_path_factory) -> Path:
+    return make_adapter(tiny_models["qwen3"], tmp_path_factory.mktemp("adapter") / "adapter")
+
+
+@pytest.fixture()
+def run_dir(tmp_path, tiny_models, adapter_dir, math_jsonl) -> Path:
+    return write_run(tmp_path / "run", tiny_models["qwen3"], adapter_dir, math_jsonl)
+
+
+def plain_base_outputs(base_dir: Path, prompts: list[str], max_new_tokens: int) -> list[str]:
+    """The base model loaded on its own (4-bit, no PEFT anywhere), one prompt at a time, greedy."""
+    import torch
+
+    from app.config import ModelConfig
+    from app.models import load_base_model
+
+    model, tok, info = load_base_model(ModelConfig(name_or_path=str(base_dir)), for_training=False)
+    assert info["4bit"]
+    out = []
+    for p in prompts:
+        text = tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": p}],
+                                       tokenize=False, add_generation_prompt=True)
+        enc = tok(text, return_tensors="pt", add_special_tokens=False)
+        with torch.inference_mode():
+            seq = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id)
+        out.append(tok.decode(seq[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip())
+    return out
+
+
+@pytest.mark.slow
+def test_base_side_is_the_plain_base_and_adapter_side_differs(run_dir, tiny_models):
+    from app.compare import run_comparison
+
+    seen = []
+    res = run_comparison(run_dir, prompts=PROMPTS, max_new_tokens=16, batch_size=16,
+                         progress=lambda d, t: seen.append((d, t)))
+    base = [r["base"]["text"] for r in res["rows"]]
+    adapter = [r["adapter"]["text"] for r in res["rows"]]
+    # Batched + left-padded + adapter disabled must give exactly what the plain base gives unbatched.
+    assert base == plain_base_outputs(tiny_models["qwen3"], PROMPTS, 16)
+    assert all(b != a for b, a in zip(base, adapter)), "the adapter side did not change any output"
+    assert seen[-1] == (2 * len(PROMPTS), 2 * len(PROMPTS))
+    assert res["config"]["base_model"] == str(tiny_models["qwen3"]) and res["config"]["greedy"]
+
+
+@pytest.mark.slow
+def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
+    from rich.console import Console
+
+    from app.compare import run_compare_cli
+
+    evil = "<script>alert('x')</script> & <img src=https://example.com/a.png>"
+    out_json, out_html = tmp_path / "c.json", tmp_path / "c.html"
+    console = Console(record=True, width=160)
+    rc = run_compare_cli(run_dir, num_samples=4, prompts=[evil], max_new_tokens=8, json_out=out_json,
+                         html_out=out_html, console=console)
+    assert rc == 0
+    res = json.loads(out_json.read_text())
+    assert set(res) == {"rows", "summary", "config"}
+    assert len(res["rows"]) == 5
+    heldout = [r for r in res["rows"] if r["reference"] is not None]
+    assert len(heldout) == 4 and res["rows"][-1]["prompt"] == evil and res["rows"][-1]["reference"] is None
+    dataset_questions = {json.loads(line)["question"] for line in Path(res["config"]["dataset"]).open()}
+    for r in res["rows"]:
+        assert isinstance(r["prompt"], str)
+        for side in ("base", "adapter"):
+            c = r[side]
+            assert isinstance(c["text"], str) and isinstance(c["reward"], float)
+            assert set(c["components"]) >= {"length", "format", "reference", "boilerplate"}
+            assert c["correct"] in (True, False) if r["reference"] is not None else c["correct"] is None
+    assert all(r["prompt"] in dataset_questions for r in heldout)
+    # Held-out means never trained on: none of the rows may come from the run's training split.
+    from app.config import load_yaml_file, validate
+    from app.data import build_splits
+
+    cfg = validate(load_yaml_file(run_dir / "config.yaml"))
+    train, _, _ = build_splits(cfg.data, cfg.training.seed)
+    assert not {r["prompt"] for r in heldout} & set(train["question"])
+    s = res["summary"]
+    assert s["wins"] + s["ties"] + s["losses"] == 5
+    for side in ("base", "adapter"):
+        assert 0.0 <= s[side]["accuracy"] <= 1.0 and s[side]["n_judged"] == 4
+        mean = sum(r[side]["reward"] for r in res["rows"]) / 5
+        assert s[side]["mean_reward"] == pytest.approx(mean)
+        assert set(s[side]["components"]) >= {"length", "format", "reference", "boilerplate"}
+        assert 0.0 <= s[side]["boilerplate_rate"] <= 1.0 and s[side]["mean_length"] >= 0
+    assert res["config"]["num_samples"] == 4 and res["config"]["seed"] == 0
+
+    html = out_html.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "adapter vs base by reward" in html
+    tags = _tags(html)
+    assert not [t for t in tags if t[0] in ("script", "img", "link", "iframe")], "page has active/external tags"
+    urls = [v for _, attrs in tags for k, v in attrs if k in ("src", "href") and v]
+    assert not [u for u in urls if re.match(r"\s*(https?:)?//", u)], f"page loads external assets: {urls}"
+    assert "&lt;script&gt;" in html and "&lt;img src=https://example.com" in html  # user/model text is escaped
+    assert html.count('class="side"') == 2 * 5
+    terminal = console.export_text()
+    assert "wins" in terminal and "mean reward" in terminal
+
+    with pytest.raises(UserError, match="already exists"):  # results are never overwritten
+        run_compare_cli(run_dir, prompts=["x"], json_out=out_json, console=console)
+
+
+@pytest.mark.slow
+def test_sampling_is_seeded(run_dir):
+    from app.compare import run_comparison
+
+    kw = dict(prompts=PROMPTS[:2], max_new_tokens=8, temperature=1.0)
+    a = run_comparison(run_dir, seed=3, **kw)
+    b = run_comparison(run_dir, seed=3, **kw)
+    assert [r["adapter"]["text"] for r in a["rows"]] == [r["adapter"]["text"] for r in b["rows"]]
+    assert not a["config"]["greedy"]
+
+
+def test_adapter_from_another_base_is_a_user_error(run_dir, tiny_models):
+    from app.compare import run_comparison
+
+    with pytest.raises(UserError) as e:
+        run_comparison(run_dir, model=str(tiny_models["llama"]), prompts=["hi"])
+    assert str(tiny_models["llama"]) in str(e.value) and str(tiny_models["qwen3"]) in str(e.value)
+
+
+def test_shape_mismatch_names_both_models(tmp_path, adapter_dir, tiny_models):
+    """No run config and adapter_config pointing at a differently shaped model: PEFT's size error, reworded."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    other = tmp_path / "other-base"
+    tok = AutoTokenizer.from_pretrained(tiny_models["qwen3"])
+    cfg = AutoConfig.for_model("qwen3", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                               tie_word_embeddings=False)
+    AutoModelForCausalLM.from_config(cfg).save_pretrained(other)
+    tok.save_pretrained(other)
+    moved = tmp_path / "bare-adapter"
+    shutil.copytree(adapter_dir, moved)
+    ac = json.loads((moved / "adapter_config.json").read_text())
+    trained_on = ac["base_model_name_or_path"]
+    ac["base_model_name_or_path"] = str(other)
+    (moved / "adapter_config.json").write_text(json.dumps(ac))
+
+    from app.compare import run_comparison
+
+    with pytest.raises(UserError, match="does not fit base") as e:
+        run_comparison(moved, prompts=["hi"], max_new_tokens=2)
+    assert str(other) in str(e.value) and "size mismatch" in str(e.value)
+    assert trained_on != str(other)
+
+
+def test_nothing_to_compare(run_dir):
+    from app.compare import run_comparison
+
+    with pytest.raises(UserError, match="nothing to compare"):
+        run_comparison(run_dir)
+    with pytest.raises(UserError, match="nothing to compare"):
+        run_comparison(run_dir, prompts=["  "])
+
+
+def _tags(html: str) -> list[tuple[str, list]]:
+    from html.parser import HTMLParser
+
+    found = []
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append((tag, attrs))
+
+    P().feed(html)
+    return found
+
+
+def _cli(*args, script=False):
+    cmd = [sys.executable, "compare_base_vs_lora.py"] if script else [sys.executable, "-m", "app.cli", "compare"]
+    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("script", [False, True], ids=["qlora-app", "compare_base_vs_lora.py"])
+def test_cli_exit_codes(script, tmp_path, run_dir, tiny_models):
+    (tmp_path / "not-peft").mkdir()
+    (tmp_path / "not-peft" / "config.json").write_text("{}")
+    for args, needle in [
+        (["--adapter", tmp_path / "missing", "--prompt", "hi"], "not found"),
+        (["--adapter", tmp_path / "not-peft", "--prompt", "hi"], "no PEFT adapter"),
+        (["--adapter", run_dir, "--model", tiny_models["llama"], "--prompt", "hi"], "trained on base"),
+        (["--adapter", run_dir], "nothing to compare"),
+    ]:
+        p = _cli(*args, script=script)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "Traceback" not in p.stderr and needle in p.stderr.replace("\n", " ")
+        if needle == "trained on base":
+            flat = p.stderr.replace("\n", "")
+            assert str(tiny_models["llama"]) in flat and str(tiny_models["qwen3"]) in flat
+
+
+def test_summary_counts_and_html_diff():
+    from app.compare import summarize
+    from app.compare_html import diff_spans
+
+    def cell(text, reward, correct, boiler=0.0):
+        return {"text": text, "reward": reward, "correct": correct, "tokens": 1,
+                "components": {"length": 0.0, "format": 0.0, "reference": 0.0, "boilerplate": boiler}}
+
+    rows = [{"base": cell("a", 0.0, False), "adapter": cell("b", 1.0, True)},
+            {"base": cell("a", 0.5, True), "adapter": cell("a", 0.5, True)},
+            {"base": cell("As an AI", 1.0, None, -1.0), "adapter": cell("c", 0.2, None)}]
+    s = summarize(rows)
+    assert (s["wins"], s["ties"], s["losses"]) == (1, 1, 1)
+    assert s["base"]["accuracy"] == 0.5 and s["adapter"]["accuracy"] == 1.0 and s["base"]["n_judged"] == 2
+    assert s["base"]["boilerplate_rate"] == pytest.approx(1 / 3) and s["adapter"]["boilerplate_rate"] == 0.0
+
+    left, right = diff_spans("The answer is <b>5</b>.", "The answer is 7.")
+    assert left.startswith("The answer is ") and '<span class="onlybase">&lt;b&gt;5&lt;/b&gt;.</span>' in left
+    assert '<span class="onlyadapter">7.</span>' in right and "<b>" not in left
+
+
+def test_base_model_is_found_from_run_checkpoint_or_bare_adapter(run_dir, adapter_dir, tiny_models, tmp_path):
+    import shutil
+
+    from app.compare import resolve_target
+
+    qwen3 = str(tiny_models["qwen3"])
+    ck = run_dir / "checkpoints" / "checkpoint-3"
+    shutil.copytree(adapter_dir, ck)
+    for path in (run_dir, run_dir / "adapter", ck):
+        found, cfg, mc, trained_on = resolve_target(path)
+        assert cfg is not None and cfg.data.system_prompt == SYSTEM, path
+        assert mc.name_or_path == qwen3 == trained_on and mc.load_in_4bit
+    assert resolve_target(run_dir, model=qwen3)[2].name_or_path == qwen3  # naming the right base is fine
+    found, cfg, mc, trained_on = resolve_target(adapter_dir)  # no run around it: adapter_config.json says
+    assert cfg is None and found == adapter_dir and mc.name_or_path == qwen3
+    with pytest.raises(UserError, match="--num-samples needs a dataset"):
+        from app.compare import run_comparison
+
+        run_comparison(adapter_dir, num_samples=3)
