@@ -220,15 +220,24 @@ def test_overrides_flow_through_build_splits(tmp_path):
 
 def test_heldout_examples(tmp_path, math_jsonl):
     cfg = DataConfig(dataset=str(math_jsonl))
-    ex = heldout_examples(cfg, n=5, seed=1)
-    assert len(ex) == 5 and ex == heldout_examples(cfg, n=5, seed=1)
+    ex = heldout_examples(cfg, n=5, seed=1, split_seed=1)
+    assert len(ex) == 5 and ex == heldout_examples(cfg, n=5, seed=1, split_seed=1)
     train, held, _ = build_splits(cfg, 1)
     held_q = {r["question"] for r in held}
     for e in ex:
         assert set(e) == {"prompt", "reference", "row"}
         assert e["prompt"] == e["row"]["question"] and e["row"]["question"] in held_q
         assert e["reference"] == e["row"]["answer"] and "####" in e["reference"]  # GSM8K answers kept whole
-    assert len(heldout_examples(cfg, n=1000, seed=1)) == len(held)
+    assert len(heldout_examples(cfg, n=1000, seed=1, split_seed=1)) == len(held)
+
+
+def test_heldout_examples_never_return_training_rows(math_jsonl):
+    cfg = DataConfig(dataset=str(math_jsonl))
+    train, _, _ = build_splits(cfg, 42)
+    trained = {r["question"] for r in train}
+    for sample_seed in (0, 1, 7):
+        ex = heldout_examples(cfg, n=8, seed=sample_seed, split_seed=42)
+        assert ex and not any(e["row"]["question"] in trained for e in ex)
 
 
 def test_package_import_is_light():
