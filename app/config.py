@@ -104,14 +104,16 @@ class GRPOConfig(StrictModel):
 
 
 class RewardConfig(StrictModel):
-    # Weights of the shaped reward components. The reference weight dominates so that a correct answer
-    # without the format still beats a wrong answer with it.
+    # Weights of the shaped reward components (see docs/rewards.md). Reference (0/1) at 2.0 dominates: a correct
+    # answer without the format (2.0) beats a wrong one with it (0.5), even with the worst boilerplate (-1.0) and
+    # length (-0.25) penalties. Keys left out keep these defaults, so `--set reward.weights.format=1` changes one.
+    # "accuracy" (strict math-verify, LoRA Without Regret) is off unless `accuracy: true` or given a weight.
     weights: dict[str, float] = Field(
         default_factory=lambda: {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 1.0}
     )
-    length_target: int = Field(400, gt=0)  # characters: no length penalty up to here
-    length_limit: int = Field(2000, gt=0)  # characters: full penalty from here on
-    accuracy: bool = False  # add the strict math-verify accuracy reward (LoRA Without Regret)
+    length_target: int = Field(400, gt=0)  # characters of visible answer: only a gentle slope (to -0.1) up to here
+    length_limit: int = Field(2000, gt=0)  # characters: the length penalty reaches its -0.6 floor here
+    accuracy: bool = False  # add the strict math-verify accuracy reward (LoRA Without Regret), weight 1.0 by default
     custom: list[str] = Field(default_factory=list)  # "module:function" or "path/to/file.py:function"
 
     @field_validator("weights")
@@ -125,7 +127,25 @@ class RewardConfig(StrictModel):
                     f"unknown reward component '{k}'"
                     + (f"; did you mean '{hint[0]}'?" if hint else f"; known: {', '.join(sorted(known))}")
                 )
+        return {**cls.model_fields["weights"].default_factory(), **v}
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_form(cls, v: list[str]) -> list[str]:
+        for entry in v:
+            target, _, func = entry.rpartition(":")
+            if not target or not func:
+                raise ValueError(f"custom reward '{entry}' must look like 'module:function' or 'path/to/file.py:function'")
         return v
+
+    @model_validator(mode="after")
+    def _length_order(self) -> "RewardConfig":
+        if self.length_limit <= self.length_target:
+            raise ValueError(
+                f"reward.length_limit ({self.length_limit}) must be greater than reward.length_target "
+                f"({self.length_target}); raise the limit or lower the target"
+            )
+        return self
 
 
 class RuntimeConfig(StrictModel):

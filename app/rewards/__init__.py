@@ -1,0 +1,202 @@
+"""The shaped reward: length, format, reference and boilerplate components (plus optional strict accuracy and
+user functions), each a separate TRL reward function so TRL logs ``rewards/<component>/mean`` for each.
+
+    total = sum(weight[c] * component[c])      (a None component counts 0, exactly as TRL's nansum does)
+
+``score_completion`` computes the same total for one completion, so ``score``, ``compare`` and the UI show the
+number training optimised. Only the standard library is imported here; math-verify (sympy) loads on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Callable
+
+from app.errors import UserError
+from app.rewards.answer import extract_final_answer, is_correct
+from app.rewards.components import (
+    AccuracyReward,
+    BoilerplateReward,
+    Component,
+    FormatReward,
+    LengthReward,
+    ReferenceReward,
+    _record_error,
+    reward_error_count,
+)
+
+__all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
+           "reward_error_count", "FALLBACK_WEIGHTS", "BASE_COMPONENTS"]
+
+BASE_COMPONENTS = ("length", "format", "reference", "boilerplate")
+
+
+# Weight of a component the config does not name (RewardConfig fills the four base ones with its defaults).
+FALLBACK_WEIGHTS = {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 1.0, "accuracy": 1.0}
+
+
+def _cfg(reward_cfg):
+    if reward_cfg is None:
+        from app.config import RewardConfig
+
+        return RewardConfig()
+    return reward_cfg
+
+
+def _weight(cfg, name: str) -> float:
+    return float(cfg.weights.get(name, FALLBACK_WEIGHTS.get(name, 1.0)))
+
+
+def _use_accuracy(cfg) -> bool:
+    return bool(cfg.accuracy) or bool(cfg.weights.get("accuracy"))
+
+
+def _components(cfg, has_reference: bool) -> list[Component]:
+    comps: list[Component] = [LengthReward(cfg.length_target, cfg.length_limit), FormatReward()]
+    if has_reference:
+        comps.append(ReferenceReward())
+    comps.append(BoilerplateReward())
+    if has_reference and _use_accuracy(cfg):
+        comps.append(AccuracyReward())
+    return comps
+
+
+# ------------------------------------------------------------------------------------------ custom functions
+
+
+class CustomReward:
+    """A user reward function ("module:function" or "path/to/file.py:function") with the same containment as the
+    built-ins. Pickles as its entry string and re-imports on first call, so file-based functions survive too."""
+
+    def __init__(self, entry: str):
+        self.entry = entry
+        self._fn = load_custom(entry)
+        self.__name__ = getattr(self._fn, "__name__", type(self._fn).__name__)
+
+    def __getstate__(self):
+        return {"entry": self.entry, "__name__": self.__name__}
+
+    def __setstate__(self, state):
+        self.entry, self.__name__, self._fn = state["entry"], state["__name__"], None
+
+    def __call__(self, completions, **kwargs) -> list[float | None]:
+        if self._fn is None:
+            self._fn = load_custom(self.entry)
+        try:
+            out = list(self._fn(completions=completions, **kwargs))
+            if len(out) != len(completions):
+                raise ValueError(f"returned {len(out)} rewards for {len(completions)} completions")
+            return [None if v is None else float(v) for v in out]
+        except Exception:  # noqa: BLE001 - retry one by one so only the offending samples lose their reward
+            return [self._one(completions, kwargs, i) for i in range(len(completions))]
+
+    def _one(self, completions, kwargs, i: int) -> float | None:
+        sub = {k: ([v[i]] if isinstance(v, list) and len(v) == len(completions) else v) for k, v in kwargs.items()}
+        try:
+            out = list(self._fn(completions=[completions[i]], **sub))
+            return None if not out or out[0] is None else float(out[0])
+        except Exception as e:  # noqa: BLE001
+            _record_error(self.__name__, e)
+            return None
+
+
+_CUSTOM_CACHE: dict[str, Callable] = {}
+
+
+def load_custom(entry: str) -> Callable:
+    """Import "module:function" or "path/to/file.py:function"; any problem is a one-line UserError.
+
+    Cached per entry: compare and the UI score row after row, and a file must not be re-executed for each one.
+    """
+    fn = _CUSTOM_CACHE.get(entry)
+    if fn is None:
+        fn = _CUSTOM_CACHE[entry] = _load_custom(entry)
+    return fn
+
+
+def _load_custom(entry: str) -> Callable:
+    if ":" not in entry:
+        raise UserError(f"custom reward '{entry}' must look like 'module:function' or 'path/to/file.py:function'")
+    target, func_name = entry.rsplit(":", 1)  # rsplit: a Windows path has its own colon
+    if not target or not func_name:
+        raise UserError(f"custom reward '{entry}' must look like 'module:function' or 'path/to/file.py:function'")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser()
+        if not path.is_file():
+            raise UserError(f"custom reward file '{path}' not found; check the path in '{entry}'")
+        mod_name = f"qlora_custom_reward_{abs(hash(str(path.resolve())))}"
+        try:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module  # so functions defined there pickle by reference
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - the user's file; report, don't trace
+            sys.modules.pop(mod_name, None)
+            raise UserError(f"custom reward file '{path}' failed to import ({type(e).__name__}: {e}); fix it") from None
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise UserError(f"custom reward module '{target}' cannot be imported ({e}); check '{entry}' and "
+                            "that the module is on PYTHONPATH") from None
+        except Exception as e:  # noqa: BLE001
+            raise UserError(f"custom reward module '{target}' failed to import ({type(e).__name__}: {e})") from None
+    fn = getattr(module, func_name, None)
+    if fn is None:
+        raise UserError(f"custom reward '{entry}': '{target}' has no function '{func_name}'")
+    if not callable(fn):
+        raise UserError(f"custom reward '{entry}': '{func_name}' is not callable")
+    return fn
+
+
+# ------------------------------------------------------------------------------------------------- public API
+
+
+def build_reward_funcs(reward_cfg, has_reference: bool) -> tuple[list[Callable], list[float]]:
+    """TRL reward functions and their weights (pass the weights as ``GRPOConfig.reward_weights``).
+
+    Without a reference column the reference (and accuracy) components are dropped; the caller says so.
+    """
+    cfg = _cfg(reward_cfg)
+    funcs: list[Callable] = list(_components(cfg, has_reference))
+    weights = [_weight(cfg, f.name) for f in funcs]
+    for entry in cfg.custom:
+        funcs.append(CustomReward(entry))
+        weights.append(float(cfg.weights.get(entry, 1.0)))
+    return funcs, weights
+
+
+def explain_completion(completion, reference, reward_cfg=None) -> list[dict]:
+    """Per component: name, value (None -> counted 0), weight, weighted contribution and why."""
+    cfg = _cfg(reward_cfg)
+    rows = []
+    comps = _components(cfg, has_reference=True)
+    for comp in comps:
+        value, why = comp.safe_score(completion, reference)
+        w = _weight(cfg, comp.name)
+        rows.append({"name": comp.name, "value": value, "weight": w,
+                     "weighted": 0.0 if value is None else w * value, "why": why})
+    for entry in cfg.custom:
+        fn = CustomReward(entry)
+        value = fn([completion], reference=[reference], prompts=[""])[0]
+        w = float(cfg.weights.get(entry, 1.0))
+        rows.append({"name": fn.__name__, "value": value, "weight": w,
+                     "weighted": 0.0 if value is None else w * value, "why": f"custom function {entry}"})
+    return rows
+
+
+def score_completion(completion, reference, reward_cfg=None) -> dict:
+    """{"total": weighted sum, "components": {name: value}} -- the number GRPO training optimises.
+
+    A component that does not apply (no reference) or failed counts 0, as in TRL's nansum.
+
+    >>> s = score_completion("3 + 4 = 7.\\nFinal answer: 7", "#### 7")
+    >>> s["components"]["reference"], s["components"]["format"], round(s["total"], 3)
+    (1.0, 1.0, 2.498)
+    """
+    rows = explain_completion(completion, reference, reward_cfg)
+    comps = {r["name"]: (0.0 if r["value"] is None else float(r["value"])) for r in rows}
+    return {"total": float(sum(r["weighted"] for r in rows)), "components": comps}
