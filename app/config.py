@@ -371,8 +371,11 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
 
 
 def effective_batch(cfg: AppConfig, processes: int = 1) -> int:
+    """Examples per optimizer step. For GRPO, TRL's batch counts completions; the examples are the prompts
+    (each contributes a group of num_generations completions), which is what the batch-size advice is about."""
     t = cfg.training
-    return (t.per_device_train_batch_size or 1) * (t.gradient_accumulation_steps or 1) * processes
+    n = (t.per_device_train_batch_size or 1) * (t.gradient_accumulation_steps or 1) * processes
+    return max(1, n // cfg.grpo.num_generations) if cfg.method == "grpo" else n
 
 
 def warnings_for(cfg: AppConfig) -> list[str]:
@@ -381,7 +384,7 @@ def warnings_for(cfg: AppConfig) -> list[str]:
     eb = effective_batch(cfg)
     if eb >= EFFECTIVE_BATCH_WARN:
         out.append(
-            f"effective batch {eb} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "
+            f"effective batch {eb} {'prompts' if cfg.method == 'grpo' else 'examples'} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "
             "fine-tuning (LoRA Without Regret); lower per_device_train_batch_size or gradient_accumulation_steps"
         )
     if cfg.lora.target_modules != "all-linear":

@@ -184,6 +184,22 @@ def quiet_library_noise() -> None:
         logging.getLogger(name).addFilter(_Drop())
 
 
+def match_adapter_dtype(model, compute_dtype: str) -> int:
+    """TRL casts LoRA weights of a quantized model to bf16 (the QLoRA paper's choice on Ampere GPUs). With fp32
+    compute (CPU) that only throws precision away: Adam updates smaller than bf16's ~3 significant digits vanish
+    and training drifts instead of learning. Put trainable weights back in the compute dtype; returns how many."""
+    import torch
+
+    if compute_dtype != "fp32":
+        return 0
+    n = 0
+    for p in model.parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.to(torch.float32)
+            n += 1
+    return n
+
+
 def unsloth_installed() -> bool:
     import importlib.util
 

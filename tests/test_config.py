@@ -61,8 +61,13 @@ def test_resolve_follows_lora_without_regret():
 
 
 def test_warns_on_large_effective_batch():
-    cfg = resolve(build_config(sets=["per_device_train_batch_size=8", "gradient_accumulation_steps=8"]))
-    assert any("effective batch 64" in w for w in warnings_for(cfg))
+    cfg = resolve(build_config(sets=["method=sft", "per_device_train_batch_size=8", "gradient_accumulation_steps=8"]))
+    assert any("effective batch 64 examples" in w for w in warnings_for(cfg))
+    # GRPO counts prompts: 64 completions in groups of 4 are 16 prompts (fine), 128 are 32 (too many).
+    grpo = ["per_device_train_batch_size=8", "num_generations=4"]
+    assert not warnings_for(resolve(build_config(sets=grpo + ["gradient_accumulation_steps=8"])))
+    assert any("effective batch 32 prompts" in w
+               for w in warnings_for(resolve(build_config(sets=grpo + ["gradient_accumulation_steps=16"]))))
     assert not warnings_for(resolve(AppConfig()))
 
 

@@ -23,7 +23,7 @@ from app.data.detect import DataError, Detection, detect_fields, detect_from_row
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
-BUILTINS = ("arith",)
+BUILTINS = ("arith", "arith-sft")
 LOADERS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".txt": "text"}
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -107,7 +107,7 @@ def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool 
     if kind == "builtin":
         from app.data.arith import arith_dataset  # lazy: written by another module, heavy imports inside
 
-        return arith_dataset()
+        return arith_dataset(final_answer=spec == "arith-sft")
     if kind == "file":
         return _load_file(Path(spec).expanduser())
     if kind == "dir":

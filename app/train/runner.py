@@ -18,6 +18,8 @@ from app.errors import UserError
 
 log = logging.getLogger("qlora_app")
 
+LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
+
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -37,10 +39,12 @@ def apply_local_only(enabled: bool) -> None:
 def _setup_logging(run_dir: Path) -> logging.Handler:
     handler = logging.FileHandler(Path(run_dir) / rundir.LOG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-    for name in ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app"):
+    for name in LOGGERS:
         lg = logging.getLogger(name)
         lg.addHandler(handler)
-        lg.setLevel(logging.INFO)
+    # Our own messages at INFO; the libraries' INFO (every config file they read) would drown the log and,
+    # through their own stderr handlers, the terminal.
+    logging.getLogger("qlora_app").setLevel(logging.INFO)
     logging.captureWarnings(True)
     # transformers 5 renamed gradient_checkpointing -> activation_checkpointing and TRL still uses the old name
     # internally; the FutureWarning tells a user nothing actionable.
@@ -117,7 +121,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
         log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
         raise
     finally:
-        for name in ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app"):
+        for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
     return d
