@@ -1,0 +1,211 @@
+"""Will this run fit my GPU? A back-of-the-envelope estimate of peak GPU memory for a config.
+
+The terms, all in bytes:
+  - base weights: linear layers in 4-bit NF4 = 0.5 byte/param plus the quantization constants (one fp32 absmax per
+    64 weights = 1/16 byte/param; double quantization squeezes that to about 1/64). Embeddings and the LM head are
+    not quantized by bitsandbytes and stay in 16-bit.
+  - LoRA: r x (in + out) params per adapted matrix, kept in fp32, plus fp32 gradients and two Adam moments
+    = 16 bytes/param.
+  - training activations for one micro-batch: with gradient checkpointing only each layer's input is kept (plus one
+    layer being recomputed); without it every layer keeps its intermediate tensors (Korthikanti et al.'s ~34
+    bytes/token/hidden-unit at 16-bit, with the MLP part scaled to the real intermediate size). The fp32 logits
+    over the vocabulary (and their gradient) are often the largest single tensor for small models with big vocabs.
+  - GRPO generation: a KV cache for every completion generated at once, and that phase does not overlap the
+    backward pass, so the peak is the larger of the two phases.
+  - a fixed CUDA context / allocator overhead.
+
+The parameter count and shape come from the model's config.json when it is a local folder or already in the HF
+cache (no network), else from the size in the hub id ("1.5B", "7B", "500M") with the nearest typical shape.
+It is an estimate (+-20 %), meant to catch "this cannot fit" before a 20 minute download, not to replace a try.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+GB = 1024**3
+GPU_SIZES_GB = (8, 12, 24)
+CUDA_CONTEXT_GB = 0.6  # CUDA context + cuBLAS workspace + allocator slack on a fresh process
+FRAGMENTATION = 1.10  # the caching allocator rarely packs perfectly
+GRPO_PROMPT_TOKENS = 256  # a typical chat-templated GSM8K prompt; the config does not bound prompt length
+LORA_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + Adam m and v
+FIT_MARGIN = 0.90  # above 90 % of the card is "tight": other processes and spikes need room
+
+# (billions of params, hidden, intermediate, layers, heads, kv_heads, vocab, tied): typical Qwen2.5-style shapes,
+# used only when the model's own config.json is not available.
+TYPICAL_SHAPES = [
+    (0.5, 896, 4864, 24, 14, 2, 151936, True),
+    (1.5, 1536, 8960, 28, 12, 2, 151936, True),
+    (3.0, 2048, 11008, 36, 16, 2, 151936, True),
+    (7.0, 3584, 18944, 28, 28, 4, 152064, False),
+    (8.0, 4096, 14336, 32, 32, 8, 128256, False),
+    (14.0, 5120, 13824, 48, 40, 8, 152064, False),
+    (32.0, 5120, 27648, 64, 40, 8, 152064, False),
+    (70.0, 8192, 28672, 80, 64, 8, 128256, False),
+]
+_SIZE_RE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])")
+
+
+def params_from_name(name: str) -> int | None:
+    """'Qwen/Qwen2.5-1.5B-Instruct' -> 1_500_000_000; 'SmolLM2-360M' -> 360_000_000; no size -> None.
+    The last size in the name wins ('Qwen2.5-7B' has '2.5' too, but not followed by B/M)."""
+    hits = _SIZE_RE.findall(str(name).split("/")[-1])
+    if not hits:
+        return None
+    num, unit = hits[-1]
+    return int(float(num) * (1e9 if unit.lower() == "b" else 1e6))
+
+
+def _shape_from_config(c: dict) -> dict | None:
+    c = c.get("text_config", c)  # multimodal wrappers keep the LM under text_config
+    try:
+        h, layers, vocab = int(c["hidden_size"]), int(c["num_hidden_layers"]), int(c["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    heads = int(c.get("num_attention_heads") or max(1, h // 128))
+    return {
+        "hidden": h, "intermediate": int(c.get("intermediate_size") or 4 * h), "layers": layers, "heads": heads,
+        "kv_heads": int(c.get("num_key_value_heads") or heads), "head_dim": int(c.get("head_dim") or h // heads),
+        "vocab": vocab, "tied": bool(c.get("tie_word_embeddings", False)),
+    }
+
+
+def _shape_from_size(params: int) -> dict:
+    b = params / 1e9
+    row = min(TYPICAL_SHAPES, key=lambda s: abs(math.log(s[0] / max(b, 1e-3))))
+    _, h, inter, layers, heads, kv, vocab, tied = row
+    return {"hidden": h, "intermediate": inter, "layers": layers, "heads": heads, "kv_heads": kv,
+            "head_dim": h // heads, "vocab": vocab, "tied": tied}
+
+
+def _local_config(name_or_path: str) -> dict | None:
+    """config.json of a local folder, or of a hub model already in the HF cache (never downloads)."""
+    p = Path(name_or_path).expanduser()
+    cand = p / "config.json" if p.is_dir() else None
+    if cand is None and "/" in name_or_path and not p.exists():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(name_or_path, "config.json")
+            cand = Path(hit) if isinstance(hit, str) else None
+        except Exception:  # noqa: BLE001 - a bad id or cache layout just means "unknown"
+            cand = None
+    if cand is None or not cand.is_file():
+        return None
+    try:
+        return json.loads(cand.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def model_shape(name_or_path: str) -> tuple[dict | None, int | None, str]:
+    """(shape, total params, where it came from)."""
+    cfg = _local_config(name_or_path)
+    shape = _shape_from_config(cfg) if cfg else None
+    if shape:
+        return shape, _count_params(shape), "config.json"
+    n = params_from_name(name_or_path)
+    if n:
+        shape = _shape_from_size(n)
+        return shape, n, "model name"
+    return None, None, "unknown"
+
+
+def _linear_sizes(s: dict) -> list[tuple[int, int]]:
+    """(in, out) of each linear layer in one decoder block (attention q/k/v/o + gated MLP)."""
+    h, i, q, kv = s["hidden"], s["intermediate"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
+    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+
+
+def _count_params(s: dict) -> int:
+    linear = s["layers"] * sum(a * b for a, b in _linear_sizes(s))
+    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+    return linear + embed
+
+
+def estimate_memory(cfg) -> dict:
+    """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). Returns GB figures, a verdict per card size
+    and a one-line summary; ``total_gb`` is None when the model size cannot be told."""
+    shape, params, source = model_shape(cfg.model.name_or_path or "")
+    out: dict = {"model": cfg.model.name_or_path, "params": params, "params_source": source,
+                 "verdicts": {}, "total_gb": None}
+    if shape is None or not params:
+        out["summary"] = ("model size unknown: use a local folder with config.json or a hub id with the size in it "
+                          "(e.g. ...-1.5B-...)")
+        out["verdicts"] = {g: "unknown" for g in GPU_SIZES_GB}
+        return out
+    s = shape
+    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+    linear = max(params - embed, 0)
+    if cfg.model.load_in_4bit:
+        quant_consts = 1 / 64 if cfg.model.double_quant else 1 / 16
+        weights = linear * (0.5 + quant_consts) + embed * 2
+    else:
+        weights = params * 2
+
+    r = cfg.lora.r or 16
+    lora_params = r * s["layers"] * sum(a + b for a, b in _linear_sizes(s))
+    if cfg.lora.target_modules != "all-linear" and isinstance(cfg.lora.target_modules, list):
+        lora_params = int(lora_params * min(1.0, len(cfg.lora.target_modules) / 7))
+    lora = lora_params * LORA_BYTES_PER_PARAM
+
+    t = cfg.training
+    batch = t.per_device_train_batch_size or 1
+    if cfg.method == "grpo":
+        completion = cfg.grpo.max_completion_length
+        seq = GRPO_PROMPT_TOKENS + completion
+        logit_tokens = batch * completion  # TRL computes log-probs of completion tokens only
+    else:
+        seq = t.max_length
+        logit_tokens = batch * seq
+    tokens = batch * seq
+    per_token_layer = 2 * (15 * s["hidden"] + 4.75 * s["intermediate"])  # 16-bit intermediates of one block
+    if t.gradient_checkpointing:
+        acts = tokens * s["hidden"] * 2 * s["layers"] + tokens * per_token_layer
+    else:
+        acts = tokens * per_token_layer * s["layers"]
+    logits = logit_tokens * s["vocab"] * 4 * 2  # fp32 logits + their gradient / log-softmax copy
+    train_phase = acts + logits
+
+    gen_phase = 0.0
+    if cfg.method == "grpo":
+        # TRL generates steps_per_generation (default: gradient_accumulation_steps) micro-batches of completions
+        # at once; each needs K and V for every layer and position.
+        steps_per_gen = t.extra_args.get("steps_per_generation", t.gradient_accumulation_steps or 1)
+        seqs = t.extra_args.get("generation_batch_size") or batch * steps_per_gen
+        kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * seqs * seq
+        gen_phase = kv + seqs * s["vocab"] * 4
+    peak_dynamic = max(train_phase, gen_phase)
+    total = (weights + lora + peak_dynamic) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
+
+    verdicts = {}
+    for g in GPU_SIZES_GB:
+        verdicts[g] = "fits" if total <= FIT_MARGIN * g else "tight" if total <= g else "too big"
+    out.update(
+        params=params, weights_gb=weights / GB, lora_params=lora_params, lora_gb=lora / GB,
+        activations_gb=train_phase / GB, generation_gb=gen_phase / GB, overhead_gb=CUDA_CONTEXT_GB,
+        total_gb=total, verdicts=verdicts,
+    )
+    smallest = next((g for g in GPU_SIZES_GB if verdicts[g] == "fits"), None)
+    size = f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
+    out["summary"] = (f"~{total:.1f} GB peak ({size} params from {source}): "
+                      + (f"fits a {smallest} GB GPU" if smallest else "does not fit 24 GB comfortably; lower "
+                         "batch size / lengths, enable gradient checkpointing, or pick a smaller model"))
+    return out
+
+
+def format_estimate(est: dict) -> str:
+    """Markdown for the UI: the total, the verdict per card and the breakdown."""
+    if est.get("total_gb") is None:
+        return f"**Memory estimate:** {est['summary']}"
+    # Coloured words, not emoji: headless / minimal systems often have no emoji font.
+    color = {"fits": "#137333", "tight": "#b06000", "too big": "#b3261e"}
+    cards = " · ".join(f"{g} GB: <span style='color:{color[v]}'>**{v}**</span>" for g, v in est["verdicts"].items())
+    return (f"**Memory estimate:** {est['summary']}  \n{cards}  \n"
+            f"<small>weights {est['weights_gb']:.2f} GB · LoRA+Adam {est['lora_gb']:.2f} GB "
+            f"({est['lora_params'] / 1e6:.1f}M params) · activations {est['activations_gb']:.2f} GB"
+            + (f" · generation {est['generation_gb']:.2f} GB" if est["generation_gb"] else "")
+            + f" · CUDA overhead {est['overhead_gb']:.1f} GB</small>")

@@ -1,0 +1,394 @@
+"""What the UI's buttons do, as plain functions (no Gradio imports): testable in-process and shared by app.py.
+
+The Train form is turned into exactly what a user would type on the command line -- a preset, the CLI's own flags
+dict and ``--set`` overrides -- and then into an AppConfig by ``app.config.build_config``, the function the CLI
+uses. So the config the UI starts is, by construction, the config the shown CLI command would start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+from pathlib import Path
+
+from app import rundir
+from app.config import AppConfig, build_config, resolve
+from app.errors import UserError
+
+NO_PRESET = "(none)"
+AUTO = "(auto)"
+UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
+UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
+REWARD_COMPONENTS = ("length", "format", "reference", "boilerplate")
+LOG_TAIL_BYTES = 64 * 1024
+
+# widget name -> (dotted config key, the `qlora-app train` flag that sets it, or None = use --set)
+FORM = {
+    "method": ("method", "--method"),
+    "model": ("model.name_or_path", "--model"),
+    "dataset": ("data.dataset", "--dataset"),
+    "dataset_config": ("data.config_name", "--dataset-config"),
+    "prompt_field": ("data.prompt_field", "--prompt-field"),
+    "reference_field": ("data.reference_field", "--reference-field"),
+    "max_steps": ("training.max_steps", "--max-steps"),
+    "local_only": ("runtime.local_only", "--local-only"),
+    "run_name": ("run_name", None),
+    "lora_r": ("lora.r", None),
+    "lora_alpha": ("lora.alpha", None),
+    "learning_rate": ("training.learning_rate", None),
+    "batch_size": ("training.per_device_train_batch_size", None),
+    "grad_accum": ("training.gradient_accumulation_steps", None),
+    "max_length": ("training.max_length", None),
+    "save_steps": ("training.save_steps", None),
+    "gradient_checkpointing": ("training.gradient_checkpointing", None),
+    "num_generations": ("grpo.num_generations", None),
+    "max_completion_length": ("grpo.max_completion_length", None),
+    "grpo_temperature": ("grpo.temperature", None),
+    "beta": ("grpo.beta", None),
+}
+WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
+# Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
+# are text boxes and their text is parsed here.
+AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",
+                "batch_size": "per-device batch", "grad_accum": "gradient accumulation"}
+FORM_NAMES = ["preset", *FORM, *WEIGHTS]  # the order app.py passes widget values in
+
+
+# ------------------------------------------------------------------------------------------------ form <-> config
+
+
+def _get(d: dict, dotted: str):
+    for part in dotted.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _clean(v):
+    """Widget value -> config value: empty text and the '(auto)' choice mean unset; whole floats from number
+    boxes become ints (pydantic would refuse 4.0 for an int field)."""
+    if isinstance(v, str):
+        v = v.strip()
+        return None if v in ("", AUTO) else v
+    if isinstance(v, float) and v.is_integer() and not isinstance(v, bool):
+        return int(v)
+    return v
+
+
+def _number(name: str, v):
+    """Text of an AUTO_NUMBERS box -> int / float / None (auto)."""
+    v = _clean(v)
+    if not isinstance(v, str):
+        return v
+    try:
+        return _clean(float(v))
+    except ValueError:
+        raise UserError(f"{AUTO_NUMBERS[name]} must be a number or empty for auto (got '{v}')") from None
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return ""  # `--set key=` resets a key to auto
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _load_preset(preset: str | None) -> dict:
+    if not preset or preset == NO_PRESET:
+        return {}
+    from app.presets import load_preset
+
+    return load_preset(preset)
+
+
+def preset_choices() -> list[str]:
+    from app.presets import presets_dir
+
+    return [NO_PRESET, *sorted(p.stem for p in presets_dir().glob("*.yaml"))]
+
+
+def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
+    """Widget values for a preset (or the built-in defaults): what the form shows before the user edits it.
+    Auto values stay empty so that an untouched field keeps meaning "auto"."""
+    data = build_config(_load_preset(preset)).model_dump(mode="json")
+    out = {"preset": preset or NO_PRESET}
+    for name, (key, _) in FORM.items():
+        out[name] = _get(data, key)
+    out["local_only"] = bool(out["local_only"] or local_only)
+    for name, comp in WEIGHTS.items():
+        out[name] = data["reward"]["weights"].get(comp, 0.0)
+    return out
+
+
+def widget_values(form: dict) -> dict:
+    """form_defaults() values as the widgets display them: text boxes get text, unset overrides get '(auto)'."""
+    out = dict(form)
+    for name in AUTO_NUMBERS:
+        out[name] = "" if form.get(name) is None else str(form[name])
+    for name in ("model", "dataset", "dataset_config", "run_name"):
+        out[name] = form.get(name) or ""
+    for name in ("prompt_field", "reference_field"):
+        out[name] = form.get(name) or AUTO
+    return out
+
+
+def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, list[str], list[str]]:
+    """(preset, flags, sets, argv): the CLI's inputs for these widget values. ``flags`` has the same shape as the
+    dict app/cli.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
+    preset = form.get("preset")
+    preset = None if not preset or preset == NO_PRESET else preset
+    base = build_config(_load_preset(preset)).model_dump(mode="json")
+    flags: dict = {"method": None, "model": {"name_or_path": None},
+                   "data": {"dataset": None, "config_name": None, "prompt_field": None, "reference_field": None},
+                   "training": {"max_steps": None}, "runtime": {"local_only": None}, "reward": {"custom": None},
+                   "output_dir": str(runs_dir)}
+    argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
+    sets: list[str] = []
+    for name, (key, flag) in FORM.items():
+        v = _number(name, form.get(name)) if name in AUTO_NUMBERS else _clean(form.get(name))
+        if name == "local_only":
+            v = bool(v)
+        if _same(v, _get(base, key)):
+            continue
+        if flag and v is not None and v is not False:  # a flag can set a value, never unset one
+            node = flags
+            parts = key.split(".")
+            for p in parts[:-1]:
+                node = node[p]
+            node[parts[-1]] = v
+            argv += [flag] if v is True else [flag, str(v)]
+        else:
+            sets.append(f"{key}={_fmt(v)}")
+    weights = dict(base["reward"]["weights"])
+    chosen = {comp: float(_clean(form.get(name)) or 0.0) for name, comp in WEIGHTS.items() if name in form}
+    if any(not _same(weights.get(c), w) for c, w in chosen.items()):
+        # `--set reward.weights.X=` replaces the whole weights dict, so every component is passed.
+        weights.update(chosen)
+        sets += [f"reward.weights.{c}={_fmt(float(w))}" for c, w in weights.items()]
+    argv += ["--output-dir", str(runs_dir)]
+    for s in sets:
+        argv += ["--set", s]
+    return preset, flags, sets, argv
+
+
+def config_from_form(form: dict, runs_dir: str | Path) -> AppConfig:
+    preset, flags, sets, _ = form_to_cli(form, runs_dir)
+    return build_config(_load_preset(preset), flags, sets)
+
+
+def cli_preview(form: dict, runs_dir: str | Path) -> str:
+    """The equivalent command line, or the validation error (as a comment) when the form is not valid yet."""
+    try:
+        argv = form_to_cli(form, runs_dir)[3]
+        config_from_form(form, runs_dir)
+    except UserError as e:
+        return f"# not valid yet: {e}"
+    return shlex.join(argv)
+
+
+def memory_markdown(form: dict, runs_dir: str | Path) -> str:
+    from app.memory import estimate_memory, format_estimate
+
+    try:
+        cfg = resolve(config_from_form(form, runs_dir))
+    except UserError as e:
+        return f"**Memory estimate:** not available ({e})"
+    return format_estimate(estimate_memory(cfg))
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def save_upload(tmp_path: str | None, runs_dir: str | Path) -> str:
+    """Copy a Gradio upload (a temp file that is cleaned up later) into <runs>/_uploads/ so the training
+    subprocess and later resumes can read it. The name carries a content hash: nothing is overwritten."""
+    if not tmp_path:
+        raise UserError("no file uploaded")
+    src = Path(tmp_path)
+    if src.suffix.lower() not in UPLOAD_TYPES:
+        raise UserError(f"'{src.name}' is not a dataset file; upload one of {', '.join(UPLOAD_TYPES)}")
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:10]
+    dest_dir = Path(runs_dir) / UPLOAD_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{src.stem}-{digest}{src.suffix.lower()}"
+    if not dest.exists():
+        shutil.copyfile(src, dest)
+    return str(dest.resolve())
+
+
+def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
+           reference_field: str | None = None, local_only: bool = False, n_samples: int = 3) -> dict:
+    """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
+    see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
+    dataset = _clean(dataset)
+    if not dataset:
+        raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
+    from app.data import detect_fields, prompt_text, reference_text, resolve_dataset
+
+    dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
+    split = "train" if "train" in dd else next(iter(dd))
+    ds = dd[split]
+    det = detect_fields(ds, _clean(prompt_field), _clean(reference_field))
+    rows = ds.select(range(min(n_samples, len(ds)))).to_list()
+    samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
+                "reference": _short(reference_text(r, det))} for r in rows]
+    return {"detection": det.to_dict(), "split": split, "samples": samples}
+
+
+def _short(text, n: int = 240) -> str:
+    if text is None:
+        return "–"
+    text = str(text).strip()
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def detection_markdown(result: dict) -> str:
+    d = result["detection"]
+    size = f"{d['num_rows']:,} rows" if d.get("num_rows") is not None else "rows: not counted"
+    lines = [f"**Split `{result['split']}`**: {size}, columns: {', '.join(f'`{c}`' for c in d['columns'])}", ""]
+    for role in ("prompt_field", "reference_field", "messages_field"):
+        if d.get(role) or role != "messages_field":
+            why = d["reasons"].get(role, "")
+            lines.append(f"- **{role.replace('_field', '')}**: `{d.get(role) or '—'}`" + (f" — {why}" if why else ""))
+    if d.get("context_fields"):
+        lines.append(f"- **context**: {', '.join(f'`{c}`' for c in d['context_fields'])}")
+    for k, why in d["reasons"].items():
+        if k not in ("prompt_field", "reference_field", "messages_field"):
+            lines.append(f"- *{k}*: {why}")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ train / runs
+
+
+def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
+    """Validate, create a fresh run directory with config.yaml, start `qlora-app train` on it."""
+    from app.ui.jobs import running_elsewhere
+
+    cfg = config_from_form(form, runs_dir)
+    if not cfg.data.dataset:
+        raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
+    if jobs.is_running():
+        raise UserError(f"a training run is already in progress ({jobs.run_dir.name}); Stop it or wait for it "
+                        "to finish before starting another")
+    other = running_elsewhere(Path(runs_dir))
+    if other is not None:
+        raise UserError(f"run '{other.name}' is still running; one GPU trains one run at a time")
+    d = rundir.new_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    (d / rundir.CONFIG).write_text(cfg.to_yaml())
+    jobs.start(d)
+    return d
+
+
+def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
+    if not name:
+        raise UserError("select a run to resume")
+    d = rundir.require_run_dir(Path(runs_dir) / name)
+    s = run_status(d)
+    if s["status"] == rundir.FINISHED:
+        raise UserError(f"run '{name}' already finished; start a new run instead")
+    if rundir.last_checkpoint(d) is None:
+        raise UserError(f"run '{name}' has no checkpoint to resume from; start a new run instead")
+    jobs.start(d, resume=True)
+    return d
+
+
+def run_status(d: Path) -> dict:
+    """run_summary plus 'stale' detection: a status of running whose process is gone (UI or machine restarted)."""
+    from app.runs import run_summary
+    from app.ui.jobs import _pid_alive
+
+    s = run_summary(d)
+    st = rundir.read_status(d) or {}
+    if s["status"] == rundir.RUNNING and not _pid_alive(st.get("pid")):
+        s["status"] = "running? (process gone)"
+    return s
+
+
+RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+
+
+def runs_rows(runs_dir: str | Path) -> list[list]:
+    rows = []
+    for d in rundir.list_runs(runs_dir):
+        s = run_status(d)
+        step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
+        rows.append([s["name"], s["status"], s["method"] or "", s["model"] or "", s["dataset"] or "", str(step),
+                     "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"], s["date"]])
+    return rows
+
+
+def curves(run_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(loss, reward, reward components) as long-format records {step, value, series} for line plots."""
+    from app.plots import curve_keys, series
+
+    if run_dir is None:
+        return [], [], []
+    recs = rundir.read_metrics(run_dir)
+    out: dict[str, list[dict]] = {"loss": [], "reward": [], "comp": []}
+    for key in curve_keys(recs):
+        xs, ys = series(recs, key)
+        bucket = key if key in ("loss", "reward") else "comp"
+        name = key.removeprefix("rewards/").removesuffix("/mean")
+        out[bucket] += [{"step": x, "value": y, "series": name} for x, y in zip(xs, ys)]
+    return out["loss"], out["reward"], out["comp"]
+
+
+def log_tail(run_dir: Path | None, lines: int = 80) -> str:
+    if run_dir is None:
+        return ""
+    p = Path(run_dir) / rundir.LOG
+    try:
+        with open(p, "rb") as f:
+            f.seek(max(0, p.stat().st_size - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    # A progress bar redraws one line with carriage returns; show only its latest state.
+    shown = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text.rstrip("\n").split("\n")]
+    return "\n".join(shown[-lines:])
+
+
+def status_markdown(s: dict) -> str:
+    head = f"**{s['name']}** — status **{s['status']}**"
+    if s.get("max_steps"):
+        head += f" — step {s.get('step') or 0} / {s['max_steps']}"
+    parts = [head]
+    if s.get("error"):
+        parts.append(f"<span style='color:#b3261e'>**error:** {s['error']}</span>")
+    if s.get("adapter"):
+        parts.append(f"adapter: `{s['adapter']}`")
+    if s["status"] == rundir.INTERRUPTED and s.get("resumable"):
+        parts.append("stopped with a checkpoint: resume it from the Runs tab")
+    return "  \n".join(parts)
+
+
+def progress_html(s: dict | None) -> str:
+    if not s or not s.get("max_steps"):
+        return ""
+    step, total = s.get("step") or 0, s["max_steps"]
+    pct = int(100 * step / max(total, 1))
+    return (f"<div><progress value='{step}' max='{total}' style='width:100%'></progress>"
+            f"<div style='font-size:0.9em'>{step} / {total} steps ({pct}%)</div></div>")
+
+
+def live_status(jobs, runs_dir: str | Path) -> dict:
+    """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
+    from app.ui.jobs import running_elsewhere
+
+    d = jobs.run_dir or running_elsewhere(Path(runs_dir))
+    if d is None or not Path(d).is_dir():
+        return {"run_dir": None, "status": None, "markdown": "No run started yet.", "progress": "", "log": ""}
+    s = run_status(Path(d))
+    recs = rundir.read_metrics(Path(d))
+    if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
+        s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
+    return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
+            "progress": progress_html(s), "log": log_tail(Path(d))}

@@ -1,0 +1,109 @@
+"""End to end in a real headless Chromium: start a tiny GRPO run from the Train tab, watch it finish with plotted
+curves, find it in Runs, compare base vs adapter in Compare. Saves a screenshot of each tab into docs/."""
+
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from app import rundir
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _lines_drawn(page, elem_id: str) -> bool:
+    """A Vega line mark with a path (`d=`) and a colour (`stroke=`): a curve is really on screen."""
+    return page.locator(f"#{elem_id} path[aria-roledescription='line mark'][d][stroke]").count() > 0
+
+
+def test_train_runs_compare_in_chromium(tiny_model, math_jsonl, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    from app.ui.launch import launch
+
+    runs = tmp_path / "runs"
+    port = _free_port()
+    demo = launch(host="127.0.0.1", port=port, runs_dir=runs, local_only=True, block=False)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"http://127.0.0.1:{port}/")
+
+            # --- Train: model + dataset, detect fields, small GRPO settings, Start
+            page.locator("#model textarea").fill(str(tiny_model))
+            page.locator("#dataset textarea").fill(str(math_jsonl))
+            page.locator("#detect-btn").click()
+            expect(page.locator("#detect-md")).to_contain_text("prompt: question", timeout=60_000)
+            expect(page.locator("#samples")).to_contain_text("Tom has")
+            for elem, value in [("max-steps", "3"), ("save-steps", "2"), ("max-completion", "12"),
+                                ("num-generations", "4"), ("max-length", "96")]:
+                page.locator(f"#{elem} input").fill(value)
+                page.locator(f"#{elem} input").press("Tab")
+            page.locator("#batch-size textarea").fill("4")
+            page.locator("#grad-accum textarea").fill("1")
+            page.locator("#grad-ckpt input").uncheck()
+            preview = page.locator("#cli-preview textarea")
+            expect(preview).to_have_value(re.compile(r"--max-steps 3 .*--local-only"), timeout=20_000)
+            expect(preview).to_have_value(re.compile(r"gradient_checkpointing=false"))
+            page.locator("#start-btn").click()
+            expect(page.locator("#train-message")).to_contain_text("started", timeout=30_000)
+            # a second Start while it runs is refused with a message
+            page.locator("#start-btn").click()
+            expect(page.locator("#train-message")).to_contain_text("already in progress", timeout=30_000)
+            expect(page.locator("#train-status")).to_contain_text("finished", timeout=400_000)
+            expect(page.locator("#train-progress")).to_contain_text("3 / 3 steps")
+            deadline = time.time() + 30
+            while not (_lines_drawn(page, "train-loss-plot") and _lines_drawn(page, "train-comp-plot")):
+                assert time.time() < deadline, "no curve drawn in the live plots"
+                time.sleep(0.5)
+            expect(page.locator("#train-log textarea")).to_have_value(re.compile("finished at step 3"), timeout=20_000)
+            DOCS.mkdir(exist_ok=True)
+            page.screenshot(path=str(DOCS / "ui-train.png"), full_page=True)
+
+            # --- Runs: the run is listed as finished, its curves and config shown
+            (run_dir,) = rundir.list_runs(runs)
+            page.get_by_role("tab", name="Runs").click()
+            expect(page.locator("#runs-table")).to_contain_text(run_dir.name, timeout=20_000)
+            expect(page.locator("#runs-table")).to_contain_text("finished")
+            expect(page.locator("#run-status")).to_contain_text("adapter", timeout=20_000)
+            expect(page.locator("#run-config")).to_contain_text("method: grpo")
+            deadline = time.time() + 20
+            while not _lines_drawn(page, "run-loss-plot"):
+                assert time.time() < deadline, "no curve drawn in the Runs tab"
+                time.sleep(0.5)
+            page.screenshot(path=str(DOCS / "ui-runs.png"), full_page=True)
+
+            # --- Compare: a typed prompt + 1 held-out row, base and adapter side by side
+            page.get_by_role("tab", name="Compare").click()
+            expect(page.locator("#cmp-run input")).to_have_value(run_dir.name, timeout=20_000)
+            page.locator("#cmp-prompt textarea").fill("Tom has 3 apples and buys 4 more. How many apples?")
+            for elem, value in [("cmp-n", "1"), ("cmp-tokens", "16")]:
+                page.locator(f"#{elem} input").fill(value)
+                page.locator(f"#{elem} input").press("Tab")
+            page.locator("#cmp-btn").click()
+            expect(page.locator("#cmp-summary")).to_contain_text("wins", timeout=180_000)
+            expect(page.locator("#cmp-html .cmp-row")).to_have_count(2)
+            expect(page.locator("#cmp-html [data-side='base']")).to_have_count(2)
+            expect(page.locator("#cmp-html [data-side='adapter']")).to_have_count(2)
+            expect(page.locator("#cmp-html")).to_contain_text("reward")
+            page.screenshot(path=str(DOCS / "ui-compare.png"), full_page=True)
+            browser.close()
+    finally:
+        demo.close()
+        demo.jobs.shutdown()

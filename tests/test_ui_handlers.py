@@ -1,0 +1,198 @@
+"""The UI's handler functions in-process: the form builds the CLI's config, the preview is the same run, uploads,
+field detection, run listing and curves. (The job manager is in test_ui_jobs.py, the browser in test_ui_browser.py.)"""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app import rundir
+from app.cli import app as cli_app
+from app.config import build_config, resolve
+from app.errors import UserError
+from app.presets import load_preset
+from app.ui import handlers as h
+from app.ui.launch import launch_kwargs, parse_auth
+
+
+def _edited_form(model: str, data: str) -> dict:
+    """A user picks the 8 GB preset and changes a mix of flag-backed and --set-backed fields."""
+    f = h.form_defaults("gpu-8gb")
+    f.update(method="sft", model=model, dataset=data, prompt_field="question", reference_field="(auto)",
+             max_steps=3.0, local_only=True, lora_r=8.0, lora_alpha=None, learning_rate=1e-4, batch_size=2,
+             grad_accum=1, gradient_checkpointing=False, max_length=96, save_steps=2, num_generations=2,
+             max_completion_length=12, w_format=0.75, run_name="my-run")
+    return f
+
+
+def _cli_config(model: str, data: str, runs: Path):
+    """build_config called exactly the way app/cli.py's `train` calls it for the same choices."""
+    flags = {
+        "method": "sft", "model": {"name_or_path": model},
+        "data": {"dataset": data, "config_name": None, "prompt_field": "question", "reference_field": None},
+        "training": {"max_steps": 3}, "runtime": {"local_only": True}, "reward": {"custom": None},
+        "output_dir": str(runs),
+    }
+    sets = ["lora.r=8", "lora.alpha=", "training.learning_rate=1e-4", "per_device_train_batch_size=2",
+            "gradient_accumulation_steps=1", "gradient_checkpointing=false", "training.max_length=96",
+            "save_steps=2", "num_generations=2", "max_completion_length=12", "run_name=my-run",
+            "reward.weights.length=0.25", "reward.weights.format=0.75", "reward.weights.reference=2",
+            "reward.weights.boilerplate=1"]
+    return build_config(load_preset("gpu-8gb"), flags, sets)
+
+
+def test_untouched_form_is_the_preset(tmp_path):
+    form = h.form_defaults("gsm8k-grpo")
+    preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
+    assert preset == "gsm8k-grpo" and sets == []
+    assert argv == ["qlora-app", "train", "--preset", "gsm8k-grpo", "--output-dir", str(tmp_path)]
+    assert h.config_from_form(form, tmp_path) == build_config(load_preset("gsm8k-grpo"), {"output_dir": str(tmp_path)})
+
+
+def test_form_config_equals_cli_config(tmp_path):
+    form = _edited_form("/models/tiny", "/data/math.jsonl")
+    ui_cfg = h.config_from_form(form, tmp_path)
+    assert ui_cfg == _cli_config("/models/tiny", "/data/math.jsonl", tmp_path)
+    # and the edits really landed (the comparison above is not vacuous)
+    assert ui_cfg.method == "sft" and ui_cfg.lora.r == 8 and ui_cfg.lora.alpha is None
+    assert ui_cfg.training.max_steps == 3 and ui_cfg.runtime.local_only and ui_cfg.data.prompt_field == "question"
+    assert ui_cfg.reward.weights == {"length": 0.25, "format": 0.75, "reference": 2.0, "boilerplate": 1.0}
+    assert ui_cfg.grpo.num_generations == 2 and ui_cfg.run_name == "my-run"
+
+
+def test_cli_preview_runs_the_same_config(tmp_path):
+    """The preview string, run through the real CLI (--dry-run), prints the resolved config the UI would run."""
+    form = _edited_form("/models/tiny model", "/data/my data.jsonl")  # spaces must survive quoting
+    preview = h.cli_preview(form, tmp_path)
+    argv = shlex.split(preview)
+    assert argv[:2] == ["qlora-app", "train"]
+    res = CliRunner().invoke(cli_app, argv[1:] + ["--dry-run"])
+    assert res.exit_code == 0, res.output
+    expected = resolve(h.config_from_form(form, tmp_path)).to_yaml()
+    assert res.stdout.split("note:")[0].strip() == expected.strip()
+
+
+def test_one_weight_slider_keeps_the_other_weights(tmp_path):
+    form = h.form_defaults(None)
+    form["w_boilerplate"] = 0.0
+    cfg = h.config_from_form(form, tmp_path)
+    assert cfg.reward.weights == {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 0.0}
+
+
+def test_text_number_boxes(tmp_path):
+    """Rank, alpha, LR, batch and accumulation are text boxes so they can be empty (= auto)."""
+    form = h.widget_values(h.form_defaults("gpu-8gb"))
+    assert form["lora_r"] == "16" and form["learning_rate"] == "" and form["prompt_field"] == h.AUTO
+    form.update(lora_r="8", learning_rate="5e-5", batch_size=" ", grad_accum="2")
+    cfg = h.config_from_form(form, tmp_path)
+    assert cfg.lora.r == 8 and cfg.training.learning_rate == 5e-5
+    assert cfg.training.per_device_train_batch_size is None  # emptied: back to auto
+    form["lora_r"] = "eight"
+    assert "LoRA rank must be a number" in h.cli_preview(form, tmp_path)
+
+
+def test_invalid_form_shows_why_in_the_preview(tmp_path):
+    form = h.form_defaults(None)
+    form.update(batch_size=3, grad_accum=1, num_generations=4)  # 3 completions cannot form groups of 4
+    assert h.cli_preview(form, tmp_path).startswith("# not valid yet: ")
+    assert "num_generations" in h.cli_preview(form, tmp_path)
+    with pytest.raises(UserError):
+        h.config_from_form(form, tmp_path)
+    assert "not available" in h.memory_markdown(form, tmp_path)
+
+
+def test_memory_markdown_for_a_preset(tmp_path):
+    md = h.memory_markdown(h.form_defaults("gpu-8gb"), tmp_path)
+    assert "GB peak" in md and "8 GB: <span style='color:#137333'>**fits**</span>" in md
+
+
+def test_save_upload(tmp_path):
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"question": "1+1?", "answer": "2"}\n')
+    runs = tmp_path / "runs"
+    p1 = Path(h.save_upload(str(src), runs))
+    assert p1.parent == (runs / h.UPLOAD_DIR).resolve() and p1.read_text() == src.read_text()
+    assert Path(h.save_upload(str(src), runs)) == p1  # same content, same file
+    src.write_text('{"question": "2+2?", "answer": "4"}\n')
+    p2 = Path(h.save_upload(str(src), runs))
+    assert p2 != p1 and p1.read_text() != p2.read_text()  # new content never overwrites the old upload
+    bad = tmp_path / "notes.txt"
+    bad.write_text("x")
+    with pytest.raises(UserError, match="not a dataset file"):
+        h.save_upload(str(bad), runs)
+    assert rundir.list_runs(runs) == []  # the upload folder is not a run
+
+
+def test_detect_fields_and_override(math_jsonl):
+    res = h.detect(str(math_jsonl))
+    d = res["detection"]
+    assert d["prompt_field"] == "question" and d["reference_field"] == "answer"
+    assert d["reasons"]["prompt_field"] and d["num_rows"] == 40 and d["columns"] == ["question", "answer"]
+    assert len(res["samples"]) == 3 and "apples" in res["samples"][0]["prompt (as the model sees it)"]
+    md = h.detection_markdown(res)
+    assert "`question`" in md and "`answer`" in md and "40 rows" in md
+    swapped = h.detect(str(math_jsonl), prompt_field="answer", reference_field="question")
+    assert swapped["detection"]["prompt_field"] == "answer"
+    assert "override" in swapped["detection"]["reasons"]["prompt_field"]
+
+
+def test_detect_errors_are_user_errors(tmp_path):
+    with pytest.raises(UserError):
+        h.detect("")
+    with pytest.raises(UserError):
+        h.detect(str(tmp_path / "missing.jsonl"), local_only=True)
+
+
+def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None) -> Path:
+    d = rundir.new_run_dir(runs, name)
+    (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
+    rundir.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error)
+    for rec in metrics:
+        rundir.append_metrics(d, rec)
+    return d
+
+
+def test_runs_rows_curves_and_stale_runs(tmp_path):
+    recs = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "rewards/format/mean": 0.2 * i,
+             "rewards/length/mean": -0.1} for i in (1, 2, 3)]
+    _fake_run(tmp_path, "done", rundir.FINISHED, metrics=recs)
+    _fake_run(tmp_path, "crashed", rundir.FAILED, error="OutOfMemoryError: CUDA out of memory")
+    _fake_run(tmp_path, "ghost", rundir.RUNNING, pid=2**22 + 7)  # no such process
+    rows = {r[0]: r for r in h.runs_rows(tmp_path)}
+    assert rows["done"][1] == "finished" and rows["done"][5] == "3/3" and rows["done"][7] == 0.3
+    assert rows["crashed"][1] == "failed"
+    assert rows["ghost"][1].startswith("running?")
+    loss, reward, comps = h.curves(tmp_path / "done")
+    assert [r["value"] for r in loss] == [1.0, 0.5, 1 / 3]
+    assert {r["series"] for r in comps} == {"format", "length"} and len(comps) == 6
+    assert "OutOfMemoryError" in h.status_markdown(h.run_status(tmp_path / "crashed"))
+
+
+def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):
+    (tmp_path / rundir.LOG).write_text("start\n 10%\r 50%\r100%\nerror: boom\n")
+    assert h.log_tail(tmp_path) == "start\n100%\nerror: boom"
+    assert h.log_tail(tmp_path, 1) == "error: boom"
+    assert h.log_tail(None) == ""
+
+
+def test_launch_defaults_are_safe(tmp_path):
+    kw = launch_kwargs("127.0.0.1", 7860, False, None, tmp_path)
+    assert kw["server_name"] == "127.0.0.1" and kw["share"] is False and kw["auth"] is None
+    assert kw["allowed_paths"] == [str(tmp_path.resolve()), str(tmp_path.resolve() / h.UPLOAD_DIR)]
+    assert kw["max_file_size"] and kw["enable_monitoring"] is False
+    assert launch_kwargs("0.0.0.0", 1, True, "alice:pw:x", tmp_path)["auth"] == ("alice", "pw:x")
+    for bad in ("alice", ":pw", "alice:"):
+        with pytest.raises(UserError, match="USER:PASS"):
+            parse_auth(bad)
+
+
+def test_blocks_build_with_analytics_off(tmp_path):
+    from app.ui.app import build_app
+
+    demo = build_app(tmp_path / "runs")
+    assert demo.analytics_enabled is False
+    cfg = json.dumps(demo.get_config_file())
+    for elem in ("start-btn", "stop-btn", "detect-btn", "cli-preview", "runs-table", "cmp-btn", "train-loss-plot"):
+        assert elem in cfg, elem

@@ -1,0 +1,132 @@
+"""The UI's single training subprocess: one at a time, Stop via the process group, crashes recorded, and a real
+tiny run started through the same path the Start button uses."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import rundir
+from app.errors import UserError
+from app.ui import handlers as h
+from app.ui import jobs as jobs_mod
+from app.ui.jobs import JobManager
+
+
+def _fake(monkeypatch, code: str):
+    """Replace `python -m app.cli train ...` by a small script; the process handling stays the real one."""
+    monkeypatch.setattr(jobs_mod, "train_command", lambda run_dir, resume=False: [sys.executable, "-c", code])
+
+
+def _new_run(runs: Path, name: str = "r") -> Path:
+    d = rundir.new_run_dir(runs, name)
+    (d / rundir.CONFIG).write_text("method: grpo\n")
+    return d
+
+
+def _wait(pred, timeout=30.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_second_start_is_refused_and_stop_signals_the_group(tmp_path, monkeypatch):
+    # The "engine" starts a grandchild in the same process group: Stop must reach both.
+    _fake(monkeypatch, "import subprocess, sys, time; "
+                       "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+                       "print('child started', flush=True); time.sleep(60)")
+    jobs = JobManager(tmp_path)
+    d = _new_run(tmp_path)
+    proc = jobs.start(d)
+    assert jobs.is_running()
+    with pytest.raises(UserError, match="already in progress"):
+        jobs.start(_new_run(tmp_path, "second"))
+    assert _wait(lambda: "child started" in h.log_tail(d))  # console output lands in train.log
+    msg = jobs.stop(grace=10)
+    assert "stop requested" in msg
+    assert _wait(lambda: proc.poll() is not None)
+    assert proc.returncode == -15
+    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
+    assert jobs.stop() == "no training run in progress"
+
+
+def test_stop_escalates_to_sigkill(tmp_path, monkeypatch):
+    _fake(monkeypatch, "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                       "print('ready', flush=True); time.sleep(60)")
+    jobs = JobManager(tmp_path)
+    d = _new_run(tmp_path)
+    proc = jobs.start(d)
+    assert _wait(lambda: "ready" in h.log_tail(d))
+    jobs.stop(grace=1)
+    assert _wait(lambda: proc.poll() is not None, timeout=10) and proc.returncode == -9
+    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
+    assert "killed" in rundir.read_status(d)["note"]
+
+
+def test_a_crash_before_any_status_is_recorded_with_its_error(tmp_path, monkeypatch):
+    _fake(monkeypatch, "import sys; print('error: dataset file not found; pass an existing file'); sys.exit(2)")
+    jobs = JobManager(tmp_path)
+    d = _new_run(tmp_path)
+    jobs.start(d)
+    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.FAILED)
+    err = rundir.read_status(d)["error"]
+    assert "exit code 2" in err and "dataset file not found" in err
+    assert not jobs.is_running()
+    # the UI is fine and can start the next run
+    _fake(monkeypatch, "print('ok')")
+    jobs.start(_new_run(tmp_path, "next"))
+
+
+def test_engine_status_is_not_overwritten(tmp_path, monkeypatch):
+    code = ("import pathlib, sys; import app.rundir as r; "
+            "r.write_status(pathlib.Path({d!r}), 'failed', error='ValueError: real cause'); sys.exit(1)")
+    d = _new_run(tmp_path)
+    _fake(monkeypatch, code.format(d=str(d)))
+    jobs = JobManager(tmp_path)
+    proc = jobs.start(d)
+    assert _wait(lambda: proc.poll() is not None)
+    time.sleep(0.3)
+    assert rundir.read_status(d)["error"] == "ValueError: real cause"
+
+
+def test_start_refused_while_another_process_runs_a_run(tmp_path):
+    import os
+
+    other = _new_run(tmp_path, "cli-run")
+    rundir.write_status(other, rundir.RUNNING, pid=os.getpid())  # alive: this test process
+    jobs = JobManager(tmp_path)
+    with pytest.raises(UserError, match="still running"):
+        jobs.start(_new_run(tmp_path, "ui-run"))
+
+
+@pytest.mark.slow
+def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path):
+    """The Start button's path, with the real engine: a fresh run dir, config.yaml, a finished run with curves."""
+    runs = tmp_path / "runs"
+    jobs = JobManager(runs)
+    form = h.form_defaults(None)
+    form.update(method="sft", model=str(tiny_model), dataset=str(math_jsonl), max_steps=3, local_only=True,
+                batch_size=2, grad_accum=1, gradient_checkpointing=False, max_length=96, save_steps=2)
+    d = h.start_run(jobs, runs, form)
+    assert d.parent == runs.resolve() or d.parent == runs
+    assert (d / rundir.CONFIG).is_file()
+    with pytest.raises(UserError, match="already in progress"):
+        h.start_run(jobs, runs, form)
+    assert _wait(lambda: not jobs.is_running(), timeout=300), h.log_tail(d)
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED, (st, h.log_tail(d))
+    live = h.live_status(jobs, runs)
+    assert live["status"] == rundir.FINISHED and "3 / 3" in live["markdown"]
+    loss, _, _ = h.curves(d)
+    assert [r["step"] for r in loss] == [1, 2, 3]
+    assert h.runs_rows(runs)[0][:2] == [d.name, "finished"]
+    with pytest.raises(UserError, match="already finished"):
+        h.resume_run(jobs, runs, d.name)
+    # a second run never reuses the first one's folder
+    d2 = h.start_run(jobs, runs, form)
+    assert d2 != d
+    jobs.shutdown()
