@@ -236,7 +236,7 @@ def _unknown_key_message(dotted: str) -> str:
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in ("weights", "extra_args"):
+        if isinstance(v, dict) and isinstance(out.get(k), dict):  # key by key, so one --set keeps the rest
             out[k] = _deep_merge(out[k], v)
         else:
             out[k] = v

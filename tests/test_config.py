@@ -76,3 +76,9 @@ def test_yaml_round_trip():
     import yaml
 
     assert AppConfig.model_validate(yaml.safe_load(cfg.to_yaml())) == cfg
+
+
+def test_one_reward_weight_override_keeps_the_others():
+    preset = {"reward": {"weights": {"format": 0.9, "length": 0.1}}}
+    w = build_config(preset, sets=["reward.weights.boilerplate=2"]).reward.weights
+    assert w == {"length": 0.1, "format": 0.9, "reference": 2.0, "boilerplate": 2.0}
