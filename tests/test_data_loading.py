@@ -81,7 +81,7 @@ def test_builtin_arith_is_lazy_and_used(monkeypatch):
     from datasets import Dataset, DatasetDict
 
     fake = types.ModuleType("app.data.arith")
-    fake.arith_dataset = lambda: DatasetDict({"train": Dataset.from_list(_qa(8)), "test": Dataset.from_list(_qa(2, 9))})
+    fake.arith_dataset = lambda final_answer=False: DatasetDict({"train": Dataset.from_list(_qa(8)), "test": Dataset.from_list(_qa(2, 9))})
     monkeypatch.setitem(sys.modules, "app.data.arith", fake)
     dd = resolve_dataset("arith")
     assert {k: len(v) for k, v in dd.items()} == {"train": 8, "test": 2}
