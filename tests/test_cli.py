@@ -47,8 +47,16 @@ def test_dry_run_prints_resolved_config_without_loading_weights():
     (["train", "--config", "/no/such.yaml"], "not found"),
     (["runs", "show", "/no/such/run"], "not found"),
     (["presets", "show", "nope"], "unknown preset"),
+    (["inspect", "missing.jsonl"], "not found"),
+    (["inspect", "bad.jsonl"], "line 2"),
+    (["inspect", "some-org/not-cached", "--local-only"], "local"),
+    (["score", "--file", "missing.jsonl"], "missing.jsonl"),
+    (["compare", "--adapter", "/no/such/run", "--prompt", "hi"], "not found"),
+    (["export", "/no/such/run", "--out", "x"], "not found"),
+    (["prefetch"], "nothing to prefetch"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
+    (tmp_path / "bad.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n{broken\n')
     if "x.jsonl" in args:
         (tmp_path / "x.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
     r = cli(*args, cwd=tmp_path)
@@ -89,3 +97,9 @@ def test_lwr_presets_match_the_guide():
     assert grpo["grpo"]["num_generations"] == 8 and grpo["lora"]["target_modules"] == "all-linear"
     assert sky["model"]["name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct" and sky["grpo"]["beta"] > 0
     assert (sky["lora"]["r"], sky["training"]["learning_rate"], sky["grpo"]["num_generations"]) == (32, 3e-5, 4)
+
+
+def test_doctor_reports_versions_and_device():
+    r = cli("doctor")
+    assert r.returncode == 0, r.stderr
+    assert "transformers" in r.stdout and "compute dtype (auto)" in r.stdout and "fp32" in r.stdout

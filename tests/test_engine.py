@@ -155,3 +155,20 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
     trainer = build_grpo_trainer(cfg, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", info, True)
     dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
     assert dtypes == {torch.float32}
+
+
+def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tmp_path):
+    from app.errors import UserError
+    from app.export import export_adapter
+
+    d = run_training(_cfg(tiny_model, math_jsonl, tmp_path, "sft", steps=1), progress=False)
+    copied = export_adapter(d, tmp_path / "copy")
+    assert (copied / "adapter_model.safetensors").read_bytes() == (
+        d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
+    with pytest.raises(UserError, match="already exists"):
+        export_adapter(d, tmp_path / "copy")
+    merged = export_adapter(d, tmp_path / "merged", merge=True, local_only=True)
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(merged)  # a plain model: no adapter needed any more
+    assert not any("lora" in n for n, _ in m.named_parameters())
