@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import itertools
 import json
 import lzma
 import os
@@ -125,8 +126,8 @@ def _first_char(path: Path) -> str:
     return ""
 
 
-def _bad_json_line(path: Path) -> str | None:
-    """Describe the first line that is not a JSON object, or None."""
+def _jsonl_objects(path: Path):
+    """Yield each non-blank line's JSON object; the first bad line raises DataError naming its number."""
     with _open_text(path) as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
@@ -134,9 +135,21 @@ def _bad_json_line(path: Path) -> str | None:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                return f"line {i} of '{path}' is not valid JSON ({e.msg} at column {e.colno}); fix or delete that line"
+                raise DataError(f"line {i} of '{path}' is not valid JSON ({e.msg} at column {e.colno}); "
+                                "fix or delete that line") from None
             if not isinstance(obj, dict):
-                return f"line {i} of '{path}' is a JSON {type(obj).__name__}, not an object; each line must be {{...}}"
+                raise DataError(f"line {i} of '{path}' is a JSON {type(obj).__name__}, not an object; "
+                                "each line must be {...}")
+            yield obj
+
+
+def _bad_json_line(path: Path) -> str | None:
+    """Describe the first line that is not a JSON object, or None."""
+    try:
+        for _ in _jsonl_objects(path):
+            pass
+    except DataError as e:
+        return str(e)
     return None
 
 
@@ -321,21 +334,7 @@ def _count_lines(path: Path) -> int | None:
 
 
 def _peek_jsonl(path: Path, n: int) -> tuple[list[dict], int | None]:
-    rows: list[dict] = []
-    with _open_text(path) as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"line {i} of '{path}' is not valid JSON ({e.msg} at column {e.colno}); "
-                                "fix or delete that line") from None
-            if not isinstance(obj, dict):
-                raise DataError(f"line {i} of '{path}' is a JSON {type(obj).__name__}, not an object")
-            rows.append(obj)
-            if len(rows) >= n:
-                break
+    rows = list(itertools.islice(_jsonl_objects(path), n))
     # Blank lines are rare; counting newlines is a cheap upper bound that is exact for normal files.
     return rows, (len(rows) if len(rows) < n else _count_lines(path))
 
