@@ -57,6 +57,9 @@ def train(
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
+    from app.train.runner import apply_local_only
+
+    apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
     from app.config import build_config, load_yaml_file, resolve, warnings_for
     from app.presets import load_preset
 

@@ -172,3 +172,21 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
 
     m = AutoModelForCausalLM.from_pretrained(merged)  # a plain model: no adapter needed any more
     assert not any("lora" in n for n, _ in m.named_parameters())
+
+
+def test_local_only_training_never_opens_a_network_connection(tiny_model, math_jsonl, tmp_path, monkeypatch):
+    import socket
+
+    attempts = []
+
+    def refuse(self, address):
+        attempts.append(address)
+        raise OSError("network disabled by test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=1, extra=["local_only=true", "report_to=[trackio]"])
+    d = run_training(cfg, progress=False)
+    assert rundir.read_status(d)["status"] == rundir.FINISHED
+    assert attempts == []
+    assert "step 1/1" in (d / rundir.LOG).read_text()

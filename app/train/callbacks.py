@@ -7,6 +7,7 @@ Trainer to save a checkpoint and stop. The run is then marked `interrupted` and 
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import time
@@ -15,6 +16,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from app import rundir
+
+log = logging.getLogger("qlora_app")
 
 # TRL/transformers key -> the stable name we write (the UI and `runs` read these names).
 _RENAME = {"train_loss": "loss"}
@@ -79,6 +82,9 @@ class RunDirCallback(TrainerCallback):
                 rec[k] = _clean(v)
         rec["reward_errors"] = self.reward_errors()
         rundir.append_metrics(self.run_dir, rec)
+        # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
+        shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
+        log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
         if self.progress:
             self.progress.update_metrics(rec)
 
