@@ -29,7 +29,8 @@ def _lines_drawn(page, elem_id: str) -> bool:
     return page.locator(f"#{elem_id} path[aria-roledescription='line mark'][d][stroke]").count() > 0
 
 
-def test_train_runs_compare_in_chromium(tiny_model, math_jsonl, tmp_path):
+def test_train_runs_compare_in_chromium(tmp_path):
+    """Driven on the shipped offline model and the built-in arith data, so the screenshots show real text."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium)")
     from playwright.sync_api import expect, sync_playwright
@@ -46,11 +47,13 @@ def test_train_runs_compare_in_chromium(tiny_model, math_jsonl, tmp_path):
             page.goto(f"http://127.0.0.1:{port}/")
 
             # --- Train: model + dataset, detect fields, small GRPO settings, Start
-            page.locator("#model textarea").fill(str(tiny_model))
-            page.locator("#dataset textarea").fill(str(math_jsonl))
+            from app.demo.recipe import base_model_path
+
+            page.locator("#model textarea").fill(str(base_model_path()))
+            page.locator("#dataset textarea").fill("arith")
             page.locator("#detect-btn").click()
             expect(page.locator("#detect-md")).to_contain_text("prompt: question", timeout=60_000)
-            expect(page.locator("#samples")).to_contain_text("Tom has")
+            expect(page.locator("#samples")).to_contain_text("How many")
             for elem, value in [("max-steps", "3"), ("save-steps", "2"), ("max-completion", "12"),
                                 ("num-generations", "4"), ("max-length", "96")]:
                 page.locator(f"#{elem} input").fill(value)
