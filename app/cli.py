@@ -230,9 +230,10 @@ def presets_list():
 
     from app.presets import list_presets
 
-    t = Table(title="presets")
-    for col in ("name", "method", "model", "dataset", "what"):
-        t.add_column(col)
+    t = Table(title="presets", show_lines=True)
+    for col in ("name", "method", "model", "dataset"):
+        t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=None if col != "dataset" else 24)
+    t.add_column("what", ratio=1, min_width=24)
     for p in list_presets():
         t.add_row(p["name"], p["method"], p["model"], p["dataset"], p["description"])
     console.print(t)
