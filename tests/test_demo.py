@@ -23,6 +23,10 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     for side in ("base", "adapter"):
         assert set(row[side]) >= {"text", "reward", "components", "correct"}
         assert set(result["summary"][side]) >= {"accuracy", "mean_reward"}
+    stages = result["config"]["demo"]["stages"]
+    assert set(stages) == {"base", "sft_warmup", "grpo"}
+    assert stages["grpo"]["accuracy"] == result["summary"]["adapter"]["accuracy"]
+    assert "held-out accuracy by phase" in r.stdout
     sft, grpo = tmp_path / "demo-sft", tmp_path / "demo-grpo"
     for d in (sft, grpo):
         assert rundir.read_status(d)["status"] == rundir.FINISHED

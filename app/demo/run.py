@@ -82,16 +82,32 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     result = run_comparison(grpo_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
                             local_only=True)
     timings["compare_s"] = time.time() - t
+    # The warm-up adapter on the same rows, so the user sees what each phase contributed (not only the total).
+    warm = run_comparison(sft_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
+                          local_only=True)["summary"]["adapter"]
     timings["total_s"] = time.time() - t0
+    s = result["summary"]
+    stages = {
+        "base": {"accuracy": s["base"]["accuracy"], "mean_reward": s["base"]["mean_reward"]},
+        "sft_warmup": {"accuracy": warm["accuracy"], "mean_reward": warm["mean_reward"]},
+        "grpo": {"accuracy": s["adapter"]["accuracy"], "mean_reward": s["adapter"]["mean_reward"]},
+    }
     result["config"] = {**result.get("config", {}), "demo": {
-        "quick": quick, "sft_run": str(sft_dir), "grpo_run": str(grpo_dir),
+        "quick": quick, "sft_run": str(sft_dir), "grpo_run": str(grpo_dir), "stages": stages,
         "timings": {k: round(v, 1) for k, v in timings.items()}}}
     out = output_dir / rundir.COMPARE_JSON
     _keep_previous(out)
     out.write_text(json.dumps(result, indent=2))
 
     print_result({**result, "rows": result["rows"][:4]}, console)
-    s = result["summary"]
+    from rich.table import Table
+
+    st = Table(title="held-out accuracy by phase")
+    for col in ("model", "accuracy", "mean shaped reward"):
+        st.add_column(col, justify="left" if col == "model" else "right")
+    for name, label in (("base", "base (4-bit)"), ("sft_warmup", "+ SFT warm-up"), ("grpo", "+ GRPO (final adapter)")):
+        st.add_row(label, f"{stages[name]['accuracy']:.1%}", f"{stages[name]['mean_reward']:.3f}")
+    console.print(st)
     b, a = s["base"]["accuracy"], s["adapter"]["accuracy"]
     console.print(
         f"\n[bold]held-out accuracy[/]: base {b:.1%} -> adapter [bold green]{a:.1%}[/] "
