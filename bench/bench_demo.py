@@ -90,7 +90,7 @@ def main() -> None:
 
     result = run_demo(out, quick=False, console=Console(file=open(os.devnull, "w")), progress=False)
     demo = result["config"]["demo"]
-    tm, s = demo["timings"], result["summary"]
+    tm, s, st = demo["timings"], result["summary"], demo["stages"]
     share = reward_share(Path(demo["sft_run"]), out)
     pct = 100 * share["reward_s"] / share["train_wall_s"]
     md = f"""`qlora-app demo` on this machine (2 CPU cores, no GPU, offline), measured by `python bench/bench_demo.py`
@@ -106,10 +106,14 @@ compare on {s['n']} held-out problems.
 | compare ({s['n']} problems x 2 sides) | {tm['compare_s']:.1f} |
 | **total** | **{tm['total_s']:.1f}** (budget 600) |
 
-| held-out | base | adapter |
-|---|---:|---:|
-| accuracy | {s['base']['accuracy']:.1%} | {s['adapter']['accuracy']:.1%} |
-| mean shaped reward | {s['base']['mean_reward']:.3f} | {s['adapter']['mean_reward']:.3f} |
+| held-out ({s['n']} problems, greedy) | base (4-bit) | after SFT warm-up | after GRPO (final adapter) |
+|---|---:|---:|---:|
+| accuracy | {st['base']['accuracy']:.1%} | {st['sft_warmup']['accuracy']:.1%} | {st['grpo']['accuracy']:.1%} |
+| mean shaped reward | {st['base']['mean_reward']:.3f} | {st['sft_warmup']['mean_reward']:.3f} | {st['grpo']['mean_reward']:.3f} |
+
+Most of the lift comes from the SFT warm-up; on top of a strong warm-up GRPO is roughly neutral on this tiny model
+(a sweep of GRPO learning rates 2e-5..2e-4 moved the final accuracy by -4..+1 points; from a weaker 50-step
+warm-up, GRPO 100 steps at 1e-4 lifted 42.0% -> 55.0%).
 
 Adapter vs base by reward: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses.
 
