@@ -5,21 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import yaml
-
 from app import rundir
 from app.errors import UserError
-
-
-def _base_model_of(adapter_dir: Path) -> str:
-    import json
-
-    cfg = json.loads((adapter_dir / "adapter_config.json").read_text())
-    run_cfg = adapter_dir.parent / rundir.CONFIG
-    if run_cfg.is_file():  # the run's config names the model as the user gave it (local path or hub id)
-        return (yaml.safe_load(run_cfg.read_text()).get("model") or {}).get("name_or_path") or cfg[
-            "base_model_name_or_path"]
-    return cfg["base_model_name_or_path"]
 
 
 def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool = False) -> Path:
@@ -34,7 +21,10 @@ def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool =
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base_name = _base_model_of(adapter)
+    from app.compare import resolve_target
+
+    # The same rule compare uses: the run's config names the base as the user gave it, else adapter_config.json.
+    base_name = resolve_target(adapter)[2].name_or_path
     # Merging needs the unquantized weights: merging into 4-bit would bake rounding error into every layer.
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     base = AutoModelForCausalLM.from_pretrained(base_name, dtype=dtype, local_files_only=local_only)
