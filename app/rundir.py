@@ -37,7 +37,7 @@ STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
 
 
 def _slug(text: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9]+", "-", Path(text).name if os.sep in text else text.split("/")[-1]).strip("-")
+    s = re.sub(r"[^A-Za-z0-9]+", "-", Path(text).name).strip("-")  # last part of a path or hub id
     return s.lower()[:32] or "data"
 
 

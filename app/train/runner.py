@@ -57,8 +57,8 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
         d = rundir.require_run_dir(resume)
         if rundir.last_checkpoint(d) is None:
             raise UserError(f"'{d}' has no checkpoint to resume from (checkpoints/ is empty); start a new run instead")
-        st = (rundir.read_status(d) or {}).get("status")
-        if st == rundir.RUNNING and _pid_alive((rundir.read_status(d) or {}).get("pid")):
+        st = rundir.read_status(d) or {}
+        if st.get("status") == rundir.RUNNING and _pid_alive(st.get("pid")):
             raise UserError(f"run '{d.name}' is still running; stop it before resuming")
         return d
     if run_dir is not None:  # the UI pre-creates the folder and writes config.yaml into it
