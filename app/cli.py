@@ -54,10 +54,11 @@ def train(
     reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
     set_: Optional[List[str]] = SetOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
+    explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
     from app.config import build_config, load_yaml_file, resolve, warnings_for
@@ -85,9 +86,14 @@ def train(
         "output_dir": output_dir,
     }
     cfg = build_config(base, flags, list(set_ or []))
+    if explain and not dry_run:
+        raise UserError("--explain goes with --dry-run: qlora-app train --dry-run --explain [your options]")
     if dry_run:
         resolved = resolve(cfg)
-        sys.stdout.write(resolved.to_yaml())
+        if explain:
+            _print_explained(resolved)
+        else:
+            sys.stdout.write(resolved.to_yaml())
         for w in warnings_for(resolved):
             err_console.print(f"[yellow]note:[/] {w}")
         return
@@ -96,6 +102,20 @@ def train(
     d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
                      console=console)
     _print_run_summary(d)
+
+
+def _print_explained(cfg) -> None:
+    from rich.table import Table
+
+    from app.config import explain_rows
+
+    t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
+    t.add_column("key", no_wrap=True, style="bold")
+    t.add_column("value", overflow="fold", max_width=40)
+    t.add_column("what it does", overflow="fold", ratio=1)
+    for key, value, text in explain_rows(cfg):
+        t.add_row(key, value, text)
+    console.print(t)
 
 
 def _print_run_summary(d: Path) -> None:
@@ -132,7 +152,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ):
     """Show which fields will be used as prompt / reference, with reasons and sample rows."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(local_only)
     from app.data.inspect_cmd import run_inspect
@@ -175,10 +195,10 @@ def compare(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(local_only)
-    from app.compare import run_compare_cli
+    from app.eval.cli import run_compare_cli
 
     raise typer.Exit(run_compare_cli(
         adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
@@ -191,10 +211,10 @@ def compare(
 @app.command()
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
-    quick: bool = typer.Option(False, "--quick", help="A reduced budget (about a minute) to check the path."),
+    quick: bool = typer.Option(False, "--quick", help="A reduced budget (about 25 s on 2 cores) to check the path."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO on built-in arithmetic, then base vs adapter."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(True)  # the demo never needs the network, and must not try
     from app.demo.run import run_demo
@@ -212,7 +232,7 @@ def ui(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(local_only)
     from app.ui.launch import launch
@@ -287,7 +307,7 @@ def export(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Copy the adapter, or merge it into a 16-bit copy of the base model."""
-    from app.train.runner import apply_local_only
+    from app.runtime import apply_local_only
 
     apply_local_only(local_only)
     from app.export import export_adapter
@@ -321,7 +341,7 @@ def doctor():
 
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
-    from app.models import quiet_library_noise
+    from app.runtime import quiet_library_noise
 
     quiet_library_noise()
     try:

@@ -19,11 +19,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.errors import UserError
+from app.rewards.registry import NAMES as COMPONENT_NAMES
+from app.rewards.registry import default_weights
 
 # A model that fits an 8 GB GPU for GRPO in 4-bit (about 1.2 GB of weights, room for 4-8 generations of
 # 512 tokens) and already follows instructions well enough for GSM8K to give a useful reward signal.
 DEFAULT_GRPO_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+BUILTIN_MODEL = "arith-base"  # `model.name_or_path: arith-base` = the tiny model shipped in app/assets/
 
 # "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity.
 DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5}
@@ -42,92 +45,104 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def _d(default, description: str, **kw):
+    """A field with the help text `train --dry-run --explain` and the UI's tooltips show."""
+    return Field(default, description=description, **kw)
+
+
 class ModelConfig(StrictModel):
-    name_or_path: str | None = None  # hub id or local directory; None = the method's default
-    load_in_4bit: bool = True
-    quant_type: Literal["nf4", "fp4"] = "nf4"
-    double_quant: bool = True
-    compute_dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
-    revision: str | None = None
-    trust_remote_code: bool = False
+    name_or_path: str | None = _d(None, "hub id or local model folder; empty = the method's default model")
+    load_in_4bit: bool = _d(True, "load the base in 4-bit (QLoRA); false loads it in the compute dtype")
+    quant_type: Literal["nf4", "fp4"] = _d("nf4", "4-bit data type; NF4 is the QLoRA paper's choice")
+    double_quant: bool = _d(True, "quantize the quantization constants too (~0.37 bit/parameter saved)")
+    compute_dtype: Literal["auto", "bf16", "fp16", "fp32"] = _d(
+        "auto", "dtype of the matmuls: auto = bf16 on Ampere+ GPUs, fp16 on older GPUs, fp32 on CPU")
+    revision: str | None = _d(None, "hub revision (branch, tag or commit) of the model")
+    trust_remote_code: bool = _d(False, "allow the model repository's own Python code to run")
 
 
 class LoraConfig(StrictModel):
-    r: int | None = Field(None, gt=0, le=1024)  # None = auto from method and data size
-    alpha: int | None = Field(None, gt=0)  # None = auto (32, as in both LWR recipes' spirit)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: str | list[str] = "all-linear"
-    exclude_modules: list[str] = Field(default_factory=list)
-    # Start from an existing adapter (a run directory or adapter folder) instead of a fresh one, e.g. GRPO after
-    # an SFT warm-up. r/alpha/targets then come from that adapter.
-    init_from: str | None = None
+    r: int | None = _d(None, "LoRA rank; empty = auto: 16 for GRPO, 16-256 for SFT by data size (LoRA Without "
+                             "Regret)", gt=0, le=1024)
+    alpha: int | None = _d(None, "LoRA alpha (scale = alpha / r); empty = auto: 32 for GRPO, max(16, r/4) for SFT",
+                           gt=0)
+    dropout: float = _d(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
+    target_modules: str | list[str] = _d("all-linear", "layers that get an adapter; all-linear (attention and "
+                                                        "MLP) is what LoRA Without Regret recommends")
+    exclude_modules: list[str] = Field(default_factory=list, description="module names to leave without adapter")
+    init_from: str | None = _d(None, "start from an existing adapter (a run folder or adapter folder) instead of a "
+                                     "fresh one, e.g. GRPO after an SFT warm-up; r, alpha and targets then come from it")
 
 
 class DataConfig(StrictModel):
-    dataset: str | None = None  # hub id, local file/dir, or built-in name ("arith")
-    config_name: str | None = None  # hub dataset config, e.g. "main" for openai/gsm8k
-    split: str = "train"
-    eval_split: str | None = None  # None = the dataset's test split if present, else a seeded held-out slice
-    prompt_field: str | None = None  # None = auto-detect
-    reference_field: str | None = None  # None = auto-detect
-    max_samples: int | None = Field(None, gt=0)
-    heldout_size: int = Field(100, ge=0)  # rows held out when the dataset has no test split
-    system_prompt: str | None = None  # None = method default (GRPO asks for "Final answer: ...")
+    dataset: str | None = _d(None, "hub id, local .jsonl/.json/.csv/.parquet file or folder, or a built-in name "
+                                   "(arith, arith-sft)")
+    config_name: str | None = _d(None, "hub dataset config, e.g. 'main' for openai/gsm8k")
+    split: str = _d("train", "split to train on")
+    eval_split: str | None = _d(None, "held-out split; empty = the dataset's test split if any, else a seeded "
+                                      "slice of heldout_size rows")
+    prompt_field: str | None = _d(None, "column holding the prompt; empty = auto-detect (qlora-app inspect shows why)")
+    reference_field: str | None = _d(None, "column holding the reference answer; empty = auto-detect")
+    max_samples: int | None = _d(None, "use at most this many training rows", gt=0)
+    heldout_size: int = _d(100, "rows held out when the dataset has no test split", ge=0)
+    system_prompt: str | None = _d(None, "system prompt put before every prompt; empty = the method's default "
+                                         "(GRPO asks for 'Final answer: ...')")
 
 
 class TrainingConfig(StrictModel):
-    learning_rate: float | None = Field(None, gt=0)
-    num_train_epochs: float = Field(1.0, gt=0)
-    max_steps: int = Field(-1, ge=-1)  # -1 = run the epochs
-    per_device_train_batch_size: int | None = Field(None, gt=0)
-    gradient_accumulation_steps: int | None = Field(None, gt=0)
-    max_length: int = Field(1024, gt=0)  # SFT sequence length
-    seed: int = 42
-    gradient_checkpointing: bool = True
-    save_steps: int = Field(50, gt=0)
-    save_total_limit: int = Field(2, gt=0)
-    logging_steps: int = Field(1, gt=0)
-    lr_scheduler_type: str = "constant_with_warmup"
-    warmup_steps: int = Field(0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    # Passed straight to SFTConfig / GRPOConfig for knobs we do not surface; checked against TRL's fields.
-    extra_args: dict[str, Any] = Field(default_factory=dict)
+    learning_rate: float | None = _d(None, "empty = auto: 2e-4 for SFT, 3e-5 for GRPO (LoRA wants ~10x the full "
+                                           "fine-tuning rate)", gt=0)
+    num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
+    max_steps: int = _d(-1, "optimizer steps to run; -1 = run num_train_epochs", ge=-1)
+    per_device_train_batch_size: int | None = _d(None, "rows (SFT) or completions (GRPO) per forward pass; empty "
+                                                       "= auto: 4 for SFT, num_generations for GRPO", gt=0)
+    gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto: 4 for "
+                                                       "SFT, 2 for GRPO", gt=0)
+    max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
+    seed: int = _d(42, "seed for data order, LoRA init, sampling, and the held-out split")
+    gradient_checkpointing: bool = _d(True, "recompute activations in backward: much less memory, ~30% slower")
+    save_steps: int = _d(50, "save a resumable checkpoint every this many steps", gt=0)
+    save_total_limit: int = _d(2, "keep at most this many checkpoints (oldest removed)", gt=0)
+    logging_steps: int = _d(1, "write a metrics.jsonl row every this many steps", gt=0)
+    lr_scheduler_type: str = _d("constant_with_warmup", "transformers scheduler name")
+    warmup_steps: int = _d(0, "steps of linear learning-rate warm-up", ge=0)
+    max_grad_norm: float = _d(1.0, "gradient clipping norm", gt=0)
+    extra_args: dict[str, Any] = Field(default_factory=dict, description=(
+        "passed straight to TRL's SFTConfig / GRPOConfig for knobs not surfaced here; checked against its fields"))
 
 
 class GRPOConfig(StrictModel):
-    num_generations: int = Field(4, ge=2)
-    max_completion_length: int = Field(256, gt=0)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1.0)
-    beta: float = Field(0.0, ge=0)  # KL coefficient; 0 = no reference model (saves memory)
-    loss_type: str = "dapo"
+    num_generations: int = _d(4, "completions sampled per prompt (the group GRPO compares within)", ge=2)
+    max_completion_length: int = _d(256, "tokens a completion may take", gt=0)
+    temperature: float = _d(1.0, "sampling temperature; groups need spread, so keep it near 1", gt=0)
+    top_p: float = _d(1.0, "nucleus sampling", gt=0, le=1.0)
+    beta: float = _d(0.0, "KL coefficient; 0 = no reference model (saves memory)", ge=0)
+    loss_type: str = _d("dapo", "TRL GRPO loss: dapo, grpo, dr_grpo, bnpo, ...")
 
 
 class RewardConfig(StrictModel):
-    # Weights of the shaped reward components (see docs/rewards.md). Reference (0/1) at 2.0 dominates: a correct
-    # answer without the format (2.0) beats a wrong one with it (0.5), even with the worst boilerplate (-1.0) and
-    # length (-0.25) penalties. Keys left out keep these defaults, so `--set reward.weights.format=1` changes one.
-    # "accuracy" (strict math-verify, LoRA Without Regret) is off unless `accuracy: true` or given a weight.
-    weights: dict[str, float] = Field(
-        default_factory=lambda: {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 1.0}
-    )
-    length_target: int = Field(400, gt=0)  # characters of visible answer: only a gentle slope (to -0.1) up to here
-    length_limit: int = Field(2000, gt=0)  # characters: the length penalty reaches its -0.6 floor here
-    accuracy: bool = False  # add the strict math-verify accuracy reward (LoRA Without Regret), weight 1.0 by default
-    custom: list[str] = Field(default_factory=list)  # "module:function" or "path/to/file.py:function"
+    # The default weights and every component's meaning live in app/rewards/registry.py (see docs/rewards.md).
+    weights: dict[str, float] = Field(default_factory=default_weights, description=(
+        "weight of each shaped-reward component (" + ", ".join(COMPONENT_NAMES) + ") or custom function; keys "
+        "left out keep their defaults, so reward.weights.format=1 changes one"))
+    length_target: int = _d(400, "characters of visible answer the length component allows with only a gentle "
+                                 "slope (to -0.1)", gt=0)
+    length_limit: int = _d(2000, "characters at which the length penalty reaches its -0.6 floor", gt=0)
+    accuracy: bool = _d(False, "add the strict math-verify accuracy component (LoRA Without Regret's reward)")
+    custom: list[str] = Field(default_factory=list, description=(
+        "extra reward functions: 'module:function' or 'path/to/file.py:function'"))
 
     @field_validator("weights")
     @classmethod
     def _known_components(cls, v: dict[str, float]) -> dict[str, float]:
-        known = {"length", "format", "reference", "boilerplate", "accuracy"}
         for k in v:
-            if k not in known and ":" not in k:
-                hint = difflib.get_close_matches(k, sorted(known), n=1)
+            if k not in COMPONENT_NAMES and ":" not in k:
+                hint = difflib.get_close_matches(k, COMPONENT_NAMES, n=1)
                 raise ValueError(
                     f"unknown reward component '{k}'"
-                    + (f"; did you mean '{hint[0]}'?" if hint else f"; known: {', '.join(sorted(known))}")
+                    + (f"; did you mean '{hint[0]}'?" if hint else f"; known: {', '.join(COMPONENT_NAMES)}")
                 )
-        return {**cls.model_fields["weights"].default_factory(), **v}
+        return {**default_weights(), **v}
 
     @field_validator("custom")
     @classmethod
@@ -149,14 +164,15 @@ class RewardConfig(StrictModel):
 
 
 class RuntimeConfig(StrictModel):
-    backend: Literal["auto", "hf", "unsloth"] = "auto"
-    local_only: bool = False
-    report_to: list[str] = Field(default_factory=list)  # e.g. ["trackio"]; never remote under local_only
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["auto", "hf", "unsloth"] = _d("auto", "auto = Unsloth on CUDA when installed, else HF")
+    local_only: bool = _d(False, "air-gapped: local paths and the HF cache only, never the network")
+    report_to: list[str] = Field(default_factory=list, description=(
+        "trackers, e.g. [trackio]; remote ones are refused under local_only"))
+    device: Literal["auto", "cpu", "cuda"] = _d("auto", "auto = the GPU when there is one; cpu stays on the CPU")
 
 
 class AppConfig(StrictModel):
-    method: Literal["sft", "grpo"] = "grpo"
+    method: Literal["sft", "grpo"] = _d("grpo", "sft (learn from reference answers) or grpo (learn from rewards)")
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -164,8 +180,8 @@ class AppConfig(StrictModel):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
-    output_dir: str = "runs"  # parent folder; each run gets its own sub-directory
-    run_name: str | None = None  # None = <date>-<method>-<dataset>
+    output_dir: str = _d("runs", "parent folder; each run gets its own sub-directory")
+    run_name: str | None = _d(None, "run folder name; empty = <date>-<method>-<dataset>")
 
     @model_validator(mode="after")
     def _check_grpo_batch(self) -> "AppConfig":
@@ -217,6 +233,31 @@ def all_leaf_keys(model: type[BaseModel] = AppConfig, prefix: str = "") -> list[
         else:
             keys.append(f"{prefix}{name}")
     return keys
+
+
+def field_help(model: type[BaseModel] = AppConfig, prefix: str = "") -> dict[str, str]:
+    """Dotted key -> its description (the text `--explain` and the UI's tooltips show)."""
+    out = {}
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.update(field_help(ann, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = field.description or ""
+    return out
+
+
+def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
+    """(dotted key, value as YAML, description) for every key of a config, in config order."""
+    data = cfg.model_dump(mode="json")
+    rows = []
+    for key, text in field_help().items():
+        v = data
+        for part in key.split("."):
+            v = v[part]
+        shown = yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+        rows.append((key, shown, text))
+    return rows
 
 
 def _unknown_key_message(dotted: str) -> str:
@@ -326,6 +367,35 @@ def _drop_none(d: dict) -> dict:
     return out
 
 
+def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
+    """The config with every local path it holds (model, dataset, init_from, custom reward files, output_dir)
+    made absolute against ``base``, the folder the user typed them in. A value that does not name an existing
+    path under ``base`` (a hub id, a built-in dataset name) is left as typed."""
+    base = Path(base)
+
+    def absolute(value: str | None) -> str | None:
+        if not value:
+            return value
+        p = Path(value).expanduser()
+        if p.is_absolute():
+            return str(p)
+        return str((base / p).resolve()) if (base / p).exists() else value
+
+    c = cfg.model_copy(deep=True)
+    c.model.name_or_path = absolute(c.model.name_or_path)
+    c.data.dataset = absolute(c.data.dataset)
+    c.lora.init_from = absolute(c.lora.init_from)
+    renamed = {}
+    for entry in c.reward.custom:
+        target, _, func = entry.rpartition(":")
+        renamed[entry] = f"{absolute(target)}:{func}" if target.endswith(".py") else entry
+    c.reward.custom = list(renamed.values())
+    # A custom function's weight is keyed by its entry string: it moves with the entry.
+    c.reward.weights = {renamed.get(k, k): v for k, v in c.reward.weights.items()}
+    c.output_dir = str((base / Path(c.output_dir).expanduser()).resolve())
+    return c
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Resolution of "auto" values
 
@@ -348,6 +418,10 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
     c = cfg.model_copy(deep=True)
     if c.model.name_or_path is None:
         c.model.name_or_path = DEFAULT_GRPO_MODEL if c.method == "grpo" else DEFAULT_SFT_MODEL
+    elif c.model.name_or_path == BUILTIN_MODEL:  # the tiny model shipped for the offline demo
+        from app.demo.recipe import base_model_path
+
+        c.model.name_or_path = str(base_model_path(build_if_missing=False))
     if c.lora.r is None:
         c.lora.r = DEFAULT_RANK["grpo"] if c.method == "grpo" else sft_rank_for_size(num_rows)
     if c.lora.alpha is None:

@@ -10,7 +10,8 @@ import shutil
 def report(console) -> None:
     from rich.table import Table
 
-    from app.models import device_facts, pick_backend, pick_compute_dtype
+    from app.models import pick_backend, pick_compute_dtype
+    from app.runtime import device_facts
 
     t = Table(title="qlora-app doctor")
     t.add_column("check")

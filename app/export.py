@@ -21,7 +21,7 @@ def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool =
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from app.compare import resolve_target
+    from app.eval.compare import resolve_target
 
     # The same rule compare uses: the run's config names the base as the user gave it, else adapter_config.json.
     base_name = resolve_target(adapter)[2].name_or_path

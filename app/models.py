@@ -7,15 +7,12 @@ CPU too (slowly), so tests exercise it for real on tiny models.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
 from app.config import LoraConfig, ModelConfig
 from app.errors import UserError
-
-log = logging.getLogger(__name__)
-
+from app.runtime import device_facts, quiet_library_noise
 
 def looks_local(name: str) -> bool:
     """A path the user meant as local: it exists, or it is spelled like a path (./x, /x, ~/x, x\\y)."""
@@ -44,18 +41,6 @@ def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
     if setting == "auto" and cuda and unsloth_installed:
         return "unsloth"
     return "hf"
-
-
-def device_facts() -> dict:
-    import torch
-
-    cuda = torch.cuda.is_available()
-    return {
-        "cuda": cuda,
-        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
-        "gpu": torch.cuda.get_device_name(0) if cuda else None,
-        "vram_gb": (torch.cuda.get_device_properties(0).total_memory / 2**30) if cuda else None,
-    }
 
 
 def torch_dtype(name: str):
@@ -106,13 +91,14 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False):
     return tok
 
 
-def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True):
-    """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false."""
+def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto"):
+    """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
+    runtime.device (auto / cpu / cuda)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     check_model_source(mc.name_or_path, local_only)
-    facts = device_facts()
+    facts = device_facts(device)
     dtype = pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"])
     kwargs = dict(
         revision=mc.revision,
@@ -122,8 +108,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     )
     if mc.load_in_4bit:
         kwargs["quantization_config"] = quantization_config(mc, dtype)
-    if facts["cuda"]:
-        kwargs["device_map"] = {"": 0}
+    # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
+    # visible, which would ignore runtime.device=cpu.
+    kwargs["device_map"] = {"": 0} if facts["cuda"] else {"": "cpu"}
     quiet_library_noise()
     try:
         model = AutoModelForCausalLM.from_pretrained(mc.name_or_path, **kwargs)
@@ -169,21 +156,6 @@ def attach_or_describe_lora(model, lc: LoraConfig):
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
 
 
-def quiet_library_noise() -> None:
-    """Keep the terminal readable: our own progress bars replace the libraries' (loading shards, generating
-    splits), and bitsandbytes' warning that an optional hub 'kernels' package is absent is not actionable (its
-    fallback CPU kernel is what we want offline). Must run before those libraries are imported."""
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-
-    class _Drop(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return "kernels" not in record.getMessage()
-
-    for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
-        logging.getLogger(name).addFilter(_Drop())
-
-
 def match_adapter_dtype(model, compute_dtype: str) -> int:
     """TRL casts LoRA weights of a quantized model to bf16 (the QLoRA paper's choice on Ampere GPUs). With fp32
     compute (CPU) that only throws precision away: Adam updates smaller than bf16's ~3 significant digits vanish
@@ -208,7 +180,7 @@ def unsloth_installed() -> bool:
 
 def load_for_training(cfg):
     """(model, tokenizer, info) through the backend runtime.backend picks: HF + bitsandbytes, or Unsloth on CUDA."""
-    facts = device_facts()
+    facts = device_facts(cfg.runtime.device)
     backend = pick_backend(cfg.runtime.backend, facts["cuda"], unsloth_installed())
     if backend == "unsloth":
         from app.unsloth_backend import load_with_unsloth
@@ -217,7 +189,7 @@ def load_for_training(cfg):
         model, tok = load_with_unsloth(cfg, dtype)
         return model, tok, {"compute_dtype": dtype, "cuda": True, "gpu": facts["gpu"], "4bit": True,
                             "backend": "unsloth"}
-    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only)
+    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device)
     return model, tok, {**info, "backend": "hf"}
 
 

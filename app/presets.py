@@ -1,5 +1,8 @@
 """Presets: partial config YAMLs in the repository's presets/ folder.
 
+``app/presets_yaml`` is a link to that folder, so the same files ship inside the wheel (package data) and a
+non-editable ``pip install .`` finds them too.
+
 Each file starts with a comment line showing the exact command that uses it, then a '# ' description line.
 """
 
@@ -17,7 +20,7 @@ def presets_dir() -> Path:
     env = os.environ.get("QLORA_APP_PRESETS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "presets"
+    return Path(__file__).resolve().parent / "presets_yaml"
 
 
 def _names() -> list[str]:

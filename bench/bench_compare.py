@@ -4,7 +4,7 @@
 
 Same model, same prompts, same process: a random Qwen3-architecture model (hidden 128, 4 layers, a locally trained
 tokenizer with a chat template) loaded in 4-bit NF4 through app.models.load_base_model, wrapped with a LoRA adapter
-by PEFT exactly as `qlora-app compare` does, then app.compare.generate with batch_size=N and with batch_size=1.
+by PEFT exactly as `qlora-app compare` does, then app.eval.compare.generate with batch_size=N and with batch_size=1.
 Both sides of a comparison run this code path, so the ratio applies to the whole command's generation time.
 Prints one Markdown table row per setting for docs/performance.md (## compare). Offline; CPU is fine.
 """
@@ -65,7 +65,7 @@ def main() -> None:
 
     import torch
 
-    from app.compare import format_prompt, generate, load_pair
+    from app.eval.compare import format_prompt, generate, load_pair
     from app.config import ModelConfig
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -88,7 +88,7 @@ def main() -> None:
 
     from app.demo.run import run_demo
 
-    result = run_demo(out, quick=False, console=Console(file=open(os.devnull, "w")), progress=False)
+    result = run_demo(out, quick=False, console=Console(file=open(os.devnull, "w")), progress=False).to_dict()
     demo = result["config"]["demo"]
     tm, s, st = demo["timings"], result["summary"], demo["stages"]
     share = reward_share(Path(demo["sft_run"]), out)

@@ -88,11 +88,11 @@ def plain_base_outputs(base_dir: Path, prompts: list[str], max_new_tokens: int) 
 
 @pytest.mark.slow
 def test_base_side_is_the_plain_base_and_adapter_side_differs(run_dir, tiny_models):
-    from app.compare import run_comparison
+    from app.eval.compare import run_comparison
 
     seen = []
     res = run_comparison(run_dir, prompts=PROMPTS, max_new_tokens=16, batch_size=16,
-                         progress=lambda d, t: seen.append((d, t)))
+                         progress=lambda d, t: seen.append((d, t))).to_dict()
     base = [r["base"]["text"] for r in res["rows"]]
     adapter = [r["adapter"]["text"] for r in res["rows"]]
     # Batched + left-padded + adapter disabled must give exactly what the plain base gives unbatched.
@@ -106,7 +106,7 @@ def test_base_side_is_the_plain_base_and_adapter_side_differs(run_dir, tiny_mode
 def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
     from rich.console import Console
 
-    from app.compare import run_compare_cli
+    from app.eval.cli import run_compare_cli
 
     evil = "<script>alert('x')</script> & <img src=https://example.com/a.png>"
     out_json, out_html = tmp_path / "c.json", tmp_path / "c.html"
@@ -162,17 +162,17 @@ def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
 
 @pytest.mark.slow
 def test_sampling_is_seeded(run_dir):
-    from app.compare import run_comparison
+    from app.eval.compare import run_comparison
 
     kw = dict(prompts=PROMPTS[:2], max_new_tokens=8, temperature=1.0)
-    a = run_comparison(run_dir, seed=3, **kw)
-    b = run_comparison(run_dir, seed=3, **kw)
+    a = run_comparison(run_dir, seed=3, **kw).to_dict()
+    b = run_comparison(run_dir, seed=3, **kw).to_dict()
     assert [r["adapter"]["text"] for r in a["rows"]] == [r["adapter"]["text"] for r in b["rows"]]
     assert not a["config"]["greedy"]
 
 
 def test_adapter_from_another_base_is_a_user_error(run_dir, tiny_models):
-    from app.compare import run_comparison
+    from app.eval.compare import run_comparison
 
     with pytest.raises(UserError) as e:
         run_comparison(run_dir, model=str(tiny_models["llama"]), prompts=["hi"])
@@ -199,7 +199,7 @@ def test_shape_mismatch_names_both_models(tmp_path, adapter_dir, tiny_models):
     ac["base_model_name_or_path"] = str(other)
     (moved / "adapter_config.json").write_text(json.dumps(ac))
 
-    from app.compare import run_comparison
+    from app.eval.compare import run_comparison
 
     with pytest.raises(UserError, match="does not fit base") as e:
         run_comparison(moved, prompts=["hi"], max_new_tokens=2)
@@ -208,7 +208,7 @@ def test_shape_mismatch_names_both_models(tmp_path, adapter_dir, tiny_models):
 
 
 def test_nothing_to_compare(run_dir):
-    from app.compare import run_comparison
+    from app.eval.compare import run_comparison
 
     with pytest.raises(UserError, match="nothing to compare"):
         run_comparison(run_dir)
@@ -253,17 +253,23 @@ def test_cli_exit_codes(script, tmp_path, run_dir, tiny_models):
 
 
 def test_summary_counts_and_html_diff():
-    from app.compare import summarize
-    from app.compare_html import diff_spans
+    from app.eval.render import diff_spans
+    from app.eval.result import Cell, Comparison, Row, Summary
 
     def cell(text, reward, correct, boiler=0.0):
-        return {"text": text, "reward": reward, "correct": correct, "tokens": 1,
-                "components": {"length": 0.0, "format": 0.0, "reference": 0.0, "boilerplate": boiler}}
+        return Cell(text=text, reward=reward, correct=correct, tokens=1,
+                    components={"length": 0.0, "format": 0.0, "reference": 0.0, "boilerplate": boiler})
 
-    rows = [{"base": cell("a", 0.0, False), "adapter": cell("b", 1.0, True)},
-            {"base": cell("a", 0.5, True), "adapter": cell("a", 0.5, True)},
-            {"base": cell("As an AI", 1.0, None, -1.0), "adapter": cell("c", 0.2, None)}]
-    s = summarize(rows)
+    def row(b, a):
+        return Row(prompt="p", reference=None, source="prompt", base=b, adapter=a)
+
+    rows = [row(cell("a", 0.0, False), cell("b", 1.0, True)),
+            row(cell("a", 0.5, True), cell("a", 0.5, True)),
+            row(cell("As an AI", 1.0, None, -1.0), cell("c", 0.2, None))]
+    c = Comparison.of(rows, {"seed": 0})
+    assert Comparison.from_dict(json.loads(json.dumps(c.to_dict()))) == c  # compare.json reads back whole
+    s = c.to_dict()["summary"]
+    assert Summary.of(rows) == c.summary
     assert (s["wins"], s["ties"], s["losses"]) == (1, 1, 1)
     assert s["base"]["accuracy"] == 0.5 and s["adapter"]["accuracy"] == 1.0 and s["base"]["n_judged"] == 2
     assert s["base"]["boilerplate_rate"] == pytest.approx(1 / 3) and s["adapter"]["boilerplate_rate"] == 0.0
@@ -276,7 +282,7 @@ def test_summary_counts_and_html_diff():
 def test_base_model_is_found_from_run_checkpoint_or_bare_adapter(run_dir, adapter_dir, tiny_models, tmp_path):
     import shutil
 
-    from app.compare import resolve_target
+    from app.eval.compare import resolve_target
 
     qwen3 = str(tiny_models["qwen3"])
     ck = run_dir / "checkpoints" / "checkpoint-3"
@@ -289,6 +295,6 @@ def test_base_model_is_found_from_run_checkpoint_or_bare_adapter(run_dir, adapte
     found, cfg, mc, trained_on = resolve_target(adapter_dir)  # no run around it: adapter_config.json says
     assert cfg is None and found == adapter_dir and mc.name_or_path == qwen3
     with pytest.raises(UserError, match="--num-samples needs a dataset"):
-        from app.compare import run_comparison
+        from app.eval.compare import run_comparison
 
         run_comparison(adapter_dir, num_samples=3)

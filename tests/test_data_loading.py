@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.config import DataConfig
-from app.data import DataError, build_splits, heldout_examples, resolve_dataset
+from app.data import DataError, build_splits, resolve_dataset
+from app.eval.heldout import heldout_examples
 from app.errors import UserError
 
 CORPUS = Path(__file__).parent / "data_schemas"
@@ -225,7 +226,8 @@ def test_heldout_examples(tmp_path, math_jsonl):
     train, held, _ = build_splits(cfg, 1)
     held_q = {r["question"] for r in held}
     for e in ex:
-        assert set(e) == {"prompt", "reference", "row"}
+        assert set(e) == {"prompt", "reference", "row", "messages", "plain"}
+        assert e["messages"][-1] == {"role": "user", "content": e["prompt"]} and e["plain"] == e["prompt"]
         assert e["prompt"] == e["row"]["question"] and e["row"]["question"] in held_q
         assert e["reference"] == e["row"]["answer"] and "####" in e["reference"]  # GSM8K answers kept whole
     assert len(heldout_examples(cfg, n=1000, seed=1, split_seed=1)) == len(held)

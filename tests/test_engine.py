@@ -174,19 +174,46 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     assert not any("lora" in n for n, _ in m.named_parameters())
 
 
-def test_local_only_training_never_opens_a_network_connection(tiny_model, math_jsonl, tmp_path, monkeypatch):
-    import socket
+def test_local_only_training_never_opens_a_network_connection(tiny_model, math_jsonl, tmp_path):
+    """From an environment with no offline flags at all (conftest sets them for the test process, so this runs in a
+    fresh one): `train --local-only` must set them before any hub library is imported, and open no socket."""
+    import json
+    import os
+    import subprocess
+    import sys
 
-    attempts = []
-
-    def refuse(self, address):
-        attempts.append(address)
-        raise OSError("network disabled by test")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=1, extra=["local_only=true", "report_to=[trackio]"])
-    d = run_training(cfg, progress=False)
+    probe = tmp_path / "probe.json"
+    code = f"""
+import json, socket, sys
+attempts = []
+def refuse(self, address):
+    attempts.append(str(address))
+    raise OSError("network disabled by test")
+socket.socket.connect = refuse
+socket.socket.connect_ex = refuse
+from app.cli import main
+sys.argv = ["qlora-app", "train", "--local-only", "--no-progress", "--method", "grpo", "--model", {str(tiny_model)!r},
+            "--dataset", {str(math_jsonl)!r}, "--max-steps", "1", "--output-dir", {str(tmp_path / "runs")!r},
+            "--set", "report_to=[trackio]", "--set", "per_device_train_batch_size=2",
+            "--set", "gradient_accumulation_steps=1", "--set", "num_generations=2",
+            "--set", "max_completion_length=8", "--set", "gradient_checkpointing=false"]
+try:
+    main()
+finally:
+    import datasets.config, huggingface_hub.constants, transformers.utils.hub
+    json.dump({{"attempts": attempts, "hub": huggingface_hub.constants.HF_HUB_OFFLINE,
+               "datasets": datasets.config.HF_HUB_OFFLINE,
+               "transformers": transformers.utils.hub.is_offline_mode()}}, open({str(probe)!r}, "w"))
+"""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "TRANSFORMERS_")) and k not in ("DO_NOT_TRACK", "GRADIO_ANALYTICS_ENABLED")}
+    env["HF_HOME"] = str(tmp_path / "hf-home")  # an empty cache: nothing there to fall back on
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(probe.read_text())
+    assert seen["attempts"] == []
+    # the offline flags were in force when the libraries were imported (a broken apply_local_only fails here)
+    assert seen["hub"] and seen["datasets"] and seen["transformers"], seen
+    (d,) = (tmp_path / "runs").iterdir()
     assert rundir.read_status(d)["status"] == rundir.FINISHED
-    assert attempts == []
     assert "step 1/1" in (d / rundir.LOG).read_text()

@@ -1,6 +1,9 @@
 """End to end in a real headless Chromium: start a tiny GRPO run from the Train tab, watch it finish with plotted
-curves, find it in Runs, compare base vs adapter in Compare. Saves a screenshot of each tab into docs/."""
+curves, find it in Runs, compare base vs adapter in Compare. Saves a screenshot of each tab into a temporary folder,
+or into $QLORA_APP_SCREENSHOTS: `QLORA_APP_SCREENSHOTS=docs python -m pytest tests/test_ui_browser.py -m browser`
+refreshes the README's pictures (tests never write into tracked files otherwise)."""
 
+import os
 import re
 import socket
 import time
@@ -15,7 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def _free_port() -> int:
@@ -38,6 +40,8 @@ def test_train_runs_compare_in_chromium(tmp_path):
     from app.ui.launch import launch
 
     runs = tmp_path / "runs"
+    shots = Path(os.environ.get("QLORA_APP_SCREENSHOTS") or tmp_path / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     demo = launch(host="127.0.0.1", port=port, runs_dir=runs, local_only=True, block=False)
     try:
@@ -76,8 +80,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 assert time.time() < deadline, "no curve drawn in the live plots"
                 time.sleep(0.5)
             expect(page.locator("#train-log textarea")).to_have_value(re.compile("finished at step 3"), timeout=20_000)
-            DOCS.mkdir(exist_ok=True)
-            page.screenshot(path=str(DOCS / "ui-train.png"), full_page=True)
+            page.screenshot(path=str(shots / "ui-train.png"), full_page=True)
 
             # --- Runs: the run is listed as finished, its curves and config shown
             (run_dir,) = rundir.list_runs(runs)
@@ -90,7 +93,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
             while not _lines_drawn(page, "run-loss-plot"):
                 assert time.time() < deadline, "no curve drawn in the Runs tab"
                 time.sleep(0.5)
-            page.screenshot(path=str(DOCS / "ui-runs.png"), full_page=True)
+            page.screenshot(path=str(shots / "ui-runs.png"), full_page=True)
 
             # --- Compare: a typed prompt + 1 held-out row, base and adapter side by side
             page.get_by_role("tab", name="Compare").click()
@@ -101,11 +104,11 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 page.locator(f"#{elem} input").press("Tab")
             page.locator("#cmp-btn").click()
             expect(page.locator("#cmp-summary")).to_contain_text("wins", timeout=180_000)
-            expect(page.locator("#cmp-html .cmp-row")).to_have_count(2)
+            expect(page.locator("#cmp-html .row")).to_have_count(2)
             expect(page.locator("#cmp-html [data-side='base']")).to_have_count(2)
             expect(page.locator("#cmp-html [data-side='adapter']")).to_have_count(2)
             expect(page.locator("#cmp-html")).to_contain_text("reward")
-            page.screenshot(path=str(DOCS / "ui-compare.png"), full_page=True)
+            page.screenshot(path=str(shots / "ui-compare.png"), full_page=True)
             browser.close()
     finally:
         demo.close()

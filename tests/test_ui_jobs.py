@@ -104,16 +104,30 @@ def test_start_refused_while_another_process_runs_a_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path):
-    """The Start button's path, with the real engine: a fresh run dir, config.yaml, a finished run with curves."""
+def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, monkeypatch):
+    """The Start button's path, with the real engine: a fresh run dir, config.yaml, a finished run with curves.
+    The UI is started from its own folder and the user types paths relative to it (not the package root)."""
+    import os
+    import shutil
+
+    import yaml
+
+    home = tmp_path / "where-the-ui-started"
+    home.mkdir()
+    shutil.copy(math_jsonl, home / "my-data.jsonl")
+    monkeypatch.chdir(home)
     runs = tmp_path / "runs"
     jobs = JobManager(runs)
     form = h.form_defaults(None)
-    form.update(method="sft", model=str(tiny_model), dataset=str(math_jsonl), max_steps=3, local_only=True,
-                batch_size=2, grad_accum=1, gradient_checkpointing=False, max_length=96, save_steps=2)
+    form.update(method="sft", model=os.path.relpath(tiny_model, home), dataset="my-data.jsonl", max_steps=3,
+                local_only=True, batch_size=2, grad_accum=1, gradient_checkpointing=False, max_length=96,
+                save_steps=2)
+    assert h.detect("my-data.jsonl")["detection"]["prompt_field"] == "question"  # "Detect fields" reads it too
     d = h.start_run(jobs, runs, form)
     assert d.parent == runs.resolve() or d.parent == runs
-    assert (d / rundir.CONFIG).is_file()
+    cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
+    assert cfg["data"]["dataset"] == str(home / "my-data.jsonl")  # absolute: a resume from anywhere finds it
+    assert cfg["model"]["name_or_path"] == str(Path(tiny_model).resolve())
     with pytest.raises(UserError, match="already in progress"):
         h.start_run(jobs, runs, form)
     assert _wait(lambda: not jobs.is_running(), timeout=300), h.log_tail(d)

@@ -2,7 +2,7 @@
 
 Public API (used by the engine, compare and the UI)::
 
-    resolve_dataset, detect_fields, build_splits, heldout_examples, prompt_text, to_grpo, to_sft,
+    resolve_dataset, detect_fields, build_splits, prompt_text, to_grpo, to_sft,
     Detection, DataError
 
 Importing this package is cheap (standard library only); ``datasets`` is imported when data is loaded.
@@ -10,7 +10,7 @@ Importing this package is cheap (standard library only); ``datasets`` is importe
 
 from app.data.convert import prompt_text, reference_text, to_grpo, to_sft
 from app.data.detect import DataError, Detection, detect_fields
-from app.data.loading import build_splits, heldout_examples, resolve_dataset
+from app.data.loading import build_splits, resolve_dataset
 
 __all__ = ["DataError", "Detection", "resolve_dataset", "detect_fields", "build_splits", "to_grpo", "to_sft",
-           "heldout_examples", "prompt_text", "reference_text"]
+           "prompt_text", "reference_text"]

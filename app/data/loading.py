@@ -305,20 +305,6 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     return train, heldout, det
 
 
-def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, split_seed: int) -> list[dict]:
-    """A seeded sample of n held-out rows: [{"prompt": str, "reference": str|None, "row": dict}].
-
-    ``split_seed`` must be the training run's ``training.seed``: it decides which rows were held out when the
-    dataset has no test split, so any other value could hand back rows the adapter was trained on. ``seed`` only
-    picks which held-out rows to return."""
-    from app.data.convert import prompt_text, reference_text
-
-    _, heldout, det = build_splits(data_cfg, split_seed, local_only)
-    idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
-    rows = heldout.select(idx).to_list() if idx else []
-    return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r} for r in rows]
-
-
 # ------------------------------------------------------------------------------------------------ bounded preview
 
 

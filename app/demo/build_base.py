@@ -22,12 +22,13 @@ import re
 import time
 from pathlib import Path
 
+from app.config import DEFAULT_GRPO_SYSTEM_PROMPT
 from app.data.arith import MAX_OPERAND, generate_arith, split_rows
 
 PRETRAIN_SEED = 777
 _EQ = re.compile(r"(\d+) ([+-]) (\d+) = \d+\.")
 SYSTEM_PROMPTS = [
-    "Solve the problem step by step, briefly. End with a line of the form 'Final answer: <answer>'.",
+    DEFAULT_GRPO_SYSTEM_PROMPT,
     "You are a helpful assistant.",
     "Answer the question.",
 ]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from app import rundir
 
-# --quick: the same path with a budget small enough for a test (about a minute on 2 cores).
+# --quick: the same path with a budget small enough for a test (about 25 s on 2 cores).
 QUICK = {"sft_steps": 4, "grpo_steps": 2, "eval": 12}
 
 
@@ -28,11 +28,12 @@ def _keep_previous(path: Path) -> None:
         os.replace(path, path.with_name(f"{path.stem}.{stamp}{path.suffix}"))
 
 
-def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None) -> dict:
+def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None):
+    """Returns the final ``Comparison``; its config["demo"] holds the stages, run folders and timings."""
     from rich.console import Console
 
-    from app.compare import run_comparison
-    from app.compare_html import print_result
+    from app.eval.compare import run_comparison
+    from app.eval.render import print_result
     from app.config import build_config
     from app.demo.recipe import EVAL_MAX_NEW_TOKENS, EVAL_SIZE, base_model_path, grpo_preset, sft_preset
     from app.plots import series, sparkline
@@ -84,22 +85,21 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     timings["compare_s"] = time.time() - t
     # The warm-up adapter on the same rows, so the user sees what each phase contributed (not only the total).
     warm = run_comparison(sft_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
-                          local_only=True)["summary"]["adapter"]
+                          local_only=True).summary.adapter
     timings["total_s"] = time.time() - t0
-    s = result["summary"]
+    s = result.summary
     stages = {
-        "base": {"accuracy": s["base"]["accuracy"], "mean_reward": s["base"]["mean_reward"]},
-        "sft_warmup": {"accuracy": warm["accuracy"], "mean_reward": warm["mean_reward"]},
-        "grpo": {"accuracy": s["adapter"]["accuracy"], "mean_reward": s["adapter"]["mean_reward"]},
+        "base": {"accuracy": s.base.accuracy, "mean_reward": s.base.mean_reward},
+        "sft_warmup": {"accuracy": warm.accuracy, "mean_reward": warm.mean_reward},
+        "grpo": {"accuracy": s.adapter.accuracy, "mean_reward": s.adapter.mean_reward},
     }
-    result["config"] = {**result.get("config", {}), "demo": {
-        "quick": quick, "sft_run": str(sft_dir), "grpo_run": str(grpo_dir), "stages": stages,
-        "timings": {k: round(v, 1) for k, v in timings.items()}}}
+    result.config["demo"] = {"quick": quick, "sft_run": str(sft_dir), "grpo_run": str(grpo_dir), "stages": stages,
+                             "timings": {k: round(v, 1) for k, v in timings.items()}}
     out = output_dir / rundir.COMPARE_JSON
     _keep_previous(out)
-    out.write_text(json.dumps(result, indent=2))
+    out.write_text(json.dumps(result.to_dict(), indent=2))
 
-    print_result({**result, "rows": result["rows"][:4]}, console)
+    print_result(result, console, max_rows=4)
     from rich.table import Table
 
     st = Table(title="held-out accuracy by phase")
@@ -108,11 +108,10 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     for name, label in (("base", "base (4-bit)"), ("sft_warmup", "+ SFT warm-up"), ("grpo", "+ GRPO (final adapter)")):
         st.add_row(label, f"{stages[name]['accuracy']:.1%}", f"{stages[name]['mean_reward']:.3f}")
     console.print(st)
-    b, a = s["base"]["accuracy"], s["adapter"]["accuracy"]
+    b, a = s.base.accuracy, s.adapter.accuracy
     console.print(
         f"\n[bold]held-out accuracy[/]: base {b:.1%} -> adapter [bold green]{a:.1%}[/] "
-        f"({(a - b) * 100:+.1f} points); mean reward {s['base']['mean_reward']:.3f} -> "
-        f"{s['adapter']['mean_reward']:.3f}"
+        f"({(a - b) * 100:+.1f} points); mean reward {s.base.mean_reward:.3f} -> {s.adapter.mean_reward:.3f}"
     )
     console.print(f"curves: {grpo_dir / rundir.CURVES}, {sft_dir / rundir.CURVES}")
     console.print(f"comparison: {out}  (total {timings['total_s']:.0f} s)")

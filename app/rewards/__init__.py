@@ -27,15 +27,14 @@ from app.rewards.components import (
     _record_error,
     reward_error_count,
 )
+from app.rewards.registry import BY_NAME, COMPONENTS
 
 __all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
-           "reward_error_count", "FALLBACK_WEIGHTS", "BASE_COMPONENTS"]
+           "reward_error_count", "effective_weights"]
 
-BASE_COMPONENTS = ("length", "format", "reference", "boilerplate")
-
-
-# Weight of a component the config does not name (RewardConfig fills the four base ones with its defaults).
-FALLBACK_WEIGHTS = {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 1.0, "accuracy": 1.0}
+# The class behind each registry entry (the registry is the one place names, weights and ranges are spelled).
+_CLASSES: dict[str, type[Component]] = {c.name: c for c in (LengthReward, FormatReward, ReferenceReward,
+                                                           BoilerplateReward, AccuracyReward)}
 
 
 def _cfg(reward_cfg):
@@ -47,21 +46,27 @@ def _cfg(reward_cfg):
 
 
 def _weight(cfg, name: str) -> float:
-    return float(cfg.weights.get(name, FALLBACK_WEIGHTS.get(name, 1.0)))
+    spec = BY_NAME.get(name)
+    return float(cfg.weights.get(name, spec.weight if spec else 1.0))
 
 
-def _use_accuracy(cfg) -> bool:
-    return bool(cfg.accuracy) or bool(cfg.weights.get("accuracy"))
+def _enabled(cfg, name: str) -> bool:
+    """Default-on components always run; an opt-in one (accuracy) when switched on or given a weight."""
+    if BY_NAME[name].default_on:
+        return True
+    return bool(getattr(cfg, name, False)) or bool(cfg.weights.get(name))
 
 
 def _components(cfg, has_reference: bool) -> list[Component]:
-    comps: list[Component] = [LengthReward(cfg.length_target, cfg.length_limit), FormatReward()]
-    if has_reference:
-        comps.append(ReferenceReward())
-    comps.append(BoilerplateReward())
-    if has_reference and _use_accuracy(cfg):
-        comps.append(AccuracyReward())
-    return comps
+    return [_CLASSES[c.name].from_config(cfg) for c in COMPONENTS
+            if (has_reference or not c.needs_reference) and _enabled(cfg, c.name)]
+
+
+def effective_weights(reward_cfg=None) -> dict[str, float]:
+    """Every registry component's weight as training would use it, 0.0 for one that is off: what the UI's
+    sliders show."""
+    cfg = _cfg(reward_cfg)
+    return {c.name: _weight(cfg, c.name) if _enabled(cfg, c.name) else 0.0 for c in COMPONENTS}
 
 
 # ------------------------------------------------------------------------------------------ custom functions

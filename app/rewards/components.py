@@ -52,6 +52,11 @@ class Component:
     def __init__(self):
         self.__name__ = self.name  # TRL's column name; an instance attribute so it survives pickling
 
+    @classmethod
+    def from_config(cls, reward_cfg) -> "Component":
+        """An instance set up from a RewardConfig (most components take no settings)."""
+        return cls()
+
     def score(self, text: str, reference: str | None) -> tuple[float | None, str]:
         raise NotImplementedError
 
@@ -115,6 +120,10 @@ class LengthReward(Component):
     """
 
     name = "length"
+
+    @classmethod
+    def from_config(cls, reward_cfg) -> "LengthReward":
+        return cls(reward_cfg.length_target, reward_cfg.length_limit)
 
     def __init__(self, target: int = 400, limit: int = 2000):
         super().__init__()

@@ -99,7 +99,8 @@ class RunDirCallback(TrainerCallback):
 
 
 class TerminalProgress:
-    """A rich progress bar with step, loss / reward and ETA. Silent when stdout is not a terminal and quiet=True."""
+    """A rich progress bar with step, loss / reward and ETA; off (enabled=False) for --no-progress, the UI's
+    subprocess and any stdout that is not a terminal."""
 
     def __init__(self, method: str, enabled: bool = True):
         self.method = method

@@ -13,28 +13,13 @@ import warnings
 from pathlib import Path
 
 from app import rundir
-from app.config import AppConfig, resolve, warnings_for
+from app.config import AppConfig, resolve, warnings_for, with_absolute_paths
 from app.errors import UserError
+from app.runtime import apply_local_only, pid_alive, quiet_library_noise
 
 log = logging.getLogger("qlora_app")
 
 LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
-
-OFFLINE_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-    "DO_NOT_TRACK": "1",
-}
-
-
-def apply_local_only(enabled: bool) -> None:
-    """Must run before transformers / datasets / huggingface_hub are imported: they read these at import time."""
-    if enabled:
-        os.environ.update(OFFLINE_ENV)
-
 
 def _setup_logging(run_dir: Path) -> logging.Handler:
     handler = logging.FileHandler(Path(run_dir) / rundir.LOG)
@@ -58,7 +43,7 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
         if rundir.last_checkpoint(d) is None:
             raise UserError(f"'{d}' has no checkpoint to resume from (checkpoints/ is empty); start a new run instead")
         st = rundir.read_status(d) or {}
-        if st.get("status") == rundir.RUNNING and _pid_alive(st.get("pid")):
+        if st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
             raise UserError(f"run '{d.name}' is still running; stop it before resuming")
         return d
     if run_dir is not None:  # the UI pre-creates the folder and writes config.yaml into it
@@ -68,16 +53,6 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
         d.mkdir(parents=True, exist_ok=True)
         return d
     return rundir.new_run_dir(cfg.output_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
-
-
-def _pid_alive(pid) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except (OSError, ValueError):
-        return False
 
 
 def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | None = None,
@@ -91,7 +66,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     if not cfg.data.dataset:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
-    from app.models import quiet_library_noise, check_model_source
+    from app.models import check_model_source
 
     quiet_library_noise()
     check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only)  # fail fast, before data
@@ -99,7 +74,8 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     from app.data import build_splits
 
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
-    cfg = resolve(cfg, num_rows=len(train_raw))
+    # Absolute paths in config.yaml: a resume (or the UI) started from another folder reads the same files.
+    cfg = resolve(with_absolute_paths(cfg, Path.cwd()), num_rows=len(train_raw))
     d = prepare_run_dir(cfg, resume, run_dir)
     handler = _setup_logging(d)
     if resume is None:

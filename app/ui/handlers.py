@@ -15,12 +15,12 @@ from pathlib import Path
 from app import rundir
 from app.config import AppConfig, build_config, resolve
 from app.errors import UserError
+from app.rewards.registry import NAMES as REWARD_COMPONENTS
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
-REWARD_COMPONENTS = ("length", "format", "reference", "boilerplate")
 LOG_TAIL_BYTES = 64 * 1024
 
 # widget name -> (dotted config key, the `qlora-app train` flag that sets it, or None = use --set)
@@ -122,8 +122,12 @@ def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
     for name, (key, _) in FORM.items():
         out[name] = _get(data, key)
     out["local_only"] = bool(out["local_only"] or local_only)
+    from app.config import RewardConfig
+    from app.rewards import effective_weights
+
+    weights = effective_weights(RewardConfig.model_validate(data["reward"]))
     for name, comp in WEIGHTS.items():
-        out[name] = data["reward"]["weights"].get(comp, 0.0)
+        out[name] = weights[comp]
     return out
 
 
@@ -166,12 +170,15 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
             argv += [flag] if v is True else [flag, str(v)]
         else:
             sets.append(f"{key}={_fmt(v)}")
-    weights = dict(base["reward"]["weights"])
-    chosen = {comp: float(_clean(form.get(name)) or 0.0) for name, comp in WEIGHTS.items() if name in form}
-    if any(not _same(weights.get(c), w) for c, w in chosen.items()):
-        # `--set reward.weights.X=` replaces the whole weights dict, so every component is passed.
-        weights.update(chosen)
-        sets += [f"reward.weights.{c}={_fmt(float(w))}" for c, w in weights.items()]
+    from app.config import RewardConfig
+    from app.rewards import effective_weights
+
+    weights = effective_weights(RewardConfig.model_validate(base["reward"]))
+    for name, comp in WEIGHTS.items():
+        if name in form:  # weights merge key by key: only the sliders the user moved are passed
+            w = float(_clean(form.get(name)) or 0.0)
+            if not _same(weights[comp], w):
+                sets.append(f"reward.weights.{comp}={_fmt(w)}")
     argv += ["--output-dir", str(runs_dir)]
     for s in sets:
         argv += ["--set", s]
@@ -269,10 +276,13 @@ def detection_markdown(result: dict) -> str:
 
 
 def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
-    """Validate, create a fresh run directory with config.yaml, start `qlora-app train` on it."""
+    """Validate, create a fresh run directory with config.yaml, start `qlora-app train` on it. Paths typed in the
+    form are relative to the folder the UI was started in; config.yaml gets them absolute, so the run (and any
+    later resume) reads the same files wherever it is started from."""
+    from app.config import with_absolute_paths
     from app.ui.jobs import running_elsewhere
 
-    cfg = config_from_form(form, runs_dir)
+    cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
     if jobs.is_running():
@@ -303,11 +313,11 @@ def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
 def run_status(d: Path) -> dict:
     """run_summary plus 'stale' detection: a status of running whose process is gone (UI or machine restarted)."""
     from app.runs import run_summary
-    from app.ui.jobs import _pid_alive
+    from app.runtime import pid_alive
 
     s = run_summary(d)
     st = rundir.read_status(d) or {}
-    if s["status"] == rundir.RUNNING and not _pid_alive(st.get("pid")):
+    if s["status"] == rundir.RUNNING and not pid_alive(st.get("pid")):
         s["status"] = "running? (process gone)"
     return s
 

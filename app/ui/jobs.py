@@ -18,6 +18,7 @@ from pathlib import Path
 
 from app import rundir
 from app.errors import UserError
+from app.runtime import pid_alive
 
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
 
@@ -30,20 +31,12 @@ def train_command(run_dir: Path, resume: bool = False) -> list[str]:
     return base + ["--config", str(Path(run_dir) / rundir.CONFIG), "--run-dir", str(run_dir), "--no-progress"]
 
 
-def _pid_alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except (OSError, TypeError, ValueError):
-        return False
-
-
 def running_elsewhere(runs_dir: Path) -> Path | None:
     """A run in runs_dir whose status says running and whose process is alive (e.g. started from the CLI or by
     another UI); the single-GPU machine cannot take a second one."""
     for d in rundir.list_runs(runs_dir):
         st = rundir.read_status(d) or {}
-        if st.get("status") == rundir.RUNNING and _pid_alive(st.get("pid")):
+        if st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
             return d
     return None
 
@@ -61,8 +54,11 @@ def last_log_line(run_dir: Path, limit: int = 300) -> str | None:
 class JobManager:
     """Start / stop / watch the single training subprocess. Thread-safe: Gradio calls handlers from a pool."""
 
-    def __init__(self, runs_dir: Path):
+    def __init__(self, runs_dir: Path, cwd: Path | None = None):
         self.runs_dir = Path(runs_dir)
+        # The folder the user started the UI in: relative paths they type mean this folder, and the training
+        # subprocess runs here too (start_run also writes them into config.yaml as absolute paths).
+        self.cwd = Path(cwd or Path.cwd()).resolve()
         self._lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
         self.run_dir: Path | None = None  # the current or most recent run started here
@@ -98,7 +94,7 @@ class JobManager:
             try:
                 self.proc = subprocess.Popen(
                     train_command(run_dir, resume), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    cwd=root, env=env, start_new_session=True,  # own process group: Stop signals all of it
+                    cwd=self.cwd, env=env, start_new_session=True,  # own process group: Stop signals all of it
                 )
             finally:
                 log.close()  # the child holds its own descriptor

@@ -1,9 +1,10 @@
-"""How a comparison is shown: the rich terminal table (``print_result``) and the --html page (``render``).
+"""Every way a ``Comparison`` is shown: the rich terminal table (``print_result``), the --html page
+(``page_html``), and the UI's summary and side-by-side rows (``summary_markdown``, ``rows_html``).
 
-The page is one self-contained file (inline CSS, no scripts, no external assets) so
-it can be mailed or opened offline. Summary on top, then each prompt with base and adapter side by side and the
-words where they differ highlighted. Every piece of model or dataset text goes through ``html.escape``: model
-output is untrusted and may contain markup."""
+The page is one self-contained file (inline CSS, no scripts, no external assets) so it can be mailed or opened
+offline. Summary on top, then each prompt with base and adapter side by side and the words where they differ
+highlighted. Every piece of model or dataset text goes through ``html.escape``: model output is untrusted and may
+contain markup."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ import difflib
 import re
 from html import escape
 
-CSS = """
+from app.eval.result import SIDES, Comparison, Summary
+
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}
 h1{font-size:20px;margin:0 0 4px} .meta{color:#5b6475;font-size:13px;margin-bottom:16px}
+"""
+# The rows and the summary table: the same classes on the page and in the UI's Compare tab.
+CSS = """
 table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
 .summary th,.summary td{border:1px solid #dde1e8;padding:4px 10px;text-align:right;font-size:14px}
 .summary th:first-child,.summary td:first-child{text-align:left}
@@ -64,33 +70,44 @@ def _num(v, pct: bool = False, digits: int = 3) -> str:
     return f"{100 * v:.1f}%" if pct else f"{v:.{digits}f}"
 
 
-def summary_rows(s: dict) -> list[tuple[str, str, str, str]]:
-    """(metric, base, adapter, delta) display strings; the terminal table and the page show the same rows."""
+def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
+    """(metric, base, adapter, delta) display strings; the terminal, the page and the UI show the same rows."""
     out = []
-    base, ad = s["base"], s["adapter"]
+    base, ad = s.base, s.adapter
 
     def row(name: str, b, a, pct: bool = False, digits: int = 3) -> None:
         d = None if a is None or b is None else a - b
         sign = "+" if d is not None and d > 0 else ""
         out.append((name, _num(b, pct, digits), _num(a, pct, digits), sign + _num(d, pct, digits)))
 
-    if base.get("n_judged"):
-        row(f"accuracy ({base['n_judged']} with reference)", base["accuracy"], ad["accuracy"], pct=True)
-    row("mean reward", base["mean_reward"], ad["mean_reward"])
-    for comp in base.get("components", {}):
-        row(f"  reward/{comp}", base["components"][comp], ad["components"].get(comp))
-    row("mean length (chars)", base["mean_length"], ad["mean_length"], digits=1)
-    row("boilerplate rate", base["boilerplate_rate"], ad["boilerplate_rate"], pct=True)
+    if base.n_judged:
+        row(f"accuracy ({base.n_judged} with reference)", base.accuracy, ad.accuracy, pct=True)
+    row("mean reward", base.mean_reward, ad.mean_reward)
+    for comp in base.components:
+        row(f"  reward/{comp}", base.components[comp], ad.components.get(comp))
+    row("mean length (chars)", base.mean_length, ad.mean_length, digits=1)
+    row("boilerplate rate", base.boilerplate_rate, ad.boilerplate_rate, pct=True)
     return out
 
 
-def _summary(s: dict) -> str:
+def wins_line(s: Summary) -> str:
+    return f"adapter vs base by reward: {s.wins} wins, {s.ties} ties, {s.losses} losses"
+
+
+def _summary(s: Summary) -> str:
     cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
     return ('<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
             + "</table>"
-            + f'<div class="wtl">adapter vs base by reward: <span class="win">{int(s["wins"])} wins</span>, '
-              f'<span class="tie">{int(s["ties"])} ties</span>, <span class="loss">{int(s["losses"])} losses</span>'
+            + f'<div class="wtl">adapter vs base by reward: <span class="win">{s.wins} wins</span>, '
+              f'<span class="tie">{s.ties} ties</span>, <span class="loss">{s.losses} losses</span>'
               "</div>")
+
+
+def summary_markdown(c: Comparison) -> str:
+    """The UI's summary: the same rows as the terminal and the page, as a Markdown table."""
+    lines = ["| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
+    lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
+    return "\n".join(lines) + f"\n\n{wins_line(c.summary)}"
 
 
 def _verdict(correct) -> str:
@@ -101,32 +118,35 @@ def _verdict(correct) -> str:
     return '<span class="na">–</span>'
 
 
-def _row(i: int, r: dict) -> str:
-    b, a = r["base"], r["adapter"]
-    left, right = diff_spans(b["text"], a["text"])
-    d = a["reward"] - b["reward"]
-    cls = "w" if d > 1e-6 else "l" if d < -1e-6 else "t"
-    same = '<span class="same">(identical outputs)</span>' if b["text"] == a["text"] else ""
-    ref = f'<div class="ref">reference: {escape(r["reference"])}</div>' if r.get("reference") is not None else ""
+def _row(i: int, r) -> str:
+    left, right = diff_spans(r.base.text, r.adapter.text)
+    cls = {"win": "w", "loss": "l", "tie": "t"}[r.verdict]
+    same = '<span class="same">(identical outputs)</span>' if r.base.text == r.adapter.text else ""
+    ref = f'<div class="ref">reference: {escape(r.reference)}</div>' if r.reference is not None else ""
     sides = "".join(
-        f'<div class="side"><h3>{name} · reward {c["reward"]:.3f} {_verdict(c["correct"])}</h3>'
+        f'<div class="side" data-side="{name}"><h3>{name} · reward {c.reward:.3f} {_verdict(c.correct)}</h3>'
         f'<div class="out">{body}</div></div>'
-        for name, c, body in (("base", b, left), ("adapter", a, right)))
-    return (f'<div class="row {cls}"><div class="prompt"><b>#{i}</b> {escape(r["prompt"])}{same}</div>{ref}'
+        for name, c, body in (("base", r.base, left), ("adapter", r.adapter, right)))
+    return (f'<div class="row {cls}"><div class="prompt"><b>#{i}</b> {escape(r.prompt)}{same}</div>{ref}'
             f'<div class="cols">{sides}</div></div>')
 
 
-def render(result: dict) -> str:
-    cfg = result.get("config", {})
+def rows_html(c: Comparison) -> str:
+    """Each prompt with base and adapter side by side (the UI shows this under its summary)."""
+    return "".join(_row(i, r) for i, r in enumerate(c.rows, 1))
+
+
+def page_html(c: Comparison) -> str:
+    """The --html page: one self-contained file."""
+    cfg = c.config
     meta = " · ".join(escape(f"{k}: {cfg[k]}") for k in
                       ("base_model", "adapter", "dataset", "max_new_tokens", "temperature", "seed")
                       if cfg.get(k) is not None)
-    body = "".join(_row(i, r) for i, r in enumerate(result["rows"], 1))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>qlora-app: base vs adapter</title>"
-            f"<style>{CSS}</style></head><body>"
+            f"<style>{PAGE_CSS}{CSS}</style></head><body>"
             f"<h1>Base vs adapter</h1><div class=\"meta\">{meta}</div>"
-            f"{_summary(result['summary'])}{body}</body></html>\n")
+            f"{_summary(c.summary)}{rows_html(c)}</body></html>\n")
 
 
 # ---------------------------------------------------------------------------------------------- terminal
@@ -140,34 +160,31 @@ def _mark(correct) -> str:
     return {True: "✓", False: "✗"}.get(correct, "–")
 
 
-def print_result(result: dict, console, clip: int = 300) -> None:
+def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None = None) -> None:
     """Side-by-side table (model text is shown as plain Text, never parsed as rich markup), then the summary."""
     from rich.table import Table
     from rich.text import Text
 
-    from app.compare import SIDES
-
     t = Table(title="base vs adapter", show_lines=True, expand=True)
     for col, ratio in (("#", None), ("prompt", 3), ("reference", 2), ("base", 4), ("adapter", 4)):
         t.add_column(col, ratio=ratio, overflow="fold", justify="right" if col == "#" else "left")
-    for i, r in enumerate(result["rows"], 1):
+    for i, r in enumerate(c.rows[:max_rows], 1):
         cells = []
         for side in SIDES:
-            c = r[side]
-            cell = Text(_clip(c["text"], clip) or "(empty)")
-            style = {True: "green", False: "red"}.get(c["correct"], "dim")
-            cell.append(f"\nreward {c['reward']:.3f} {_mark(c['correct'])}", style=style)
+            cell_ = getattr(r, side)
+            cell = Text(_clip(cell_.text, clip) or "(empty)")
+            style = {True: "green", False: "red"}.get(cell_.correct, "dim")
+            cell.append(f"\nreward {cell_.reward:.3f} {_mark(cell_.correct)}", style=style)
             cells.append(cell)
-        t.add_row(str(i), Text(_clip(r["prompt"], clip)), Text(_clip(r["reference"] or "–", clip)), *cells)
+        t.add_row(str(i), Text(_clip(r.prompt, clip)), Text(_clip(r.reference or "–", clip)), *cells)
     console.print(t)
 
-    s = result["summary"]
-    st = Table(title=f"summary over {s['n']} prompts", show_header=True)
+    s = c.summary
+    st = Table(title=f"summary over {s.n} prompts", show_header=True)
     for col in ("metric", "base", "adapter", "Δ"):
         st.add_column(col, justify="left" if col == "metric" else "right")
 
     for r in summary_rows(s):
         st.add_row(*r)
     console.print(st)
-    console.print(f"adapter vs base by reward: [green]{s['wins']} wins[/], {s['ties']} ties, "
-                  f"[red]{s['losses']} losses[/]")
+    console.print(f"adapter vs base by reward: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/]")

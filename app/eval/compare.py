@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from app import rundir
 from app.errors import UserError
-
-SIDES = ("base", "adapter")
-TIE_EPS = 1e-6  # rewards closer than this count as a tie (float noise, identical texts)
+from app.eval.result import Cell, Comparison, Row
 
 
 # ---------------------------------------------------------------------------------------------- what to compare
@@ -102,11 +100,9 @@ def _data_config(run_cfg, dataset, prompt_field, reference_field):
 
 
 def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, reference_field, seed, local_only):
-    """[{prompt, reference, source, messages, plain}]: seeded held-out rows first, then the user's prompts.
-
-    ``messages`` / ``plain`` are the prompt exactly as training built it (app.data's GRPO conversion, with the run's
-    system prompt); which one is used depends on whether the tokenizer has a chat template, as in training."""
+    """[{prompt, reference, source, messages, plain}]: seeded held-out rows first, then the user's prompts."""
     from app.config import TrainingConfig
+    from app.eval.heldout import heldout_examples
 
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
     items: list[dict] = []
@@ -114,20 +110,11 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
         dc = _data_config(run_cfg, dataset, prompt_field, reference_field)
         if not dc.dataset:
             raise UserError("--num-samples needs a dataset and this adapter has no run config; pass --dataset D")
-        import random
-
-        from app.data import build_splits
-        from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
-
-        # The held-out rows depend on the seed the run split its data with (training.seed), not on --seed: with
-        # any other seed a dataset without a test split would hand back rows the adapter was trained on.
+        # Held-out rows depend on the seed the run split its data with (training.seed), never on --seed.
         split_seed = (run_cfg.training if run_cfg else TrainingConfig()).seed
-        _, heldout, det = build_splits(dc, split_seed, local_only)
-        idx = random.Random(seed).sample(range(len(heldout)), min(num_samples, len(heldout)))
-        for r in heldout.select(idx).to_list() if idx else []:
-            msgs = prompt_messages(r, det, system_prompt)
-            items.append({"prompt": prompt_text(r, det), "reference": reference_text(r, det), "source": "heldout",
-                          "messages": msgs, "plain": plain_prompt(r, det, system_prompt)})
+        for ex in heldout_examples(dc, num_samples, seed, local_only, split_seed=split_seed,
+                                   system_prompt=system_prompt):
+            items.append({**ex, "source": "heldout"})
     for p in prompts:
         if p and p.strip():
             msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
@@ -188,13 +175,13 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     return out  # type: ignore[return-value]
 
 
-def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = None):
+def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = None, device: str = "auto"):
     """(PeftModel, tokenizer): the base loaded once in 4-bit and wrapped with the adapter (inference only)."""
     from peft import PeftModel
 
     from app.models import load_base_model
 
-    base, tok, _ = load_base_model(mc, local_only=local_only, for_training=False)
+    base, tok, _ = load_base_model(mc, local_only=local_only, for_training=False, device=device)
     try:
         model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
@@ -212,46 +199,15 @@ def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = 
 # ---------------------------------------------------------------------------------------------- scoring
 
 
-def _score(text: str, reference: str | None, reward_cfg) -> dict:
+def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
+    """A generated answer ({text, tokens}) scored with the run's shaped reward, as training scored it."""
     from app.rewards import is_correct, score_completion
 
-    s = score_completion(text, reference, reward_cfg)
+    s = score_completion(out["text"], reference, reward_cfg)
     # A component that failed on this text scores None (as in training); keep it None, the means skip it.
     comps = {k: None if v is None else float(v) for k, v in s["components"].items()}
-    return {"reward": float(s["total"] or 0.0), "components": comps,
-            "correct": is_correct(text, reference) if reference is not None else None}
-
-
-def _mean(xs: Iterable[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def summarize(rows: list[dict]) -> dict:
-    """Per side: accuracy over rows with a reference, mean reward and components, length, boilerplate rate;
-    plus adapter-vs-base wins / ties / losses by reward."""
-    out: dict = {}
-    for side in SIDES:
-        cells = [r[side] for r in rows]
-        judged = [c["correct"] for c in cells if c["correct"] is not None]
-        comps = list(dict.fromkeys(k for c in cells for k in c["components"]))  # reward order, not a-z
-        out[side] = {
-            "accuracy": _mean(float(x) for x in judged),
-            "n_judged": len(judged),
-            "mean_reward": _mean(c["reward"] for c in cells),
-            "components": {k: _mean(c["components"].get(k) for c in cells) for k in comps},
-            "mean_length": _mean(len(c["text"]) for c in cells),
-            "mean_tokens": _mean(c.get("tokens", 0) for c in cells),
-            # The boilerplate component is 0 for a clean answer and a penalty (< 0) otherwise.
-            "boilerplate_rate": _mean(None if c["components"].get("boilerplate") is None
-                                      else float(c["components"]["boilerplate"] < 0) for c in cells),
-        }
-    diffs = [r["adapter"]["reward"] - r["base"]["reward"] for r in rows]
-    out["wins"] = sum(d > TIE_EPS for d in diffs)
-    out["losses"] = sum(d < -TIE_EPS for d in diffs)
-    out["ties"] = len(diffs) - out["wins"] - out["losses"]
-    out["n"] = len(rows)
-    return out
+    return Cell(text=out["text"], tokens=out["tokens"], reward=float(s["total"] or 0.0), components=comps,
+                correct=is_correct(out["text"], reference) if reference is not None else None)
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -259,8 +215,8 @@ def summarize(rows: list[dict]) -> dict:
 
 def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                   local_only=False, progress=None) -> dict:
-    """Compare base and adapter; returns {"rows", "summary", "config"} (the --json schema).
+                   local_only=False, progress=None) -> Comparison:
+    """Compare base and adapter (``Comparison.to_dict()`` is the --json schema).
     ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts)."""
     if temperature < 0:
         raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
@@ -269,7 +225,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1 (got {batch_size})")
     if local_only:
-        from app.train.runner import apply_local_only
+        from app.runtime import apply_local_only
 
         apply_local_only(True)
     adapter_dir, run_cfg, mc, trained_on = resolve_target(adapter, model)
@@ -280,7 +236,8 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     check_model_source(mc.name_or_path, local_only)  # a missing base fails in a second, before any data loads
     items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,
                             local_only)
-    peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on)
+    peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,
+                                device=run_cfg.runtime.device if run_cfg else "auto")
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
     texts = [format_prompt(tok, it) for it in items]
 
@@ -299,17 +256,15 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     adapter_out = generate(peft_model, tok, texts, **gen)
 
     reward_cfg = run_cfg.reward if run_cfg else None
-    rows = []
-    for it, b, a in zip(items, base_out, adapter_out):
-        rows.append({"prompt": it["prompt"], "reference": it["reference"], "source": it["source"],
-                     "base": {**b, **_score(b["text"], it["reference"], reward_cfg)},
-                     "adapter": {**a, **_score(a["text"], it["reference"], reward_cfg)}})
+    rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
+                base=score_cell(b, it["reference"], reward_cfg), adapter=score_cell(a, it["reference"], reward_cfg))
+            for it, b, a in zip(items, base_out, adapter_out)]
     config = {"adapter": str(adapter_dir), "base_model": mc.name_or_path, "trained_on": trained_on,
               "load_in_4bit": mc.load_in_4bit, "dataset": _dataset_name(run_cfg, dataset, num_samples),
               "num_samples": num_samples, "num_prompts": len([p for p in prompts if p and p.strip()]),
               "system_prompt": system_prompt, "max_new_tokens": max_new_tokens, "temperature": temperature,
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only}
-    return {"rows": rows, "summary": summarize(rows), "config": config}
+    return Comparison.of(rows, config)
 
 
 def _dataset_name(run_cfg, dataset, num_samples):
@@ -318,47 +273,3 @@ def _dataset_name(run_cfg, dataset, num_samples):
     return dataset or (run_cfg.data.dataset if run_cfg else None)
 
 
-def render_html(result: dict) -> str:
-    from app.compare_html import render
-
-    return render(result)
-
-
-def _write_new(path: Path, text: str) -> None:
-    """Results are never overwritten: an existing file is an error, not a silent replacement."""
-    path = Path(path)
-    if path.exists():
-        raise UserError(f"'{path}' already exists; pass a new file name (results are never overwritten)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def run_compare_cli(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
-                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                    json_out=None, html_out=None, local_only=False, console=None) -> int:
-    """`qlora-app compare`: run, print the side-by-side table and summary, write --json / --html. Returns 0."""
-    from rich.console import Console
-
-    console = console or Console()
-    for p in (json_out, html_out):  # fail before minutes of generation, not after
-        if p is not None and Path(p).exists():
-            raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")
-    from rich.progress import Progress
-
-    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("generating", total=None)
-        result = run_comparison(
-            adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=prompts,
-            prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
-            temperature=temperature, batch_size=batch_size, seed=seed, local_only=local_only,
-            progress=lambda d, t: bar.update(task, completed=d, total=t))
-    from app.compare_html import print_result
-
-    print_result(result, console)
-    if json_out is not None:
-        _write_new(json_out, json.dumps(result, indent=2, ensure_ascii=False))
-        console.print(f"[green]wrote[/] {json_out}")
-    if html_out is not None:
-        _write_new(html_out, render_html(result))
-        console.print(f"[green]wrote[/] {html_out}")
-    return 0

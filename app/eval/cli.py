@@ -1,0 +1,48 @@
+"""`qlora-app compare` (and compare_base_vs_lora.py): run a comparison, print it, write --json / --html."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.errors import UserError
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Results are never overwritten: an existing file is an error, not a silent replacement."""
+    path = Path(path)
+    if path.exists():
+        raise UserError(f"'{path}' already exists; pass a new file name (results are never overwritten)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def run_compare_cli(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
+                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
+                    json_out=None, html_out=None, local_only=False, console=None) -> int:
+    """Run, print the side-by-side table and summary, write --json / --html. Returns 0."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from app.eval.compare import run_comparison
+    from app.eval.render import page_html, print_result
+
+    console = console or Console()
+    for p in (json_out, html_out):  # fail before minutes of generation, not after
+        if p is not None and Path(p).exists():
+            raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("generating", total=None)
+        result = run_comparison(
+            adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=prompts,
+            prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
+            temperature=temperature, batch_size=batch_size, seed=seed, local_only=local_only,
+            progress=lambda d, t: bar.update(task, completed=d, total=t))
+    print_result(result, console)
+    if json_out is not None:
+        _write_new(json_out, json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        console.print(f"[green]wrote[/] {json_out}")
+    if html_out is not None:
+        _write_new(html_out, page_html(result))
+        console.print(f"[green]wrote[/] {html_out}")
+    return 0

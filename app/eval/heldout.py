@@ -1,0 +1,27 @@
+"""The one held-out sampler: which rows base and adapter are compared on.
+
+``split_seed`` must be the training run's ``training.seed``: it decides which rows were held out when the dataset
+has no test split, so any other value could hand back rows the adapter was trained on. ``seed`` only picks which
+held-out rows to return.
+"""
+
+from __future__ import annotations
+
+import random
+
+
+def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, split_seed: int,
+                     system_prompt: str | None = None) -> list[dict]:
+    """A seeded sample of n held-out rows: [{prompt, reference, row, messages, plain}].
+
+    ``messages`` / ``plain`` are the prompt exactly as training built it (app.data's GRPO conversion with the
+    run's system prompt); which one a model sees depends on whether its tokenizer has a chat template."""
+    from app.data import build_splits
+    from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
+
+    _, heldout, det = build_splits(data_cfg, split_seed, local_only)
+    idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
+    rows = heldout.select(idx).to_list() if idx else []
+    return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r,
+             "messages": prompt_messages(r, det, system_prompt), "plain": plain_prompt(r, det, system_prompt)}
+            for r in rows]

@@ -1,0 +1,113 @@
+"""The typed result of a base-vs-adapter comparison. The CLI table, ``--json``, the HTML page, the UI's view and
+the demo all render from a ``Comparison``; ``to_dict`` is the JSON schema (compare.json), ``from_dict`` reads it
+back. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+SIDES = ("base", "adapter")
+TIE_EPS = 1e-6  # rewards closer than this count as a tie (float noise, identical texts)
+
+
+@dataclass
+class Cell:
+    """One side's answer to one prompt, scored with the run's shaped reward."""
+
+    text: str
+    tokens: int
+    reward: float
+    components: dict[str, float | None]
+    correct: bool | None  # None: the row has no reference to judge against
+
+
+@dataclass
+class Row:
+    prompt: str
+    reference: str | None
+    source: str  # "heldout" or "prompt"
+    base: Cell
+    adapter: Cell
+
+    @property
+    def delta(self) -> float:
+        return self.adapter.reward - self.base.reward
+
+    @property
+    def verdict(self) -> str:
+        """'win' / 'loss' / 'tie' for the adapter, by reward."""
+        return "win" if self.delta > TIE_EPS else "loss" if self.delta < -TIE_EPS else "tie"
+
+
+@dataclass
+class SideSummary:
+    accuracy: float | None  # over rows with a reference
+    n_judged: int
+    mean_reward: float | None
+    components: dict[str, float | None]
+    mean_length: float | None  # characters
+    mean_tokens: float | None
+    boilerplate_rate: float | None  # share of answers the boilerplate component penalised
+
+
+@dataclass
+class Summary:
+    base: SideSummary
+    adapter: SideSummary
+    wins: int
+    losses: int
+    ties: int
+    n: int
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> "Summary":
+        sides = {side: _side_summary([getattr(r, side) for r in rows]) for side in SIDES}
+        verdicts = [r.verdict for r in rows]
+        return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
+                   n=len(rows))
+
+
+def _mean(xs: Iterable[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _side_summary(cells: list[Cell]) -> SideSummary:
+    judged = [c.correct for c in cells if c.correct is not None]
+    comps = list(dict.fromkeys(k for c in cells for k in c.components))  # reward order, not a-z
+    return SideSummary(
+        accuracy=_mean(float(x) for x in judged),
+        n_judged=len(judged),
+        mean_reward=_mean(c.reward for c in cells),
+        components={k: _mean(c.components.get(k) for c in cells) for k in comps},
+        mean_length=_mean(len(c.text) for c in cells),
+        mean_tokens=_mean(c.tokens for c in cells),
+        # The boilerplate component is 0 for a clean answer and a penalty (< 0) otherwise.
+        boilerplate_rate=_mean(None if c.components.get("boilerplate") is None
+                               else float(c.components["boilerplate"] < 0) for c in cells),
+    )
+
+
+@dataclass
+class Comparison:
+    rows: list[Row]
+    summary: Summary
+    config: dict = field(default_factory=dict)  # what was compared and how (adapter, base, dataset, seed, ...)
+
+    @classmethod
+    def of(cls, rows: list[Row], config: dict) -> "Comparison":
+        return cls(rows=rows, summary=Summary.of(rows), config=config)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Comparison":
+        rows = [Row(prompt=r["prompt"], reference=r.get("reference"), source=r.get("source", "heldout"),
+                    base=Cell(**r["base"]), adapter=Cell(**r["adapter"])) for r in data["rows"]]
+        s = data["summary"]
+        summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
+                          losses=s["losses"], ties=s["ties"], n=s["n"])
+        return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}))

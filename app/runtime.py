@@ -1,0 +1,82 @@
+"""What every command shares at run time: the offline environment, quieter libraries, process checks and the
+device choice that ``runtime.device`` drives.
+
+Standard library only at module level: the CLI calls ``apply_local_only`` before anything imports
+huggingface_hub, transformers or datasets (they read the offline flags at import time).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from app.errors import UserError
+
+# Everything that keeps the HF stack, Gradio and friends off the network and from reporting usage.
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def apply_local_only(enabled: bool) -> None:
+    """Must run before transformers / datasets / huggingface_hub are imported: they read these at import time."""
+    if enabled:
+        os.environ.update(OFFLINE_ENV)
+
+
+def quiet_library_noise() -> None:
+    """Keep the terminal readable: our own progress bars replace the libraries' (loading shards, generating
+    splits), and bitsandbytes' warning that an optional hub 'kernels' package is absent is not actionable (its
+    fallback CPU kernel is what we want offline). Must run before those libraries are imported."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "kernels" not in record.getMessage()
+
+    for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
+        logging.getLogger(name).addFilter(_Drop())
+
+
+def pid_alive(pid) -> bool:
+    """Whether a process with this pid exists (a status.json's writer, a UI's job)."""
+    if not pid:
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def use_cuda(setting: str, cuda_available: bool) -> bool:
+    """runtime.device -> whether this run uses the GPU. 'auto' takes one when there is one; 'cpu' stays on the CPU
+    even on a GPU machine; 'cuda' without a GPU is a user error, not a silent CPU run."""
+    if setting == "cpu":
+        return False
+    if setting == "cuda" and not cuda_available:
+        raise UserError("runtime.device=cuda but no CUDA GPU is visible (torch.cuda.is_available() is False); "
+                        "use runtime.device=auto or cpu, or install the CUDA build of torch")
+    return cuda_available
+
+
+def device_facts(setting: str = "auto") -> dict:
+    """What the chosen device can do: {cuda, bf16, gpu, vram_gb}. With runtime.device=cpu the GPU is not used
+    (nor queried), so every decision downstream (dtype, optimizer, placement) takes the CPU branch."""
+    import torch
+
+    cuda = use_cuda(setting, torch.cuda.is_available())
+    return {
+        "cuda": cuda,
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "vram_gb": (torch.cuda.get_device_properties(0).total_memory / 2**30) if cuda else None,
+    }

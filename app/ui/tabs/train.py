@@ -1,0 +1,164 @@
+"""The Train tab: the form (one widget per config key, its description as the tooltip), field detection, the
+memory estimate, the equivalent CLI command, Start / Stop and the live view of the run."""
+
+from app.config import DEFAULT_GRPO_MODEL
+from app.errors import UserError
+from app.rewards.registry import BY_NAME
+from app.ui import handlers as h
+from app.ui.widgets import Context, components_frame, config_help, err, frame, plots
+
+POLL_SECONDS = 2.0
+
+
+def _info(name: str) -> str | None:
+    return config_help(h.FORM[name][0])
+
+
+def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
+    """The widgets, keyed by the names handlers.FORM / WEIGHTS use; plus the upload, detect and samples parts."""
+    import gradio as gr
+
+    w = {}
+    with gr.Row():
+        w["preset"] = gr.Dropdown(h.preset_choices(), value=h.NO_PRESET, label="Preset", elem_id="preset")
+        w["method"] = gr.Radio(["grpo", "sft"], value=dflt["method"], label="Method", elem_id="method",
+                               info=_info("method"))
+    w["model"] = gr.Textbox(label="Model: hub id or local folder", elem_id="model", info=_info("model"),
+                            placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
+    with gr.Row():
+        w["dataset"] = gr.Textbox(label="Dataset: name, hub id or local file", scale=3, elem_id="dataset",
+                                  placeholder="gsm8k, arith, data.jsonl", info=_info("dataset"))
+        w["dataset_config"] = gr.Textbox(label="Hub config", scale=1, elem_id="dataset-config",
+                                         placeholder="e.g. main", info=_info("dataset_config"))
+    upload = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
+                     elem_id="upload")
+    detect_btn = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
+    detect_md = gr.Markdown(elem_id="detect-md")
+    samples = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True, interactive=False,
+                           max_height=220, visible=False, elem_id="samples")
+    with gr.Row():
+        for name, label, elem in (("prompt_field", "Prompt field (override)", "prompt-field"),
+                                  ("reference_field", "Reference field (override)", "reference-field")):
+            w[name] = gr.Dropdown([h.AUTO], value=h.AUTO, allow_custom_value=True, label=label, elem_id=elem,
+                                  info=_info(name))
+    with gr.Accordion("Training settings", open=True):
+        with gr.Row():
+            # "auto" numbers are text boxes: Gradio's Number box cannot be empty (see handlers.AUTO_NUMBERS).
+            for name, label, elem in (("lora_r", "LoRA rank", "lora-r"), ("lora_alpha", "LoRA alpha", "lora-alpha"),
+                                      ("learning_rate", "Learning rate", "learning-rate")):
+                w[name] = gr.Textbox(label=label, placeholder="auto", elem_id=elem, info=_info(name))
+            w["max_steps"] = gr.Number(dflt["max_steps"], label="Max steps (-1 = epochs)", precision=0,
+                                       elem_id="max-steps", info=_info("max_steps"))
+        with gr.Row():
+            for name, label, elem in (("batch_size", "Per-device batch", "batch-size"),
+                                      ("grad_accum", "Grad. accumulation", "grad-accum")):
+                w[name] = gr.Textbox(label=label, placeholder="auto", elem_id=elem, info=_info(name))
+            w["max_length"] = gr.Number(dflt["max_length"], label="SFT max length", precision=0,
+                                        elem_id="max-length", info=_info("max_length"))
+            w["save_steps"] = gr.Number(dflt["save_steps"], label="Checkpoint every", precision=0,
+                                        elem_id="save-steps", info=_info("save_steps"))
+        with gr.Row():
+            w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"], label="Gradient checkpointing",
+                                                      elem_id="grad-ckpt", info=_info("gradient_checkpointing"))
+            w["local_only"] = gr.Checkbox(dflt["local_only"], label="Local only (offline)", elem_id="local-only",
+                                          info=_info("local_only"))
+            w["run_name"] = gr.Textbox(label="Run name", placeholder="auto", elem_id="run-name",
+                                       info=_info("run_name"))
+    with gr.Accordion("GRPO settings", open=True):
+        with gr.Row():
+            w["num_generations"] = gr.Number(dflt["num_generations"], label="Generations", precision=0,
+                                             elem_id="num-generations", info=_info("num_generations"))
+            w["max_completion_length"] = gr.Number(dflt["max_completion_length"], label="Max completion tokens",
+                                                   precision=0, elem_id="max-completion",
+                                                   info=_info("max_completion_length"))
+            w["grpo_temperature"] = gr.Number(dflt["grpo_temperature"], label="Temperature",
+                                              elem_id="grpo-temperature", info=_info("grpo_temperature"))
+            w["beta"] = gr.Number(dflt["beta"], label="KL beta", elem_id="beta", info=_info("beta"))
+        with gr.Row():
+            for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
+                w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",
+                                    elem_id=f"w-{comp}", info=BY_NAME[comp].description)
+    return w, upload, detect_btn, detect_md, samples
+
+
+def build(ctx: Context) -> None:
+    import gradio as gr
+
+    runs_dir, jobs = ctx.runs_dir, ctx.jobs
+    dflt = h.widget_values(h.form_defaults(None, ctx.local_only))
+    with gr.Row():
+        with gr.Column(scale=3):
+            w, upload, detect_btn, detect_md, samples = _form(dflt)
+        with gr.Column(scale=2):
+            memory = gr.Markdown(h.memory_markdown(dflt, runs_dir), elem_id="memory")
+            preview = gr.Textbox(h.cli_preview(dflt, runs_dir), label="Equivalent command", lines=3, max_lines=8,
+                                 interactive=False, buttons=["copy"], elem_id="cli-preview")
+            with gr.Row():
+                start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
+                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+            message = gr.Markdown(elem_id="train-message")
+            status = gr.Markdown("No run started yet.", elem_id="train-status")
+            progress = gr.HTML(elem_id="train-progress")
+    t_loss, t_reward, t_comps = plots("train")
+    log_box = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True, interactive=False,
+                         elem_id="train-log")
+    timer = gr.Timer(POLL_SECONDS)
+
+    names = list(w)  # the order of the inputs below
+    inputs = [w[n] for n in names]
+
+    def form_of(values) -> dict:
+        return dict(zip(names, values))
+
+    def on_form(*values):
+        f = form_of(values)
+        return h.cli_preview(f, runs_dir), h.memory_markdown(f, runs_dir)
+
+    gr.on([c.change for c in inputs], on_form, inputs, [preview, memory], show_progress="hidden")
+
+    def on_preset(preset):
+        try:
+            d = h.widget_values(h.form_defaults(preset, ctx.local_only))
+        except UserError as e:
+            return [gr.update() for _ in names] + [err(e)]
+        return [gr.update(value=d[n]) if n != "preset" else gr.update() for n in names] + [""]
+
+    w["preset"].change(on_preset, w["preset"], inputs + [message])
+
+    def on_upload(path):
+        try:
+            return h.save_upload(path, runs_dir), ""
+        except Exception as e:  # noqa: BLE001
+            return gr.update(), err(e)
+
+    upload.upload(on_upload, upload, [w["dataset"], message])
+
+    def on_detect(dataset, config_name, pf, rf, lo):
+        try:
+            res = h.detect(dataset, config_name, pf, rf, lo)
+        except Exception as e:  # noqa: BLE001
+            return err(e), gr.update(visible=False), gr.update(), gr.update()
+        cols = [h.AUTO, *res["detection"]["columns"]]
+        rows = [list(s.values()) for s in res["samples"]]
+        return (h.detection_markdown(res), gr.update(value=rows, visible=True), gr.update(choices=cols),
+                gr.update(choices=cols))
+
+    detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["prompt_field"], w["reference_field"],
+                                 w["local_only"]], [detect_md, samples, w["prompt_field"], w["reference_field"]])
+
+    def on_start(*values):
+        try:
+            d = h.start_run(jobs, runs_dir, form_of(values))
+        except Exception as e:  # noqa: BLE001
+            return err(e)
+        return f"started **{d.name}**"
+
+    start_btn.click(on_start, inputs, message)
+    stop_btn.click(lambda: jobs.stop(), None, message)
+
+    def on_tick():
+        s = h.live_status(jobs, runs_dir)
+        loss, reward, comps = h.curves(s["run_dir"])
+        return s["markdown"], s["progress"], s["log"], frame(loss), frame(reward), components_frame(comps)
+
+    timer.tick(on_tick, None, [status, progress, log_box, t_loss, t_reward, t_comps], show_progress="hidden")

@@ -1,0 +1,70 @@
+"""What the three tabs share: the one-line error, curve frames with fixed dtypes, the plot row, tooltips."""
+
+import logging
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.errors import UserError
+from app.rewards.registry import COMPONENTS
+
+log = logging.getLogger("qlora_app.ui")
+PLOT_COLUMNS = ["step", "value", "series"]
+# Gradio's LinePlot fixes its colour domain from the first value it renders, so the component plot starts with
+# one empty (NaN) point per registry component, coloured as in the registry; a series missing from it would be
+# drawn without a colour (custom reward functions therefore show in the Runs tab's curves.png only).
+COMPONENT_SEED = [{"step": 1, "value": float("nan"), "series": c.name} for c in COMPONENTS]
+COMPONENT_COLOURS = {c.name: c.colour for c in COMPONENTS}
+
+
+@dataclass
+class Context:
+    """What every tab builder needs."""
+
+    runs_dir: Path
+    jobs: object  # app.ui.jobs.JobManager
+    local_only: bool
+
+
+def err(e: BaseException) -> str:
+    """A failure as one red line on the page (the UserError text, or type and message for a bug): never hidden."""
+    if isinstance(e, UserError):
+        return f"<span style='color:#b3261e'>error: {e}</span>"
+    log.error("UI handler failed:\n%s", traceback.format_exc())
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return f"<span style='color:#b3261e'>error: {type(e).__name__}: {first}</span>"
+
+
+def frame(records: list[dict]):
+    """Long-format curve data with fixed dtypes: the plot takes its axis types from the dtypes, and an empty
+    frame would otherwise be all-object (a discrete axis, no lines drawn)."""
+    import pandas as pd
+
+    df = pd.DataFrame(records, columns=PLOT_COLUMNS)
+    return df.astype({"step": "int64", "value": "float64", "series": "string"})
+
+
+def components_frame(records: list[dict]):
+    return frame(COMPONENT_SEED + records)
+
+
+def plots(ids: str):
+    """loss, total reward and reward components side by side."""
+    import gradio as gr
+
+    with gr.Row():
+        loss = gr.LinePlot(frame([]), x="step", y="value", title="loss", height=280, label="loss",
+                           elem_id=f"{ids}-loss-plot")
+        reward = gr.LinePlot(frame([]), x="step", y="value", title="reward (total)", height=280, label="reward",
+                             elem_id=f"{ids}-reward-plot")
+        comps = gr.LinePlot(components_frame([]), x="step", y="value", color="series", color_map=COMPONENT_COLOURS,
+                            title="reward components", height=280, label="reward components",
+                            elem_id=f"{ids}-comp-plot")
+    return loss, reward, comps
+
+
+def config_help(dotted: str) -> str | None:
+    """The config field's description: the same text `qlora-app train --dry-run --explain` prints."""
+    from app.config import field_help
+
+    return field_help().get(dotted) or None

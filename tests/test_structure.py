@@ -1,0 +1,157 @@
+"""One home for each fact: the reward registry is the only place component names and default weights live; the
+comparison code and the trainer do not import each other; runtime.device drives where a model goes; presets ship
+with a non-editable install."""
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.errors import UserError
+from app.rewards import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app"
+
+
+def _name_lists(path: Path, names: set[str]) -> list[list[str]]:
+    """Literal tuples / lists / sets / dict keys holding two or more component names: a copy of the registry."""
+    found = []
+    for n in ast.walk(ast.parse(path.read_text())):
+        elts = n.keys if isinstance(n, ast.Dict) else n.elts if isinstance(n, (ast.Tuple, ast.List, ast.Set)) else []
+        hits = [e.value for e in elts if isinstance(e, ast.Constant) and e.value in names]
+        if len(hits) >= 2:
+            found.append(hits)
+    return found
+
+
+def test_only_the_registry_lists_the_reward_components():
+    names = set(registry.NAMES)
+    # The modules that used to carry their own lists of names or weights.
+    # (app/data is left out: its column-name vocabulary has words like "length" and "format" as column names)
+    readers = [p for p in APP.rglob("*.py") if p.name != "registry.py" and "data" not in p.parts]
+    assert len(readers) > 40
+    for path in readers:
+        lists = _name_lists(path, names)
+        assert not lists, f"{path.relative_to(ROOT)} has its own list of reward components: {lists}"
+
+
+def test_every_reader_follows_the_registry():
+    from app.config import RewardConfig
+    from app.rewards import _CLASSES, build_reward_funcs, effective_weights
+    from app.ui import handlers as h
+    from app.ui.widgets import COMPONENT_COLOURS, COMPONENT_SEED
+
+    assert set(_CLASSES) == set(registry.NAMES)
+    assert RewardConfig().weights == {c.name: c.weight for c in registry.COMPONENTS if c.default_on}
+    funcs, weights = build_reward_funcs(RewardConfig(accuracy=True), has_reference=True)
+    assert [f.__name__ for f in funcs] == list(registry.NAMES)
+    assert weights == [c.weight for c in registry.COMPONENTS]
+    no_ref = [f.__name__ for f in build_reward_funcs(RewardConfig(accuracy=True), has_reference=False)[0]]
+    assert no_ref == [c.name for c in registry.COMPONENTS if not c.needs_reference]
+    assert list(h.WEIGHTS.values()) == list(registry.NAMES)  # a slider per component, accuracy included
+    assert [r["series"] for r in COMPONENT_SEED] == list(registry.NAMES)
+    assert COMPONENT_COLOURS == {c.name: c.colour for c in registry.COMPONENTS}
+    assert effective_weights()["accuracy"] == 0.0 and effective_weights(RewardConfig(accuracy=True))["accuracy"] == 1.0
+    with pytest.raises(Exception, match="did you mean 'format'"):
+        RewardConfig(weights={"formatt": 1.0})
+
+
+def test_docs_describe_every_registry_component_with_its_default_weight():
+    doc = (ROOT / "docs" / "rewards.md").read_text()
+    for c in registry.COMPONENTS:
+        assert re.search(rf"^\| `{c.name}`", doc, re.M), f"docs/rewards.md has no row for {c.name}"
+    formula = " + ".join(f"{c.weight:g} * {c.name}" for c in registry.COMPONENTS if c.default_on)
+    assert f"total = {formula}" in doc
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ImportFrom) and n.module:
+            out.add(n.module)
+        elif isinstance(n, ast.Import):
+            out.update(a.name for a in n.names)
+    return out
+
+
+def test_no_import_circles_between_eval_and_train():
+    for path in (APP / "train").rglob("*.py"):
+        bad = {m for m in _imports(path) if m.startswith("app.eval")}
+        assert not bad, f"{path.relative_to(ROOT)} imports the comparison code {bad}"
+    for path in (APP / "eval").rglob("*.py"):
+        bad = {m for m in _imports(path) if m.startswith("app.train")}
+        assert not bad, f"{path.relative_to(ROOT)} imports the trainer {bad}"
+    # render reads the result, never the engine that produced it
+    assert not {m for m in _imports(APP / "eval" / "render.py") if m == "app.eval.compare"}
+
+
+def test_runtime_device_decides_where_a_run_goes(monkeypatch):
+    import torch
+
+    from app.runtime import device_facts, use_cuda
+
+    assert use_cuda("cpu", True) is False and use_cuda("auto", True) is True and use_cuda("auto", False) is False
+    with pytest.raises(UserError, match="runtime.device=cuda"):
+        use_cuda("cuda", False)
+    # On a GPU machine, runtime.device=cpu must keep every decision on the CPU branch (and not query the GPU).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: pytest.fail("queried the GPU"))
+    assert device_facts("cpu") == {"cuda": False, "bf16": False, "gpu": None, "vram_gb": None}
+
+
+@pytest.mark.slow
+def test_runtime_device_cpu_keeps_a_run_on_cpu(tiny_model, monkeypatch):
+    """A GPU that torch reports (patched here) is not used when the config says cpu: the 4-bit model loads on the
+    CPU with fp32 compute, and the trainer arguments say use_cpu."""
+    import torch
+
+    from app.config import ModelConfig, build_config
+    from app.models import load_base_model
+    from app.train.args import common_kwargs
+
+    import bitsandbytes  # noqa: F401 - picks its backends at import, before the GPU is faked below
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: pytest.fail("queried the GPU"))
+    model, _, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)), local_only=True, device="cpu")
+    assert info["cuda"] is False and info["compute_dtype"] == "fp32"
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+    kw = common_kwargs(build_config(sets=["runtime.device=cpu"]), Path("/tmp/x"), info["compute_dtype"], info["cuda"])
+    assert kw["use_cpu"] and not kw["bf16"] and kw["optim"] == "adamw_torch"
+
+
+@pytest.mark.slow
+def test_non_editable_install_lists_and_uses_presets(tmp_path):
+    """`pip install .` (a wheel, not a link to this checkout) still has every preset."""
+    venv = tmp_path / "venv"
+    # --without-pip: the venv then uses this interpreter's pip and setuptools (a bundled old setuptools cannot
+    # build wheels offline)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    import shutil
+
+    build = tmp_path / "src"  # a copy: building must not write into this checkout
+    shutil.copytree(ROOT, build, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "*.egg-info", "build", "__pycache__", "runs", "demo-runs", ".pytest_cache"))
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                        str(build)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # Run from an empty folder, so neither this checkout nor the editable install can be what is imported.
+    code = ("import app, app.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
+            "from app.config import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
+    env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path)}
+    r = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    where, names, method = r.stdout.splitlines()[-3:]
+    assert str(venv) in where and str(ROOT) not in where
+    from app.presets import list_presets
+
+    assert eval(names) == sorted(x["name"] for x in list_presets()) and len(eval(names)) >= 10
+    assert method == "grpo"
+    r = subprocess.run([str(venv / "bin" / "qlora-app"), "presets", "show", "demo-grpo"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("# qlora-app train --preset demo-grpo"), r.stderr[-2000:]
