@@ -123,10 +123,11 @@ def _print_run_summary(d: Path) -> None:
 
     from app import rundir
     from app.plots import curve_keys, series, sparkline
+    from app.runs import run_summary
 
-    st = rundir.read_status(d) or {}
+    st = run_summary(d)
     recs = rundir.read_metrics(d)
-    t = Table(title=f"run {d.name}: {st.get('status')}", show_header=True)
+    t = Table(title=f"run {d.name}: {st['status']}", show_header=True)
     t.add_column("metric")
     t.add_column("last", justify="right")
     t.add_column("curve")
@@ -135,7 +136,11 @@ def _print_run_summary(d: Path) -> None:
         t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
     t.add_row("steps", str(st.get("step")), "")
     t.add_row("adapter", str(d / rundir.ADAPTER), "")
+    if st.get("error"):
+        t.add_row("error", st["error"], "")
     console.print(t)
+    if st.get("resume_command"):
+        console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------- data and reward
@@ -278,11 +283,16 @@ def runs_list(output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")
     t = Table(title=f"runs in {output_dir}")
     for col in ("run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"):
         t.add_column(col)
+    hints = []
     for d in rundir.list_runs(output_dir):
         s = run_summary(d)
         t.add_row(*(str(s.get(k, "") if s.get(k) is not None else "") for k in
                     ("name", "status", "method", "model", "dataset", "step", "loss", "reward", "date")))
+        if s["status"] == rundir.CRASHED and s["resume_command"]:
+            hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
     console.print(t)
+    for h in hints:
+        console.print(h, highlight=False, soft_wrap=True)
 
 
 @runs_app.command("show")

@@ -10,3 +10,10 @@ class UserError(Exception):
     """A problem in the user's input; the message is one line: what is wrong and what to change."""
 
     exit_code = 2
+
+
+class RunFailed(UserError):
+    """A run that stopped for a reason outside the input (full disk, NaN loss): the same one line, no traceback on
+    the terminal (the full one is in train.log), but exit code 1, and status.json says failed."""
+
+    exit_code = 1

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import time
+import zipfile
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +35,9 @@ COMPARE_JSON = "compare.json"
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
 STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
+# Never written: what readers show for a status.json that says running while its process is gone (kill -9, a
+# power cut, an OOM kill), so a dead run never looks alive.
+CRASHED = "crashed"
 
 
 def _slug(text: str) -> str:
@@ -59,14 +63,32 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
     return candidate
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write a small file atomically: a temporary sibling, flushed, renamed over the old one."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def write_status(run_dir: Path, status: str, **fields) -> dict:
-    """Atomic update (write + rename) so a reader tailing the directory never sees half a file."""
+    """Atomic update (write + rename) so a reader tailing the directory never sees half a file. On a full disk
+    the temporary copy cannot be written; the file is then rewritten in place (its blocks are already allocated,
+    and a dead run must not stay "running")."""
     assert status in STATUSES, status
     data = read_status(run_dir) or {}
     data.update(fields, status=status, updated=time.time())
-    tmp = Path(run_dir) / (STATUS + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, Path(run_dir) / STATUS)
+    text = json.dumps(data, indent=2)
+    path = Path(run_dir) / STATUS
+    try:
+        write_atomic(path, text)
+    except OSError:
+        Path(str(path) + ".tmp").unlink(missing_ok=True)
+        with open(path, "r+" if path.exists() else "w") as f:
+            f.write(text)
+            f.truncate()
     return data
 
 
@@ -97,12 +119,94 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return out
 
 
-def last_checkpoint(run_dir: Path) -> Path | None:
+TRAINER_STATE = "trainer_state.json"  # inside checkpoint-N/ (transformers' names)
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+OPTIMIZER = "optimizer.pt"
+
+
+def checkpoints(run_dir: Path) -> list[Path]:
+    """checkpoints/checkpoint-N folders, newest (highest N) first."""
     ck = Path(run_dir) / CHECKPOINTS
     if not ck.is_dir():
-        return None
+        return []
     cands = [p for p in ck.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return max(cands, key=lambda p: int(p.name.split("-")[-1]), default=None)
+    return sorted(cands, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why --resume cannot continue from this checkpoint (None: it is complete). Cheap: no tensors are loaded."""
+    try:
+        state = json.loads((Path(ckpt) / TRAINER_STATE).read_text())
+        if not isinstance(state, dict) or "global_step" not in state:
+            return f"{TRAINER_STATE} has no global_step"
+    except OSError:
+        return f"no readable {TRAINER_STATE}"
+    except ValueError:
+        return f"{TRAINER_STATE} is cut short or corrupt"
+    weights = next((Path(ckpt) / w for w in ADAPTER_WEIGHTS if (Path(ckpt) / w).is_file()), None)
+    if weights is None:
+        return "no adapter weights"
+    if weights.suffix == ".safetensors" and not _safetensors_ok(weights):
+        return f"{weights.name} is cut short or corrupt"
+    if not (Path(ckpt) / OPTIMIZER).is_file():
+        return f"no {OPTIMIZER}"
+    if not _zip_ok(Path(ckpt) / OPTIMIZER):
+        return f"{OPTIMIZER} is cut short or corrupt"
+    return None
+
+
+def _safetensors_ok(path: Path) -> bool:
+    """The header parses and the file is as long as the header says (a cut file is shorter)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        return path.stat().st_size >= 8 + n + end
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _zip_ok(path: Path) -> bool:
+    """torch.save writes a zip archive; a torn one has no central directory or a bad CRC."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip() is None
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+def last_checkpoint(run_dir: Path, note=None) -> Path | None:
+    """The newest complete checkpoint; ``note(line)`` hears about each newer, torn one that is skipped."""
+    for p in checkpoints(run_dir):
+        problem = checkpoint_problem(p)
+        if problem is None:
+            return p
+        if note:
+            note(f"skipping torn checkpoint {p.name}: {problem}")
+    return None
+
+
+def truncate_metrics(run_dir: Path, step: int) -> int:
+    """Drop metrics rows logged after ``step`` (a resume continues from there, so they will be logged again);
+    returns how many were dropped. Replaced atomically, so a crash here loses nothing."""
+    p = Path(run_dir) / METRICS
+    if not p.exists():
+        return 0
+    keep, dropped = [], 0
+    for line in p.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            dropped += 1  # a half-written last line from the crash
+            continue
+        if isinstance(rec, dict) and (rec.get("step") or 0) > step:
+            dropped += 1
+        else:
+            keep.append(line)
+    if dropped:
+        write_atomic(p, "".join(line + "\n" for line in keep))
+    return dropped
 
 
 def is_run_dir(path: Path) -> bool:

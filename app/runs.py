@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from app import rundir
+from app.runtime import pid_alive
 
 
 def run_summary(d: Path) -> dict:
@@ -17,6 +18,10 @@ def run_summary(d: Path) -> dict:
     except (OSError, yaml.YAMLError):
         cfg = {}
     st = rundir.read_status(d) or {}
+    status = st.get("status", "created")
+    if status == rundir.RUNNING and not pid_alive(st.get("pid")):
+        status = rundir.CRASHED
+    resumable = rundir.last_checkpoint(d) is not None
     recs = rundir.read_metrics(d)
     last = {}
     for r in recs:  # last non-null value of each key
@@ -25,7 +30,7 @@ def run_summary(d: Path) -> dict:
     return {
         "name": d.name,
         "path": str(d),
-        "status": st.get("status", "created"),
+        "status": status,
         "method": cfg.get("method"),
         "model": (cfg.get("model") or {}).get("name_or_path"),
         "dataset": (cfg.get("data") or {}).get("dataset"),
@@ -36,7 +41,10 @@ def run_summary(d: Path) -> dict:
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
         "adapter": str(d / rundir.ADAPTER) if (d / rundir.ADAPTER / "adapter_config.json").is_file() else None,
-        "resumable": rundir.last_checkpoint(d) is not None,
+        "resumable": resumable,
+        # what to type next for a run that stopped before its end
+        "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
+                           (rundir.CRASHED, rundir.INTERRUPTED, rundir.FAILED) else None),
     }
 
 

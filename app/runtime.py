@@ -42,6 +42,8 @@ def quiet_library_noise() -> None:
 
     for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
         logging.getLogger(name).addFilter(_Drop())
+    # datasets logs its own line for a file it cannot parse, before our one-line error says which line and why.
+    logging.getLogger("datasets.packaged_modules.json.json").setLevel(logging.CRITICAL)
 
 
 def pid_alive(pid) -> bool:

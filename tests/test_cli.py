@@ -54,16 +54,27 @@ def test_dry_run_prints_resolved_config_without_loading_weights():
     (["compare", "--adapter", "/no/such/run", "--prompt", "hi"], "not found"),
     (["export", "/no/such/run", "--out", "x"], "not found"),
     (["prefetch"], "nothing to prefetch"),
+    (["train", "--dataset", "arith", "--model", "arith-base", "--output-dir", "bad.jsonl/runs", "--max-steps", "1"],
+     "cannot create a run directory in"),
+    (["train", "--dry-run", "--explain", "--set", "lora.rank=4"], "did you mean 'lora.r'"),
+    (["inspect", "binary.jsonl"], "line 1 of"),
+    (["train", "--dataset", "binary.jsonl", "--model", "arith-base", "--max-steps", "1"], "not valid JSON"),
+    (["score", "--file", "binary.jsonl"], "not UTF-8"),
+    (["inspect", "latin1.csv"], "could not read"),
+    (["train", "--config", "broken.yaml"], "not valid YAML"),
 ])
 def test_bad_input_is_one_line_exit_2(args, needle, tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n{broken\n')
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x01garbage\x00\x00")
+    (tmp_path / "latin1.csv").write_bytes("question,answer\ncafé,1\n".encode("latin-1"))
+    (tmp_path / "broken.yaml").write_text("training: [")
     if "x.jsonl" in args:
         (tmp_path / "x.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
     r = cli(*args, cwd=tmp_path)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "Traceback" not in r.stderr
     err = r.stderr.strip()
-    assert needle in err and err.startswith("error:")
+    assert needle in err and err.startswith("error:") and len(err.splitlines()) == 1, err
 
 
 def test_presets_list_and_show():

@@ -163,7 +163,7 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
     rows = {r[0]: r for r in h.runs_rows(tmp_path)}
     assert rows["done"][1] == "finished" and rows["done"][5] == "3/3" and rows["done"][7] == 0.3
     assert rows["crashed"][1] == "failed"
-    assert rows["ghost"][1].startswith("running?")
+    assert rows["ghost"][1] == rundir.CRASHED  # status.json says running, the process is gone
     loss, reward, comps = h.curves(tmp_path / "done")
     assert [r["value"] for r in loss] == [1.0, 0.5, 1 / 3]
     assert {r["series"] for r in comps} == {"format", "length"} and len(comps) == 6

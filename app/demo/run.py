@@ -97,7 +97,7 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
                              "timings": {k: round(v, 1) for k, v in timings.items()}}
     out = output_dir / rundir.COMPARE_JSON
     _keep_previous(out)
-    out.write_text(json.dumps(result.to_dict(), indent=2))
+    rundir.write_atomic(out, json.dumps(result.to_dict(), indent=2))
 
     print_result(result, console, max_rows=4)
     from rich.table import Table

@@ -40,6 +40,8 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool)
         fp16=cuda and compute_dtype == "fp16",
         use_cpu=not cuda,
         disable_tqdm=True,  # our own rich progress bar replaces tqdm
+        # transformers would log a NaN / inf loss as the mean of the previous ones; the run must see it and stop.
+        logging_nan_inf_filter=False,
         dataloader_num_workers=0,
         push_to_hub=False,
         # 8-bit paged AdamW is the QLoRA optimizer on GPU; bitsandbytes' paged optimizers need CUDA.

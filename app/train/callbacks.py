@@ -57,15 +57,28 @@ class StopFlag:
             signal.signal(sig, prev)
 
 
-class RunDirCallback(TrainerCallback):
-    """Writes metrics.jsonl and status.json, and turns a stop request into checkpoint + stop."""
+# GRPO learns only from groups whose completions got different rewards. When most groups are flat for this many
+# logged steps in a row, the run is spending its time learning nothing: say so (then again every REPEAT steps).
+ZERO_STD_FRACTION = 0.9
+ZERO_STD_STEPS = 10
+ZERO_STD_REPEAT = 50
+_WATCHED = ("loss", "grad_norm")  # a NaN / inf here ends the run: every later update would be garbage
 
-    def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None):
+
+class RunDirCallback(TrainerCallback):
+    """Writes metrics.jsonl and status.json, turns a stop request into checkpoint + stop, stops on a NaN / inf
+    loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
+
+    def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None):
         self.run_dir = Path(run_dir)
         self.stop = stop
         self.reward_errors = reward_errors
         self.progress = progress
+        self.warn = warn or log.warning
         self.t0 = time.time()
+        self.nonfinite: dict | None = None  # {"key", "value", "step"} of the first NaN / inf seen
+        self._flat_steps = 0
+        self._last_flat_warning: int | None = None
 
     def on_train_begin(self, args, state, control, **kw):
         rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
@@ -75,6 +88,8 @@ class RunDirCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kw):
         if not logs or "train_runtime" in logs:  # the final summary is not a step
             return
+        self._check_finite(logs, state.global_step, control)
+        self._check_reward_spread(logs, state.global_step)
         rec = {"step": state.global_step, "time": round(time.time() - self.t0, 2)}
         for k, v in logs.items():
             k = _RENAME.get(k, k)
@@ -88,12 +103,35 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.update_metrics(rec)
 
+    def _check_finite(self, logs: dict, step: int, control) -> None:
+        for key in _WATCHED:
+            v = logs.get(key)
+            if self.nonfinite is None and isinstance(v, float) and not math.isfinite(v):
+                self.nonfinite = {"key": key, "value": str(v), "step": step}
+                log.error("%s is %s at step %d: stopping without saving these weights", key, v, step)
+                # Logging runs before the step's checkpoint save: cancel it, so the last good checkpoint stays
+                # the newest one.
+                control.should_save = False
+                control.should_training_stop = True
+
+    def _check_reward_spread(self, logs: dict, step: int) -> None:
+        flat = logs.get("frac_reward_zero_std")
+        if not isinstance(flat, (int, float)):
+            return
+        self._flat_steps = self._flat_steps + 1 if flat >= ZERO_STD_FRACTION else 0
+        due = self._last_flat_warning is None or step - self._last_flat_warning >= ZERO_STD_REPEAT
+        if self._flat_steps >= ZERO_STD_STEPS and due:
+            self._last_flat_warning = step
+            self.warn(f"for {self._flat_steps} logged steps {flat:.0%} of GRPO's groups had identical rewards "
+                      "(frac_reward_zero_std): the model learns nothing from them; raise grpo.num_generations or "
+                      "grpo.temperature, or use easier data")
+
     def on_step_end(self, args, state, control, **kw):
         if self.progress:
             self.progress.advance(state.global_step)
         if state.global_step % 5 == 0 or state.global_step == state.max_steps:
             rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
-        if self.stop.requested:
+        if self.stop.requested and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True
 

@@ -5,8 +5,10 @@ The CLI, the UI (through a CLI subprocess) and the demo all come through `run_tr
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import time
 import traceback
 import warnings
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from app import rundir
 from app.config import AppConfig, resolve, warnings_for, with_absolute_paths
-from app.errors import UserError
+from app.errors import RunFailed, UserError
 from app.runtime import apply_local_only, pid_alive, quiet_library_noise
 
 log = logging.getLogger("qlora_app")
@@ -40,8 +42,6 @@ def _setup_logging(run_dir: Path) -> logging.Handler:
 def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -> Path:
     if resume is not None:
         d = rundir.require_run_dir(resume)
-        if rundir.last_checkpoint(d) is None:
-            raise UserError(f"'{d}' has no checkpoint to resume from (checkpoints/ is empty); start a new run instead")
         st = rundir.read_status(d) or {}
         if st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
             raise UserError(f"run '{d.name}' is still running; stop it before resuming")
@@ -52,7 +52,33 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
             raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten)")
         d.mkdir(parents=True, exist_ok=True)
         return d
-    return rundir.new_run_dir(cfg.output_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    try:
+        return rundir.new_run_dir(cfg.output_dir,
+                                  cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    except OSError as e:
+        raise UserError(f"cannot create a run directory in '{cfg.output_dir}' ({e.strerror or e}); pass a writable "
+                        "--output-dir") from None
+
+
+def resume_point(d: Path, console=None) -> Path:
+    """The newest complete checkpoint of run ``d``; torn newer ones are named and skipped, none is a user error.
+    metrics.jsonl is cut back to that step, so the steps trained again are logged once."""
+    def note(line: str) -> None:
+        log.warning(line)
+        if console:
+            console.print(f"[yellow]note:[/] {line}")
+
+    ckpt = rundir.last_checkpoint(d, note=note)
+    if ckpt is None:
+        torn = [p.name for p in rundir.checkpoints(d)]
+        raise UserError(f"'{d}' has no complete checkpoint to resume from"
+                        + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
+                        + "; start a new run instead")
+    step = int(ckpt.name.split("-")[-1])
+    dropped = rundir.truncate_metrics(d, step)
+    if dropped:
+        log.info("resuming from %s: dropped %d metrics rows logged after step %d", ckpt.name, dropped, step)
+    return ckpt
 
 
 def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | None = None,
@@ -78,10 +104,12 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     cfg = resolve(with_absolute_paths(cfg, Path.cwd()), num_rows=len(train_raw))
     d = prepare_run_dir(cfg, resume, run_dir)
     handler = _setup_logging(d)
+    ckpt = resume_point(d, console) if resume is not None else None
     if resume is None:
-        (d / rundir.CONFIG).write_text(cfg.to_yaml())
+        rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
     rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
-                        model=cfg.model.name_or_path, dataset=cfg.data.dataset, step=0, error=None)
+                        model=cfg.model.name_or_path, dataset=cfg.data.dataset,
+                        step=int(ckpt.name.split("-")[-1]) if ckpt else 0, error=None)
     for w in warnings_for(cfg):
         log.warning(w)
         if console:
@@ -89,11 +117,17 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method, cfg.data.dataset,
              len(train_raw), len(heldout_raw), det.to_dict())
     try:
-        _train(cfg, d, train_raw, det, resume is not None, progress, console)
+        _train(cfg, d, train_raw, det, ckpt, progress, console)
+    except OSError as e:  # a full disk, or any other failure to write the run's files
+        err = RunFailed(os_error_message(e, d))
+        _record_failure(d, str(err))
+        raise err from None
     except BaseException as e:
         interrupted = isinstance(e, KeyboardInterrupt)
-        rundir.write_status(d, rundir.INTERRUPTED if interrupted else rundir.FAILED, ended=time.time(),
-                            error=None if interrupted else f"{type(e).__name__}: {e}".splitlines()[0])
+        if interrupted:
+            rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), error=None)
+        else:
+            _record_failure(d, str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}".splitlines()[0])
         log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
         raise
     finally:
@@ -103,10 +137,36 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     return d
 
 
-def _train(cfg: AppConfig, d: Path, train_raw, det, resuming: bool, progress: bool, console) -> None:
+def os_error_message(e: OSError, d: Path) -> str:
+    """One line for a failed write: what happened, how much room is left, and what a resume would continue from."""
+    try:
+        free = f"{shutil.disk_usage(d).free / 2**20:.0f} MiB free"
+    except OSError:
+        free = "free space unknown"
+    ckpt = rundir.last_checkpoint(d)
+    keep = (f"the newest complete checkpoint is {ckpt.name}" if ckpt else "no complete checkpoint was saved yet")
+    what = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT) else f"a file could not be written ({e})"
+    then = f"free space, then: qlora-app train --resume {d}" if ckpt else "free space, then start the run again"
+    return f"{what} ({free} on {d}); {keep}; {then}"
+
+
+def _record_failure(d: Path, reason: str) -> None:
+    """status.json says failed with the reason, and train.log gets the traceback, as far as the disk allows."""
+    try:
+        rundir.write_status(d, rundir.FAILED, ended=time.time(), error=reason)
+    except OSError:
+        pass
+    try:
+        log.error("run failed: %s\n%s", reason, traceback.format_exc())
+    except OSError:
+        pass
+
+
+def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress: bool, console) -> None:
     from app.data import to_grpo, to_sft
     from app.models import load_for_training
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
+    from app.train.checkpoints import save_adapter
 
     model, tok, info = load_for_training(cfg)
     log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
@@ -133,15 +193,16 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, resuming: bool, progress: bo
             trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info)
             errors = lambda: 0  # noqa: E731 - SFT has no reward
         base_errors = errors()
-        trainer.add_callback(RunDirCallback(d, stop, lambda: errors() - base_errors, bar))
-        ckpt = rundir.last_checkpoint(d) if resuming else None
+        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console))
+        trainer.add_callback(watch)
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()
         stop.uninstall()
-    adapter_dir = d / rundir.ADAPTER
-    trainer.model.save_pretrained(adapter_dir)
-    tok.save_pretrained(adapter_dir)
+    if watch.nonfinite:
+        rundir.write_status(d, rundir.FAILED, step=trainer.state.global_step)
+        raise RunFailed(nonfinite_message(watch.nonfinite, cfg, d))
+    adapter_dir = save_adapter(trainer.model, tok, d)
     if stop.requested:
         rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=trainer.state.global_step)
         log.info("stopped at step %d; checkpoint saved, resume with --resume %s", trainer.state.global_step, d)
@@ -151,3 +212,21 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, resuming: bool, progress: bo
     from app.plots import save_curves
 
     save_curves(d)
+
+
+def _warner(console):
+    def warn(line: str) -> None:
+        log.warning(line)
+        if console:
+            console.print(f"[yellow]warning:[/] {line}")
+    return warn
+
+
+def nonfinite_message(bad: dict, cfg: AppConfig, d: Path) -> str:
+    """Why a run stopped on a NaN / inf loss or gradient norm, the likely causes, and what is kept."""
+    ckpt = rundir.last_checkpoint(d)
+    keep = f"the last good checkpoint is {ckpt.name}" if ckpt else "no checkpoint was saved before it"
+    fp16 = (" or fp16 overflow (use model.compute_dtype=bf16 on Ampere+ GPUs, or fp32)"
+            if cfg.model.compute_dtype == "fp16" else " or fp16 overflow on a GPU without bf16")
+    return (f"{bad['key']} became {bad['value']} at step {bad['step']}: training stopped; likely a learning rate too "
+            f"high (training.learning_rate={cfg.training.learning_rate:g}: try a third of it){fp16}; {keep}")

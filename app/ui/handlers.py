@@ -292,7 +292,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     if other is not None:
         raise UserError(f"run '{other.name}' is still running; one GPU trains one run at a time")
     d = rundir.new_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
-    (d / rundir.CONFIG).write_text(cfg.to_yaml())
+    rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
     jobs.start(d)
     return d
 
@@ -311,15 +311,10 @@ def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
 
 
 def run_status(d: Path) -> dict:
-    """run_summary plus 'stale' detection: a status of running whose process is gone (UI or machine restarted)."""
+    """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
     from app.runs import run_summary
-    from app.runtime import pid_alive
 
-    s = run_summary(d)
-    st = rundir.read_status(d) or {}
-    if s["status"] == rundir.RUNNING and not pid_alive(st.get("pid")):
-        s["status"] = "running? (process gone)"
-    return s
+    return run_summary(d)
 
 
 RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
@@ -375,8 +370,10 @@ def status_markdown(s: dict) -> str:
         parts.append(f"<span style='color:#b3261e'>**error:** {s['error']}</span>")
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
-    if s["status"] == rundir.INTERRUPTED and s.get("resumable"):
-        parts.append("stopped with a checkpoint: resume it from the Runs tab")
+    if s.get("resume_command"):
+        parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
+    elif s["status"] == rundir.CRASHED:
+        parts.append("the training process is gone and left no complete checkpoint: start the run again")
     return "  \n".join(parts)
 
 

@@ -8,7 +8,9 @@ or the home directory).
 from __future__ import annotations
 
 import atexit
+import ipaddress
 import os
+import socket
 from pathlib import Path
 
 from app.errors import UserError
@@ -25,10 +27,31 @@ def parse_auth(auth: str | None) -> tuple[str, str] | None:
     return user, password
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_exposure(host: str, share: bool, auth: str | None) -> None:
+    """The UI starts training on any model path and previews local files: beyond this machine it needs a login."""
+    if auth:
+        return
+    if share:
+        raise UserError("--share publishes the UI on the internet; add --auth USER:PASS (or drop --share)")
+    if not is_loopback(host):
+        raise UserError(f"--host {host} serves the UI beyond this machine; add --auth USER:PASS, or use "
+                        "--host 127.0.0.1")
+
+
 def launch_kwargs(host: str, port: int, share: bool, auth: str | None, runs_dir: Path) -> dict:
     """Everything passed to Blocks.launch (separate so tests can check the safe defaults)."""
     from app.ui.handlers import UPLOAD_DIR
 
+    check_exposure(host, share, auth)
     runs_dir = Path(runs_dir).resolve()
     return dict(
         server_name=host, server_port=port, share=bool(share), auth=parse_auth(auth),
@@ -48,8 +71,19 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     from app.ui.app import build_app
 
     kwargs = launch_kwargs(host, port, share, auth, runs_dir)
+    _check_port_free(host, port)  # before the app is built: Gradio's own error is a long traceback
     demo = build_app(runs_dir, local_only=local_only)
     atexit.register(demo.jobs.shutdown)  # a UI closed with Ctrl-C still stops its run gracefully
     demo.queue(default_concurrency_limit=4)
     demo.launch(prevent_thread_lock=not block, **kwargs)
     return demo
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port, or stop "
+                            "what is using it") from None

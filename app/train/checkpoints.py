@@ -1,0 +1,98 @@
+"""Checkpoints that a crash cannot tear: written to a temporary sibling, flushed, renamed into place; rotation only
+after a complete save. (What makes a checkpoint complete, for ``--resume``, is ``rundir.checkpoint_problem``.)
+
+Hugging Face's Trainer writes ``checkpoint-N/`` in place and rotates old checkpoints in the same call, so a crash
+or a full disk mid-save leaves a torn newest checkpoint that resume then picks. ``atomic_trainer`` wraps a TRL
+trainer class so its ``_save_checkpoint`` writes into ``checkpoints/.partial/checkpoint-N`` first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from app import rundir
+
+log = logging.getLogger("qlora_app")
+
+PARTIAL = ".partial"  # inside checkpoints/: never matched by the checkpoint-* globs of transformers or rundir
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file and folder under ``path`` to disk, so a rename after it publishes complete data."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(Path(root) / name, "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(root))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename a completely written folder into place (replacing an older one of the same name)."""
+    fsync_tree(tmp)
+    if final.exists():
+        old = final.with_name(f".old-{final.name}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
+def save_adapter(model, tok, run_dir: Path) -> Path:
+    """The final adapter/, written beside itself and renamed into place."""
+    final = Path(run_dir) / rundir.ADAPTER
+    tmp = final.with_name(f".tmp-{rundir.ADAPTER}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    publish(tmp, final)
+    return final
+
+
+def atomic_trainer(trainer_cls):
+    """A subclass of a transformers/TRL trainer whose checkpoints are published atomically."""
+
+    class AtomicCheckpoints(trainer_cls):
+        def _save_checkpoint(self, model, trial):
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+            from transformers.trainer_utils import rotate_checkpoints
+
+            run_dir = Path(self._get_output_dir(trial=trial))
+            staging = run_dir / PARTIAL
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            shutil.rmtree(staging / name, ignore_errors=True)
+            args = self.args
+            out, limit = args.output_dir, args.save_total_limit
+            # The parent writes everything into the staging folder and, with no limit, deletes nothing.
+            args.output_dir, args.save_total_limit = str(staging), None
+            try:
+                super()._save_checkpoint(model, trial)
+            finally:
+                args.output_dir, args.save_total_limit = out, limit
+            if args.should_save:
+                publish(staging / name, run_dir / name)
+                # TRL also writes a model card (README.md) into output_dir on every save: not part of a checkpoint.
+                shutil.rmtree(staging, ignore_errors=True)
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+
+    AtomicCheckpoints.__name__ = AtomicCheckpoints.__qualname__ = f"Atomic{trainer_cls.__name__}"
+    return AtomicCheckpoints
