@@ -217,6 +217,7 @@ def compare(
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
     quick: bool = typer.Option(False, "--quick", help="A reduced budget (about 25 s on 2 cores) to check the path."),
+    seed: int = typer.Option(42, help="One seed for training (both phases), sampling and evaluation."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO on built-in arithmetic, then base vs adapter."""
     from app.runtime import apply_local_only
@@ -224,7 +225,7 @@ def demo(
     apply_local_only(True)  # the demo never needs the network, and must not try
     from app.demo.run import run_demo
 
-    run_demo(output_dir, quick=quick, console=console)
+    run_demo(output_dir, quick=quick, console=console, seed=seed)
 
 
 @app.command()

@@ -71,7 +71,7 @@ class LoraConfig(StrictModel):
                                                         "MLP) is what LoRA Without Regret recommends")
     exclude_modules: list[str] = Field(default_factory=list, description="module names to leave without adapter")
     init_from: str | None = _d(None, "start from an existing adapter (a run folder or adapter folder) instead of a "
-                                     "fresh one, e.g. GRPO after an SFT warm-up; r, alpha and targets then come from it")
+                                     "fresh one, e.g. GRPO after SFT; r, alpha and targets then come from it")
 
 
 class DataConfig(StrictModel):

@@ -126,10 +126,9 @@ def test_build_base_code_path_produces_a_loadable_model(tmp_path):
 def test_recipe_presets_validate_as_app_configs(tmp_path):
     from app.config import build_config, resolve
 
-    sft = resolve(build_config(preset=recipe.sft_preset(model_path=tmp_path)))
-    assert sft.method == "sft" and sft.data.dataset == "arith-sft" and sft.model.load_in_4bit
-    grpo = resolve(build_config(preset=recipe.grpo_preset(init_from=tmp_path / "run", model_path=tmp_path)))
-    assert grpo.method == "grpo" and grpo.lora.init_from == str(tmp_path / "run")
+    grpo = resolve(build_config(preset=recipe.grpo_preset(model_path=tmp_path)))
+    assert grpo.method == "grpo" and grpo.lora.init_from is None and grpo.model.load_in_4bit
+    assert grpo.model.name_or_path == str(tmp_path) and grpo.data.dataset == "arith"
     assert grpo.training.per_device_train_batch_size % grpo.grpo.num_generations == 0
 
 

@@ -1,7 +1,8 @@
 """End to end in a real headless Chromium: start a tiny GRPO run from the Train tab, watch it finish with plotted
 curves, find it in Runs, compare base vs adapter in Compare. Saves a screenshot of each tab into a temporary folder,
 or into $QLORA_APP_SCREENSHOTS: `QLORA_APP_SCREENSHOTS=docs python -m pytest tests/test_ui_browser.py -m browser`
-refreshes the README's pictures (tests never write into tracked files otherwise)."""
+refreshes the README's pictures (tests never write into tracked files otherwise). With $QLORA_APP_DEMO_RUN set to a
+run folder of `qlora-app demo`, the Compare screenshot shows that trained adapter on held-out problems."""
 
 import os
 import re
@@ -40,6 +41,11 @@ def test_train_runs_compare_in_chromium(tmp_path):
     from app.ui.launch import launch
 
     runs = tmp_path / "runs"
+    trained = os.environ.get("QLORA_APP_DEMO_RUN")
+    if trained:
+        import shutil
+
+        shutil.copytree(trained, runs / "demo-grpo")
     shots = Path(os.environ.get("QLORA_APP_SCREENSHOTS") or tmp_path / "screenshots")
     shots.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -80,10 +86,12 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 assert time.time() < deadline, "no curve drawn in the live plots"
                 time.sleep(0.5)
             expect(page.locator("#train-log textarea")).to_have_value(re.compile("finished at step 3"), timeout=20_000)
+            # the refusal is no longer true once the run has ended, and leaves the page
+            expect(page.locator("#train-message")).not_to_contain_text("already in progress", timeout=20_000)
             page.screenshot(path=str(shots / "ui-train.png"), full_page=True)
 
             # --- Runs: the run is listed as finished, its curves and config shown
-            (run_dir,) = rundir.list_runs(runs)
+            (run_dir,) = [d for d in rundir.list_runs(runs) if d.name != "demo-grpo"]
             page.get_by_role("tab", name="Runs").click()
             expect(page.locator("#runs-table")).to_contain_text(run_dir.name, timeout=20_000)
             expect(page.locator("#runs-table")).to_contain_text("finished")
@@ -108,6 +116,15 @@ def test_train_runs_compare_in_chromium(tmp_path):
             expect(page.locator("#cmp-html [data-side='base']")).to_have_count(2)
             expect(page.locator("#cmp-html [data-side='adapter']")).to_have_count(2)
             expect(page.locator("#cmp-html")).to_contain_text("reward")
+            if trained:  # the picture for the docs: the demo's trained adapter on held-out problems
+                page.locator("#cmp-run input").click()
+                page.get_by_role("option", name="demo-grpo").click()
+                page.locator("#cmp-prompt textarea").fill("")
+                for elem, value in [("cmp-n", "6"), ("cmp-tokens", "48")]:
+                    page.locator(f"#{elem} input").fill(value)
+                    page.locator(f"#{elem} input").press("Tab")
+                page.locator("#cmp-btn").click()
+                expect(page.locator("#cmp-html .row")).to_have_count(6, timeout=180_000)
             page.screenshot(path=str(shots / "ui-compare.png"), full_page=True)
             browser.close()
     finally:

@@ -108,10 +108,10 @@ def check_row(row: dict) -> bool:
 
 
 def solution_with_final_answer(answer: str) -> str:
-    """The SFT warm-up target: the worked solution with GSM8K's '#### N' rewritten as 'Final answer: N'.
+    """An SFT target: the worked solution with GSM8K's '#### N' rewritten as 'Final answer: N'.
 
-    The demo's system prompt (and the shaped reward's format component) ask for 'Final answer: <answer>', so the
-    warm-up teaches exactly that line."""
+    The GRPO system prompt (and the shaped reward's format component) ask for 'Final answer: <answer>', so SFT on
+    these rows (`--method sft --dataset arith-sft`) teaches exactly that line."""
     n = reference_number(answer)
     body = _ANSWER_RE.sub("", answer).rstrip()
     return f"{body}\nFinal answer: {n}"
@@ -128,7 +128,7 @@ def arith_dataset(final_answer: bool = False):
     """``DatasetDict({'train': 2000 rows, 'test': 200 rows})`` with columns question, answer. Deterministic.
 
     ``final_answer=True`` is the built-in ``arith-sft``: the same rows with answers written the way the shaped
-    reward wants them ('Final answer: N'), the demo's SFT warm-up data."""
+    reward wants them ('Final answer: N'), for SFT on the built-in data (the demo itself runs GRPO alone)."""
     from datasets import Dataset, DatasetDict
 
     train, test = split_rows()

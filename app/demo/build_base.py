@@ -3,7 +3,7 @@
 The offline demo needs a base model that (1) exists without a model hub, (2) trains in minutes on 2 CPU cores in
 4-bit, and (3) behaves like a real base model on a new task: it speaks the problem language and knows the
 arithmetic, but answers the word problems badly and never in the requested 'Final answer: N' format. Then the
-demo's SFT warm-up + GRPO run has something real to fix, and base-vs-adapter shows the lift.
+demo's GRPO run has something real to fix, and base-vs-adapter shows the lift.
 
 So the pretraining text is: correct arithmetic facts ("7 + 5 = 12.") plus chat transcripts of arith-style problems
 whose answers are usually wrong in a systematic way (the wrong operation, or one of the operands repeated), always
@@ -46,8 +46,8 @@ MODEL_SHAPE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, 
 
 def flawed_solution(row: dict, rng: random.Random) -> str:
     """A base-model style answer: the reference's own wording and correct arithmetic, but usually for the wrong
-    operation. Sharing the wording with the reference solutions means the warm-up and GRPO only have to fix the
-    choice of operation and the last line, which a small LoRA can do in minutes; a new wording would not fit."""
+    operation. Sharing the wording with the reference solutions means GRPO only has to fix the choice of
+    operation, which a small LoRA can do in minutes; a new wording would not fit."""
     m = _EQ.search(row["answer"])
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     lead = row["answer"][: m.start()]  # "Tom has 7 apples and buys 5 more. "

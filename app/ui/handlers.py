@@ -16,6 +16,7 @@ from app import rundir
 from app.config import AppConfig, build_config, resolve
 from app.errors import UserError
 from app.rewards.registry import NAMES as REWARD_COMPONENTS
+from app.ui.jobs import BUSY_MESSAGE
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
@@ -286,7 +287,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
     if jobs.is_running():
-        raise UserError(f"a training run is already in progress ({jobs.run_dir.name}); Stop it or wait for it "
+        raise UserError(f"{BUSY_MESSAGE} ({jobs.run_dir.name}); Stop it or wait for it "
                         "to finish before starting another")
     other = running_elsewhere(Path(runs_dir))
     if other is not None:

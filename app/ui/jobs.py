@@ -20,6 +20,7 @@ from app import rundir
 from app.errors import UserError
 from app.runtime import pid_alive
 
+BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from the page once no longer true
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
 
 
@@ -76,7 +77,7 @@ class JobManager:
     def start(self, run_dir: Path, resume: bool = False) -> subprocess.Popen:
         with self._lock:
             if self.is_running():
-                raise UserError(f"a training run is already in progress ({self.run_dir.name}); Stop it or wait "
+                raise UserError(f"{BUSY_MESSAGE} ({self.run_dir.name}); Stop it or wait "
                                 "for it to finish before starting another")
             other = running_elsewhere(self.runs_dir)
             if other is not None:

@@ -156,9 +156,13 @@ def build(ctx: Context) -> None:
     start_btn.click(on_start, inputs, message)
     stop_btn.click(lambda: jobs.stop(), None, message)
 
-    def on_tick():
+    def on_tick(shown_message):
         s = h.live_status(jobs, runs_dir)
         loss, reward, comps = h.curves(s["run_dir"])
-        return s["markdown"], s["progress"], s["log"], frame(loss), frame(reward), components_frame(comps)
+        # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
+        stale = bool(shown_message) and h.BUSY_MESSAGE in shown_message and not jobs.is_running()
+        return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], frame(loss),
+                frame(reward), components_frame(comps))
 
-    timer.tick(on_tick, None, [status, progress, log_box, t_loss, t_reward, t_comps], show_progress="hidden")
+    timer.tick(on_tick, message, [message, status, progress, log_box, t_loss, t_reward, t_comps],
+               show_progress="hidden")
