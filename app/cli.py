@@ -56,12 +56,18 @@ def train(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
     explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
+    num_processes: Optional[int] = typer.Option(None, "--num-processes",
+                                                help="Processes on this machine (one per GPU); >1 runs torchrun DDP."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Machines taking part (multi-node)."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
     from app.runtime import apply_local_only
 
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
-    from app.config import build_config, load_yaml_file, resolve, warnings_for
+    from app.config import build_config, load_yaml_file, resolve, validate, warnings_for
     from app.presets import load_preset
 
     if resume is not None and (preset or config):
@@ -81,7 +87,8 @@ def train(
         "data": {"dataset": dataset, "config_name": dataset_config, "prompt_field": prompt_field,
                  "reference_field": reference_field},
         "training": {"max_steps": max_steps},
-        "runtime": {"local_only": True if local_only else None},
+        "runtime": {"local_only": True if local_only else None, "num_processes": num_processes, "nnodes": nnodes,
+                    "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port},
         "reward": {"custom": list(reward) if reward else None},
         "output_dir": output_dir,
     }
@@ -97,11 +104,21 @@ def train(
         for w in warnings_for(resolved):
             err_console.print(f"[yellow]note:[/] {w}")
         return
-    from app.train.runner import run_training
+    from app.train.launch import check_same_world, is_main, is_worker, wants_launcher
 
-    d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
-                     console=console)
-    _print_run_summary(d)
+    if resume is not None:
+        check_same_world(validate(base).runtime, cfg.runtime)
+    if wants_launcher(cfg.runtime):
+        from app.train.launch import launch_run
+
+        d = launch_run(cfg, resume, run_dir, list(set_ or []), max_steps, console)
+    else:
+        from app.train.runner import run_training
+
+        d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
+                         console=console)
+    if is_main() and not is_worker():  # a worker's summary would be printed twice: the launcher prints it
+        _print_run_summary(d)
 
 
 def _print_explained(cfg) -> None:

@@ -169,6 +169,22 @@ class RuntimeConfig(StrictModel):
     report_to: list[str] = Field(default_factory=list, description=(
         "trackers, e.g. [trackio]; remote ones are refused under local_only"))
     device: Literal["auto", "cpu", "cuda"] = _d("auto", "auto = the GPU when there is one; cpu stays on the CPU")
+    # Scale-out through torch.distributed.run (torchrun): one process per GPU (or CPU worker) on each machine.
+    num_processes: int = _d(1, "training processes on this machine (one per GPU); > 1 runs DDP through torchrun",
+                            ge=1, le=1024)
+    nnodes: int = _d(1, "machines taking part; every machine runs the same command with its own node_rank", ge=1)
+    node_rank: int = _d(0, "this machine's index among nnodes (0 = the machine at master_addr)", ge=0)
+    master_addr: str = _d("127.0.0.1", "address of the node_rank 0 machine, reachable from every machine")
+    master_port: int = _d(29500, "a free TCP port on the master machine", ge=1, le=65535)
+    fsdp: bool = _d(False, "shard the 4-bit base across the GPUs (FSDP + QLoRA) for a model that does not fit one; "
+                           "needs CUDA and num_processes > 1")
+
+    @model_validator(mode="after")
+    def _node_rank_in_range(self) -> "RuntimeConfig":
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"runtime.node_rank ({self.node_rank}) must be below runtime.nnodes ({self.nnodes}); "
+                             "number the machines 0 .. nnodes-1")
+        return self
 
 
 class AppConfig(StrictModel):
@@ -455,7 +471,7 @@ def effective_batch(cfg: AppConfig, processes: int = 1) -> int:
 def warnings_for(cfg: AppConfig) -> list[str]:
     """Advice that does not stop a run."""
     out = []
-    eb = effective_batch(cfg)
+    eb = effective_batch(cfg, cfg.runtime.num_processes * cfg.runtime.nnodes)  # every process adds its batch
     if eb >= EFFECTIVE_BATCH_WARN:
         out.append(
             f"effective batch {eb} {'prompts' if cfg.method == 'grpo' else 'examples'} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "

@@ -69,14 +69,17 @@ def check_model_source(name: str, local_only: bool) -> None:
             )
 
 
-def quantization_config(mc: ModelConfig, dtype: str):
+def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
     from transformers import BitsAndBytesConfig
+
+    from app.train.fsdp import quant_storage
 
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type=mc.quant_type,
         bnb_4bit_use_double_quant=mc.double_quant,  # ~0.37 bit/param saved (QLoRA paper)
         bnb_4bit_compute_dtype=torch_dtype(dtype),
+        **({"bnb_4bit_quant_storage": quant_storage(dtype)} if fsdp else {}),
     )
 
 
@@ -91,7 +94,8 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False):
     return tok
 
 
-def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto"):
+def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
+                    fsdp: bool = False):
     """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
     runtime.device (auto / cpu / cuda)."""
     import torch
@@ -107,10 +111,12 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         dtype=torch_dtype(dtype),
     )
     if mc.load_in_4bit:
-        kwargs["quantization_config"] = quantization_config(mc, dtype)
+        kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp)
     # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
-    # visible, which would ignore runtime.device=cpu.
-    kwargs["device_map"] = {"": 0} if facts["cuda"] else {"": "cpu"}
+    # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
+    # under FSDP the Trainer places (and shards) the model itself.
+    if not fsdp:
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if facts["cuda"] else {"": "cpu"}
     quiet_library_noise()
     try:
         model = AutoModelForCausalLM.from_pretrained(mc.name_or_path, **kwargs)
@@ -189,7 +195,11 @@ def load_for_training(cfg):
         model, tok = load_with_unsloth(cfg, dtype)
         return model, tok, {"compute_dtype": dtype, "cuda": True, "gpu": facts["gpu"], "4bit": True,
                             "backend": "unsloth"}
-    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device)
+    from app.train.fsdp import check_fsdp
+
+    check_fsdp(cfg.runtime, facts["cuda"])
+    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device,
+                                       fsdp=cfg.runtime.fsdp)
     return model, tok, {**info, "backend": "hf"}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from app.errors import UserError
 
@@ -57,6 +58,23 @@ def pid_alive(pid) -> bool:
         return True
     except (OSError, TypeError, ValueError):
         return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first), from /proc; empty where /proc is not there."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo += children.get(p, [])
+    return out
 
 
 def use_cuda(setting: str, cuda_available: bool) -> bool:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
@@ -68,17 +68,6 @@ def reward_share(out: Path) -> dict:
     steps = [m.get("step_time") for m in rundir.read_metrics(d) if m.get("step_time")]
     return {"reward_s": Timed.total, "train_wall_s": wall, "steps": 20,
             "trl_step_time_s": sum(steps) if steps else None}
-
-
-def write_section(md: str) -> None:
-    perf = ROOT / "docs" / "performance.md"
-    text = perf.read_text() if perf.exists() else "# Performance\n\nRatios measured by the scripts in bench/.\n"
-    section = "## demo\n\n" + md.strip() + "\n"
-    if re.search(r"^## demo$", text, flags=re.M):
-        text = re.sub(r"^## demo\n.*?(?=^## |\Z)", section + "\n", text, flags=re.M | re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section
-    perf.write_text(text)
 
 
 SEEDS = (1, 2, 3, 4, 5)
@@ -153,7 +142,7 @@ compare {tm['compare_s']:.1f}, total {tm['total_s']:.1f} (budget {MAX_SECONDS}).
 timed: {share['reward_s']:.2f} s of reward scoring in {share['train_wall_s']:.1f} s of training wall time =
 **{pct:.1f}%** (target < 5%). Generation and the policy update dominate the step.
 """
-    write_section(md)
+    write_section("demo", md)
     print(md)
 
 

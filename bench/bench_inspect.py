@@ -15,7 +15,6 @@ import io
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -60,17 +60,6 @@ def time_inspect(path: Path, repeats: int) -> tuple[float, dict]:
     return min(times[1:]), json.loads(out)
 
 
-def write_section(text: str) -> Path:
-    doc = ROOT / "docs" / "performance.md"
-    doc.parent.mkdir(exist_ok=True)
-    old = doc.read_text() if doc.exists() else "# Performance\n\nRatios measured by the scripts in bench/.\n"
-    pattern = re.compile(r"^## inspect\n.*?(?=^## |\Z)", re.S | re.M)
-    text = text.rstrip("\n") + "\n\n"
-    new = pattern.sub(lambda _: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text
-    doc.write_text(new)
-    return doc
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=25)
@@ -91,8 +80,6 @@ def main() -> None:
     rj = results[("jsonl", SIZES[1])][0] / results[("jsonl", SIZES[0])][0]
     print(f"ratio 1M/10k: parquet {rp:.2f}x, jsonl {rj:.2f}x")
     lines = [
-        "## inspect",
-        "",
         "`qlora-app inspect` reads a bounded sample: for parquet the footer (row count) plus one 64-row batch, for",
         "JSONL/CSV the first 64 rows plus a newline count for files up to 64 MB (larger files report",
         "`num_rows: null` instead of scanning). Measured by `python bench/bench_inspect.py`",
@@ -115,7 +102,7 @@ def main() -> None:
         "",
     ]
     if not args.no_write:
-        print(f"wrote {write_section(chr(10).join(lines))}")
+        print(f"wrote {write_section('inspect', chr(10).join(lines))}")
 
 
 if __name__ == "__main__":

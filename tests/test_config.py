@@ -82,3 +82,13 @@ def test_one_reward_weight_override_keeps_the_others():
     preset = {"reward": {"weights": {"format": 0.9, "length": 0.1}}}
     w = build_config(preset, sets=["reward.weights.boilerplate=2"]).reward.weights
     assert w == {"length": 0.1, "format": 0.9, "reference": 2.0, "boilerplate": 2.0}
+
+
+def test_effective_batch_warning_counts_every_process():
+    from app.config import resolve, warnings_for
+
+    sets = ["per_device_train_batch_size=8", "gradient_accumulation_steps=4", "num_generations=8"]
+    assert not [w for w in warnings_for(resolve(build_config(sets=sets))) if "effective batch" in w]  # 4 prompts
+    warned = [w for w in warnings_for(resolve(build_config(sets=sets + ["runtime.num_processes=8"])))
+              if "effective batch 32 prompts" in w]
+    assert warned

@@ -177,11 +177,6 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
 def test_local_only_training_never_opens_a_network_connection(tiny_model, math_jsonl, tmp_path):
     """From an environment with no offline flags at all (conftest sets them for the test process, so this runs in a
     fresh one): `train --local-only` must set them before any hub library is imported, and open no socket."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     probe = tmp_path / "probe.json"
     code = f"""
 import json, socket, sys

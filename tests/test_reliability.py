@@ -38,8 +38,13 @@ def _wait(pred, timeout=120.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _runs(out: Path) -> list[Path]:
+    """Run directories that have their config.yaml (a folder is created a moment before its config)."""
+    return [p for p in Path(out).iterdir() if rundir.is_run_dir(p)] if Path(out).is_dir() else []
+
+
 def _only_run(out: Path) -> Path:
-    (d,) = [p for p in Path(out).iterdir() if rundir.is_run_dir(p)]
+    (d,) = _runs(out)
     return d
 
 
@@ -229,7 +234,7 @@ def test_kill_9_and_a_torn_newest_checkpoint_then_resume_reaches_the_planned_ste
     out, steps = tmp_path / "runs", 40
     p = subprocess.Popen(_train_argv(tiny_model, math_jsonl, out, steps, ["save_steps=3"]),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _wait(lambda: out.is_dir() and any(out.iterdir()), what="the run directory")
+    _wait(lambda: _runs(out), what="the run directory")
     d = _only_run(out)
 
     def far_enough():
@@ -279,7 +284,7 @@ def test_full_disk_fails_cleanly_and_resume_finishes_after_space_is_freed(tiny_m
     filler = small_disk / "filler"
     p = subprocess.Popen(_train_argv(tiny_model, math_jsonl, out, steps, ["save_steps=4", "save_total_limit=2"]),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait(lambda: out.is_dir() and any(out.iterdir()), what="the run directory")
+    _wait(lambda: _runs(out), what="the run directory")
     d = _only_run(out)
     _wait(lambda: rundir.last_checkpoint(d) is not None, what="a first complete checkpoint")
     with open(filler, "wb") as f:  # fill every remaining byte while the run goes on
@@ -343,7 +348,7 @@ def test_a_dataset_that_disappears_mid_run(tiny_model, math_jsonl, tmp_path):
     out = tmp_path / "runs"
     p = subprocess.Popen(_train_argv(tiny_model, data, out, 12, ["save_steps=4"]), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
-    _wait(lambda: out.is_dir() and any(out.iterdir()) and rundir.read_metrics(_only_run(out)), what="step 1")
+    _wait(lambda: _runs(out) and rundir.read_metrics(_only_run(out)), what="step 1")
     data.unlink()
     _, err = p.communicate(timeout=600)
     d = _only_run(out)

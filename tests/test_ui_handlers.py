@@ -79,6 +79,17 @@ def test_one_weight_slider_keeps_the_other_weights(tmp_path):
     form["w_boilerplate"] = 0.0
     cfg = h.config_from_form(form, tmp_path)
     assert cfg.reward.weights == {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 0.0}
+    # only the moved slider is passed: weights merge key by key
+    assert [s for s in h.form_to_cli(form, tmp_path)[2] if s.startswith("reward.")] == ["reward.weights.boilerplate=0.0"]
+
+
+def test_processes_field_reaches_the_config_and_the_command(tmp_path):
+    form = h.form_defaults(None)
+    assert form["num_processes"] == 1
+    form["num_processes"] = 2.0  # a Gradio number box sends floats
+    preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
+    assert h.config_from_form(form, tmp_path).runtime.num_processes == 2
+    assert argv[argv.index("--num-processes") + 1] == "2"
 
 
 def test_text_number_boxes(tmp_path):

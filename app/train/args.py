@@ -14,10 +14,11 @@ from app.config import AppConfig
 from app.errors import UserError
 
 
-def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool) -> dict:
+def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
+                  fsdp_layers: list[str] | None = None) -> dict:
     t = cfg.training
     report_to = [r for r in cfg.runtime.report_to if r != "none"]
-    return dict(
+    kw = dict(
         output_dir=str(Path(run_dir) / rundir.CHECKPOINTS),
         learning_rate=t.learning_rate,
         num_train_epochs=t.num_train_epochs,
@@ -43,6 +44,8 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool)
         # transformers would log a NaN / inf loss as the mean of the previous ones; the run must see it and stop.
         logging_nan_inf_filter=False,
         dataloader_num_workers=0,
+        # Under DDP: every LoRA weight takes part in every forward pass, so the extra graph walk is wasted.
+        ddp_find_unused_parameters=False,
         push_to_hub=False,
         # 8-bit paged AdamW is the QLoRA optimizer on GPU; bitsandbytes' paged optimizers need CUDA.
         optim="paged_adamw_8bit" if cuda else "adamw_torch",
@@ -52,16 +55,23 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool)
         trackio_space_id=None,
         trackio_static_space_id=False,
     )
+    if cfg.runtime.fsdp:
+        from app.train.fsdp import fsdp_training_args
+
+        kw.update(fsdp_training_args(fsdp_layers, t.gradient_checkpointing))
+    return kw
 
 
-def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool) -> dict:
-    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda)
+def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
+               fsdp_layers: list[str] | None = None) -> dict:
+    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
     kw.update(max_length=cfg.training.max_length, packing=False)
     return _with_extra(kw, cfg, "SFTConfig")
 
 
-def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, reward_weights: list[float]) -> dict:
-    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda)
+def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, reward_weights: list[float],
+                fsdp_layers: list[str] | None = None) -> dict:
+    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
     g = cfg.grpo
     kw.update(
         num_generations=g.num_generations,

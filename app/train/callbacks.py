@@ -34,11 +34,33 @@ def _clean(v):
         return None
 
 
+def _any_rank(flag: bool) -> bool:
+    """True on every rank when it is True on any: a signal reaches the ranks at slightly different moments, and
+    a rank that stopped one step before the others would leave them waiting in a collective forever."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return flag
+    import torch
+
+    t = torch.tensor([1.0 if flag else 0.0])
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+# A signal this soon after the first is the same stop request delivered twice (Ctrl-C reaches a worker directly
+# and again through torchrun, which forwards it), not a person pressing Ctrl-C a second time.
+DUPLICATE_SIGNAL_SECONDS = 2.0
+
+
 class StopFlag:
     """Set by a signal handler; read by the callback at step boundaries."""
 
     def __init__(self):
         self.requested = False
+        self._first = 0.0
         self._previous = {}
 
     def install(self):
@@ -47,10 +69,14 @@ class StopFlag:
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:  # second Ctrl-C: the user really wants out now
+        if self.requested:
+            if time.monotonic() - self._first < DUPLICATE_SIGNAL_SECONDS:
+                return
+            # a second Ctrl-C: the user really wants out now
             signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
             raise KeyboardInterrupt
         self.requested = True
+        self._first = time.monotonic()
 
     def uninstall(self):
         for sig, prev in self._previous.items():
@@ -69,8 +95,12 @@ class RunDirCallback(TrainerCallback):
     """Writes metrics.jsonl and status.json, turns a stop request into checkpoint + stop, stops on a NaN / inf
     loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
 
-    def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None):
+    def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
+                 write: bool = True):
         self.run_dir = Path(run_dir)
+        # Every rank of a distributed run has this callback (stop and NaN decisions must be the same on all);
+        # only rank 0 (write=True) writes metrics.jsonl / status.json and warns.
+        self.write = write
         self.stop = stop
         self.reward_errors = reward_errors
         self.progress = progress
@@ -81,6 +111,8 @@ class RunDirCallback(TrainerCallback):
         self._last_flat_warning: int | None = None
 
     def on_train_begin(self, args, state, control, **kw):
+        if not self.write:
+            return
         rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
         if self.progress:
             self.progress.start(state.max_steps, state.global_step)
@@ -88,7 +120,10 @@ class RunDirCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kw):
         if not logs or "train_runtime" in logs:  # the final summary is not a step
             return
+        # The logged values are global (gathered over ranks), so every rank takes the same decision here.
         self._check_finite(logs, state.global_step, control)
+        if not self.write:
+            return
         self._check_reward_spread(logs, state.global_step)
         rec = {"step": state.global_step, "time": round(time.time() - self.t0, 2)}
         for k, v in logs.items():
@@ -129,9 +164,9 @@ class RunDirCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if self.progress:
             self.progress.advance(state.global_step)
-        if state.global_step % 5 == 0 or state.global_step == state.max_steps:
+        if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
             rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
-        if self.stop.requested and self.nonfinite is None:
+        if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True
 

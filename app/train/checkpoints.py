@@ -87,6 +87,8 @@ def atomic_trainer(trainer_cls):
                 super()._save_checkpoint(model, trial)
             finally:
                 args.output_dir, args.save_total_limit = out, limit
+            # Every rank writes its own RNG state into the staging folder: publish only when all have.
+            self.accelerator.wait_for_everyone()
             if args.should_save:
                 publish(staging / name, run_dir / name)
                 # TRL also writes a model card (README.md) into output_dir on every save: not part of a checkpoint.

@@ -18,6 +18,7 @@ from app import rundir
 from app.config import AppConfig, resolve, warnings_for, with_absolute_paths
 from app.errors import RunFailed, UserError
 from app.runtime import apply_local_only, pid_alive, quiet_library_noise
+from app.train.launch import is_main, world_size
 
 log = logging.getLogger("qlora_app")
 
@@ -40,6 +41,8 @@ def _setup_logging(run_dir: Path) -> logging.Handler:
 
 
 def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -> Path:
+    if not is_main():  # a worker of a distributed run: rank 0 owns (and checked) the folder the launcher made
+        return rundir.require_run_dir(resume) if resume is not None else Path(run_dir)
     if resume is not None:
         d = rundir.require_run_dir(resume)
         st = rundir.read_status(d) or {}
@@ -68,14 +71,14 @@ def resume_point(d: Path, console=None) -> Path:
         if console:
             console.print(f"[yellow]note:[/] {line}")
 
-    ckpt = rundir.last_checkpoint(d, note=note)
+    ckpt = rundir.last_checkpoint(d, note=note if is_main() else None)
     if ckpt is None:
         torn = [p.name for p in rundir.checkpoints(d)]
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
                         + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
                         + "; start a new run instead")
     step = int(ckpt.name.split("-")[-1])
-    dropped = rundir.truncate_metrics(d, step)
+    dropped = rundir.truncate_metrics(d, step) if is_main() else 0
     if dropped:
         log.info("resuming from %s: dropped %d metrics rows logged after step %d", ckpt.name, dropped, step)
     return ckpt
@@ -103,37 +106,41 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     # Absolute paths in config.yaml: a resume (or the UI) started from another folder reads the same files.
     cfg = resolve(with_absolute_paths(cfg, Path.cwd()), num_rows=len(train_raw))
     d = prepare_run_dir(cfg, resume, run_dir)
-    handler = _setup_logging(d)
+    main = is_main()  # only rank 0 writes the run directory; every rank trains
+    handler = _setup_logging(d) if main else None
     ckpt = resume_point(d, console) if resume is not None else None
-    if resume is None:
-        rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
-    rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
-                        model=cfg.model.name_or_path, dataset=cfg.data.dataset,
-                        step=int(ckpt.name.split("-")[-1]) if ckpt else 0, error=None)
-    for w in warnings_for(cfg):
-        log.warning(w)
-        if console:
-            console.print(f"[yellow]note:[/] {w}")
-    log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method, cfg.data.dataset,
-             len(train_raw), len(heldout_raw), det.to_dict())
+    if main:
+        if resume is None:
+            rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
+        rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
+                            model=cfg.model.name_or_path, dataset=cfg.data.dataset,
+                            step=int(ckpt.name.split("-")[-1]) if ckpt else 0, error=None, world_size=world_size())
+        for w in warnings_for(cfg):
+            log.warning(w)
+            if console:
+                console.print(f"[yellow]note:[/] {w}")
+        log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method, cfg.data.dataset,
+                 len(train_raw), len(heldout_raw), det.to_dict())
     try:
-        _train(cfg, d, train_raw, det, ckpt, progress, console)
+        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main)
     except OSError as e:  # a full disk, or any other failure to write the run's files
         err = RunFailed(os_error_message(e, d))
-        _record_failure(d, str(err))
+        if main:
+            _record_failure(d, str(err))
         raise err from None
     except BaseException as e:
-        interrupted = isinstance(e, KeyboardInterrupt)
-        if interrupted:
-            rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), error=None)
-        else:
-            _record_failure(d, str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}".splitlines()[0])
-        log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
+        if main:
+            if isinstance(e, KeyboardInterrupt):
+                rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), error=None)
+            else:
+                _record_failure(d, str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}".splitlines()[0])
+            log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
         raise
     finally:
-        for name in LOGGERS:
-            logging.getLogger(name).removeHandler(handler)
-        handler.close()
+        if handler is not None:
+            for name in LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
+            handler.close()
     return d
 
 
@@ -162,7 +169,8 @@ def _record_failure(d: Path, reason: str) -> None:
         pass
 
 
-def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress: bool, console) -> None:
+def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress: bool, console,
+           main: bool = True) -> None:
     from app.data import to_grpo, to_sft
     from app.models import load_for_training
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
@@ -192,16 +200,21 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
             train_ds = to_sft(train_raw, det, tok, cfg.data.system_prompt)
             trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info)
             errors = lambda: 0  # noqa: E731 - SFT has no reward
+        if main:
+            log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         base_errors = errors()
-        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console))
+        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console), write=main)
         trainer.add_callback(watch)
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()
         stop.uninstall()
     if watch.nonfinite:
-        rundir.write_status(d, rundir.FAILED, step=trainer.state.global_step)
+        if main:
+            rundir.write_status(d, rundir.FAILED, step=trainer.state.global_step)
         raise RunFailed(nonfinite_message(watch.nonfinite, cfg, d))
+    if not main:
+        return
     adapter_dir = save_adapter(trainer.model, tok, d)
     if stop.requested:
         rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=trainer.state.global_step)

@@ -12,5 +12,6 @@ from app.train.common import make_trainer
 def build_sft_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info: dict):
     from trl import SFTConfig, SFTTrainer
 
-    args = SFTConfig(**sft_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"]))
+    args = SFTConfig(**sft_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"],
+                                  fsdp_layers=getattr(model, "_no_split_modules", None)))
     return make_trainer(SFTTrainer, args, cfg, model, tok, train_ds, info)

@@ -34,6 +34,7 @@ FORM = {
     "reference_field": ("data.reference_field", "--reference-field"),
     "max_steps": ("training.max_steps", "--max-steps"),
     "local_only": ("runtime.local_only", "--local-only"),
+    "num_processes": ("runtime.num_processes", "--num-processes"),
     "run_name": ("run_name", None),
     "lora_r": ("lora.r", None),
     "lora_alpha": ("lora.alpha", None),
@@ -152,7 +153,8 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     base = build_config(_load_preset(preset)).model_dump(mode="json")
     flags: dict = {"method": None, "model": {"name_or_path": None},
                    "data": {"dataset": None, "config_name": None, "prompt_field": None, "reference_field": None},
-                   "training": {"max_steps": None}, "runtime": {"local_only": None}, "reward": {"custom": None},
+                   "training": {"max_steps": None}, "runtime": {"local_only": None, "num_processes": None},
+                   "reward": {"custom": None},
                    "output_dir": str(runs_dir)}
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
     sets: list[str] = []

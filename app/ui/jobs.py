@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app import rundir
 from app.errors import UserError
-from app.runtime import pid_alive
+from app.runtime import descendants, pid_alive
 
 BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from the page once no longer true
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
@@ -149,10 +149,16 @@ class JobManager:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             self.killed = True
+            below = descendants(proc.pid)  # a multi-process run's launcher lives in a session of its own
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for pid in below:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def shutdown(self) -> None:
         """On UI exit: stop a running job the same graceful way (used by tests and atexit)."""

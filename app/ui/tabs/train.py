@@ -64,6 +64,8 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                                           info=_info("local_only"))
             w["run_name"] = gr.Textbox(label="Run name", placeholder="auto", elem_id="run-name",
                                        info=_info("run_name"))
+            w["num_processes"] = gr.Number(dflt["num_processes"], label="Processes (GPUs)", precision=0,
+                                           minimum=1, elem_id="num-processes", info=_info("num_processes"))
     with gr.Accordion("GRPO settings", open=True):
         with gr.Row():
             w["num_generations"] = gr.Number(dflt["num_generations"], label="Generations", precision=0,
