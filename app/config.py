@@ -57,6 +57,8 @@ class ModelConfig(StrictModel):
     double_quant: bool = _d(True, "quantize the quantization constants too (~0.37 bit/parameter saved)")
     compute_dtype: Literal["auto", "bf16", "fp16", "fp32"] = _d(
         "auto", "dtype of the matmuls: auto = bf16 on Ampere+ GPUs, fp16 on older GPUs, fp32 on CPU")
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = _d(
+        "auto", "attention kernels: auto = flash_attention_2 on a CUDA GPU when flash-attn is installed, else sdpa")
     revision: str | None = _d(None, "hub revision (branch, tag or commit) of the model")
     trust_remote_code: bool = _d(False, "allow the model repository's own Python code to run")
 
@@ -99,6 +101,9 @@ class TrainingConfig(StrictModel):
     gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto: 4 for "
                                                        "SFT, 2 for GRPO", gt=0)
     max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
+    packing: bool | None = _d(None, "SFT: pack examples into full rows with no padding; empty = auto: on with flash "
+                                    "attention only (with sdpa or eager kernels packed examples would attend to each "
+                                    "other, so it stays off)")
     seed: int = _d(42, "seed for data order, LoRA init, sampling, and the held-out split")
     gradient_checkpointing: bool = _d(True, "recompute activations in backward: much less memory, ~30% slower")
     save_steps: int = _d(50, "save a resumable checkpoint every this many steps", gt=0)

@@ -30,6 +30,41 @@ def pick_compute_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
     return "bf16" if bf16_supported else "fp16"
 
 
+FLASH_ATTENTION = ("flash_attention_2",)  # kernels that keep packed sequences apart (varlen, from position_ids)
+
+
+def pick_attention(setting: str, cuda: bool, flash_installed: bool) -> str:
+    """'auto' = flash_attention_2 where it can run (CUDA + the flash-attn package), else PyTorch's sdpa."""
+    if setting == "flash_attention_2":
+        if not cuda:
+            raise UserError("model.attn_implementation=flash_attention_2 needs a CUDA GPU; use auto or sdpa here")
+        if not flash_installed:
+            raise UserError("model.attn_implementation=flash_attention_2 but flash-attn is not installed; "
+                            "pip install flash-attn, or use auto")
+        return setting
+    if setting == "auto":
+        return "flash_attention_2" if cuda and flash_installed else "sdpa"
+    return setting
+
+
+def pick_packing(setting: bool | None, attention: str) -> bool:
+    """SFT packing (padding-free, position_ids mark where each example starts). Only flash attention's varlen
+    kernels read those boundaries; sdpa and eager let a packed example attend to the one before it (measured:
+    tests/test_models.py), so auto packs only with flash attention and an explicit true without it is refused."""
+    if setting is None:
+        return attention in FLASH_ATTENTION
+    if setting and attention not in FLASH_ATTENTION:
+        raise UserError(f"training.packing=true needs flash attention, and this run uses {attention}: packed examples "
+                        "would attend to each other; leave packing empty (auto) or install flash-attn on a CUDA GPU")
+    return bool(setting)
+
+
+def flash_attn_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None
+
+
 def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
     """Unsloth only runs on CUDA; 'auto' uses it when it can and falls back to plain HF otherwise."""
     if setting == "unsloth":
@@ -104,7 +139,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     check_model_source(mc.name_or_path, local_only)
     facts = device_facts(device)
     dtype = pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"])
+    attention = pick_attention(mc.attn_implementation, facts["cuda"], flash_attn_installed())
     kwargs = dict(
+        attn_implementation=attention,
         revision=mc.revision,
         trust_remote_code=mc.trust_remote_code,
         local_files_only=local_only,
@@ -128,7 +165,8 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     if not for_training:
         model.eval()
     torch.manual_seed(0)
-    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"], "4bit": mc.load_in_4bit}
+    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"], "4bit": mc.load_in_4bit,
+            "attention": attention}
     return model, tok, info
 
 

@@ -63,9 +63,11 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
 
 
 def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
-               fsdp_layers: list[str] | None = None) -> dict:
+               fsdp_layers: list[str] | None = None, attention: str = "sdpa") -> dict:
+    from app.models import pick_packing
+
     kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
-    kw.update(max_length=cfg.training.max_length, packing=False)
+    kw.update(max_length=cfg.training.max_length, packing=pick_packing(cfg.training.packing, attention))
     return _with_extra(kw, cfg, "SFTConfig")
 
 
