@@ -124,17 +124,24 @@ ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 OPTIMIZER = "optimizer.pt"
 
 
+def checkpoint_step(ckpt: Path) -> int:
+    """checkpoint-N -> N."""
+    return int(Path(ckpt).name.split("-")[-1])
+
+
 def checkpoints(run_dir: Path) -> list[Path]:
     """checkpoints/checkpoint-N folders, newest (highest N) first."""
     ck = Path(run_dir) / CHECKPOINTS
     if not ck.is_dir():
         return []
     cands = [p for p in ck.glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return sorted(cands, key=lambda p: int(p.name.split("-")[-1]), reverse=True)
+    return sorted(cands, key=checkpoint_step, reverse=True)
 
 
-def checkpoint_problem(ckpt: Path) -> str | None:
-    """Why --resume cannot continue from this checkpoint (None: it is complete). Cheap: no tensors are loaded."""
+def checkpoint_problem(ckpt: Path, verify_data: bool = True) -> str | None:
+    """Why --resume cannot continue from this checkpoint (None: it is complete). No tensors are loaded;
+    ``verify_data`` also checks the optimizer archive's CRCs, which reads the whole file: resume does, the run
+    listings polled by the UI every few seconds check only the archive's structure (a cut file has none)."""
     try:
         state = json.loads((Path(ckpt) / TRAINER_STATE).read_text())
         if not isinstance(state, dict) or "global_step" not in state:
@@ -150,7 +157,7 @@ def checkpoint_problem(ckpt: Path) -> str | None:
         return f"{weights.name} is cut short or corrupt"
     if not (Path(ckpt) / OPTIMIZER).is_file():
         return f"no {OPTIMIZER}"
-    if not _zip_ok(Path(ckpt) / OPTIMIZER):
+    if not _zip_ok(Path(ckpt) / OPTIMIZER, verify_data):
         return f"{OPTIMIZER} is cut short or corrupt"
     return None
 
@@ -167,19 +174,19 @@ def _safetensors_ok(path: Path) -> bool:
         return False
 
 
-def _zip_ok(path: Path) -> bool:
+def _zip_ok(path: Path, verify_data: bool = True) -> bool:
     """torch.save writes a zip archive; a torn one has no central directory or a bad CRC."""
     try:
         with zipfile.ZipFile(path) as z:
-            return z.testzip() is None
+            return z.testzip() is None if verify_data else True
     except (OSError, zipfile.BadZipFile, ValueError):
         return False
 
 
-def last_checkpoint(run_dir: Path, note=None) -> Path | None:
+def last_checkpoint(run_dir: Path, note=None, verify_data: bool = True) -> Path | None:
     """The newest complete checkpoint; ``note(line)`` hears about each newer, torn one that is skipped."""
     for p in checkpoints(run_dir):
-        problem = checkpoint_problem(p)
+        problem = checkpoint_problem(p, verify_data)
         if problem is None:
             return p
         if note:

@@ -360,3 +360,20 @@ def test_a_dataset_that_disappears_mid_run(tiny_model, math_jsonl, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(data) in r.stderr and "not found" in r.stderr
     assert sorted(p.name for p in d.rglob("*")) == before and rundir.read_status(d)["status"] == rundir.FINISHED
+
+
+def test_run_listings_check_structure_and_resume_checks_every_byte(tmp_path):
+    """The UI polls run summaries every few seconds: they must not read whole optimizer files. A flipped byte
+    inside an archive is caught by resume's CRC check; a cut archive by both."""
+    from app.runs import run_summary
+
+    ck = _fake_checkpoint(tmp_path, 2)
+    (tmp_path / rundir.CONFIG).write_text("method: sft\n")
+    opt = ck / rundir.OPTIMIZER
+    raw = bytearray(opt.read_bytes())
+    start = raw.index(b"PK\x03\x04") + 200  # inside the first stored member's data
+    raw[start] ^= 0xFF
+    opt.write_bytes(bytes(raw))
+    assert rundir.checkpoint_problem(ck) == "optimizer.pt is cut short or corrupt"
+    assert rundir.checkpoint_problem(ck, verify_data=False) is None
+    assert run_summary(tmp_path)["resumable"] and rundir.last_checkpoint(tmp_path) is None

@@ -77,7 +77,7 @@ def resume_point(d: Path, console=None) -> Path:
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
                         + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
                         + "; start a new run instead")
-    step = int(ckpt.name.split("-")[-1])
+    step = rundir.checkpoint_step(ckpt)
     dropped = rundir.truncate_metrics(d, step) if is_main() else 0
     if dropped:
         log.info("resuming from %s: dropped %d metrics rows logged after step %d", ckpt.name, dropped, step)
@@ -114,7 +114,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
             rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
         rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
                             model=cfg.model.name_or_path, dataset=cfg.data.dataset,
-                            step=int(ckpt.name.split("-")[-1]) if ckpt else 0, error=None, world_size=world_size())
+                            step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size())
         for w in warnings_for(cfg):
             log.warning(w)
             if console:
