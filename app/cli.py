@@ -62,6 +62,8 @@ def train(
     node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine."),
     master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
+    no_fit_check: bool = typer.Option(False, "--no-fit-check",
+                                      help="Train even when the memory estimate says the run cannot fit the GPU."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
     from app.runtime import apply_local_only
@@ -88,7 +90,8 @@ def train(
                  "reference_field": reference_field},
         "training": {"max_steps": max_steps},
         "runtime": {"local_only": True if local_only else None, "num_processes": num_processes, "nnodes": nnodes,
-                    "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port},
+                    "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port,
+                    "fit_check": False if no_fit_check else None},
         "reward": {"custom": list(reward) if reward else None},
         "output_dir": output_dir,
     }
@@ -103,6 +106,7 @@ def train(
             sys.stdout.write(resolved.to_yaml())
         for w in warnings_for(resolved):
             err_console.print(f"[yellow]note:[/] {w}")
+        _print_preflight(resolved)
         return
     from app.train.launch import check_same_world, is_main, is_worker, wants_launcher
 
@@ -119,6 +123,24 @@ def train(
                          console=console)
     if is_main() and not is_worker():  # a worker's summary would be printed twice: the launcher prints it
         _print_run_summary(d)
+
+
+def _print_preflight(cfg) -> None:
+    """The memory estimate and fast paths on stderr (stdout stays the YAML): from the data's token lengths when the
+    dataset is local or built in, from max_length otherwise (a dry run downloads nothing)."""
+    from app.train.preflight import describe, preflight
+
+    rows = det = None
+    try:
+        from app.data import build_splits
+
+        rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
+    except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: estimate without it
+        pass
+    try:
+        err_console.print(describe(preflight(cfg, rows, det)))
+    except UserError as e:
+        err_console.print(f"[red]would be refused:[/] {e}")
 
 
 def _print_explained(cfg) -> None:

@@ -97,15 +97,20 @@ class TrainingConfig(StrictModel):
     num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
     max_steps: int = _d(-1, "optimizer steps to run; -1 = run num_train_epochs", ge=-1)
     per_device_train_batch_size: int | None = _d(None, "rows (SFT) or completions (GRPO) per forward pass; empty "
-                                                       "= auto: 4 for SFT, num_generations for GRPO", gt=0)
+                                                       "= auto: 4 for SFT (1 packed row when packing), "
+                                                       "num_generations for GRPO", gt=0)
     gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto: 4 for "
                                                        "SFT, 2 for GRPO", gt=0)
     max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
-    packing: bool | None = _d(None, "SFT: pack examples into full rows with no padding; empty = auto: on with flash "
-                                    "attention only (with sdpa or eager kernels packed examples would attend to each "
-                                    "other, so it stays off)")
+    packing: bool | None = _d(None, "SFT: pack examples into full rows with no padding (each still attends only to "
+                                    "itself); empty = auto: on, except with the Unsloth backend or a model's own "
+                                    "remote code, whose attention would let packed examples see each other")
     seed: int = _d(42, "seed for data order, LoRA init, sampling, and the held-out split")
     gradient_checkpointing: bool = _d(True, "recompute activations in backward: much less memory, ~30% slower")
+    activation_offloading: bool | None = _d(None, "SFT on CUDA: park checkpointed activations in CPU memory; empty "
+                                                  "= auto: on only when the fit check says the run needs it")
+    use_liger_kernel: bool | None = _d(None, "Liger's fused Triton kernels; empty = auto: on on CUDA when "
+                                             "liger-kernel is installed")
     save_steps: int = _d(50, "save a resumable checkpoint every this many steps", gt=0)
     save_total_limit: int = _d(2, "keep at most this many checkpoints (oldest removed)", gt=0)
     logging_steps: int = _d(1, "write a metrics.jsonl row every this many steps", gt=0)
@@ -123,6 +128,12 @@ class GRPOConfig(StrictModel):
     top_p: float = _d(1.0, "nucleus sampling", gt=0, le=1.0)
     beta: float = _d(0.0, "KL coefficient; 0 = no reference model (saves memory)", ge=0)
     loss_type: str = _d("dapo", "TRL GRPO loss: dapo, grpo, dr_grpo, bnpo, ...")
+    generation_batch_size: int | None = _d(None, "completions sampled at once (they serve several optimizer steps); "
+                                                 "empty = auto: about 64, at most 4 optimizer steps' worth", gt=0)
+    use_vllm: bool | None = _d(None, "sample with vLLM in colocate mode (same GPU); empty = auto: on on CUDA when "
+                                     "vllm is installed")
+    vllm_gpu_memory_utilization: float = _d(0.3, "share of the GPU vLLM may take for weights and KV cache",
+                                            gt=0, le=1.0)
 
 
 class RewardConfig(StrictModel):
@@ -181,6 +192,8 @@ class RuntimeConfig(StrictModel):
     node_rank: int = _d(0, "this machine's index among nnodes (0 = the machine at master_addr)", ge=0)
     master_addr: str = _d("127.0.0.1", "address of the node_rank 0 machine, reachable from every machine")
     master_port: int = _d(29500, "a free TCP port on the master machine", ge=1, le=65535)
+    fit_check: bool = _d(True, "refuse, before any download, a run the memory estimate says cannot fit the "
+                               "detected GPU; false (--no-fit-check) tries anyway")
     fsdp: bool = _d(False, "shard the 4-bit base across the GPUs (FSDP + QLoRA) for a model that does not fit one; "
                            "needs CUDA and num_processes > 1")
 
@@ -210,7 +223,7 @@ class AppConfig(StrictModel):
         # steps) and they must form whole groups of num_generations; catch it here, not deep inside TRL.
         t = self.training
         if self.method == "grpo" and t.per_device_train_batch_size and t.gradient_accumulation_steps:
-            total = t.extra_args.get("generation_batch_size") or (
+            total = self.grpo.generation_batch_size or t.extra_args.get("generation_batch_size") or (
                 t.per_device_train_batch_size * t.extra_args.get("steps_per_generation", t.gradient_accumulation_steps)
             )
             if total % self.grpo.num_generations:
@@ -459,10 +472,17 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
             c.data.system_prompt = DEFAULT_GRPO_SYSTEM_PROMPT
     else:
         if t.per_device_train_batch_size is None:
-            t.per_device_train_batch_size = 4
+            # A packed row holds several examples (about 4 GSM8K rows in 1024 tokens): one packed row per micro-batch
+            # keeps both the examples per optimizer step and the activation memory near the padded default's.
+            t.per_device_train_batch_size = 1 if sft_packs(c) else 4
         if t.gradient_accumulation_steps is None:
             t.gradient_accumulation_steps = 4
     return validate(c.model_dump())  # re-run cross-field checks on the filled values
+
+
+def sft_packs(cfg: AppConfig) -> bool:
+    """Whether SFT will pack, as far as the config tells (app.models.pick_packing decides with the kernel)."""
+    return cfg.training.packing is not False and not cfg.model.trust_remote_code and cfg.runtime.backend != "unsloth"
 
 
 def effective_batch(cfg: AppConfig, processes: int = 1) -> int:

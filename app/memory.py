@@ -5,11 +5,12 @@ The terms, all in bytes:
     64 weights = 1/16 byte/param; double quantization squeezes that to about 1/64). Embeddings and the LM head are
     not quantized by bitsandbytes and stay in 16-bit.
   - LoRA: r x (in + out) params per adapted matrix, kept in fp32, plus fp32 gradients and two Adam moments
-    = 16 bytes/param.
+    (8-bit paged AdamW on a GPU: 10 bytes/param; fp32 AdamW on CPU: 16).
   - training activations for one micro-batch: with gradient checkpointing only each layer's input is kept (plus one
     layer being recomputed); without it every layer keeps its intermediate tensors (Korthikanti et al.'s ~34
     bytes/token/hidden-unit at 16-bit, with the MLP part scaled to the real intermediate size). The fp32 logits
-    over the vocabulary (and their gradient) are often the largest single tensor for small models with big vocabs.
+    over the vocabulary are never built whole: TRL scores tokens through a fused LM head, one tile at a time. Tokens
+    per micro-batch come from the data's real lengths when known (padded: ~95th percentile; packed: full rows).
   - GRPO generation: a KV cache for every completion generated at once, and that phase does not overlap the
     backward pass, so the peak is the larger of the two phases.
   - a fixed CUDA context / allocator overhead.
@@ -31,7 +32,7 @@ GPU_SIZES_GB = (8, 12, 24)
 CUDA_CONTEXT_GB = 0.6  # CUDA context + cuBLAS workspace + allocator slack on a fresh process
 FRAGMENTATION = 1.10  # the caching allocator rarely packs perfectly
 GRPO_PROMPT_TOKENS = 256  # a typical chat-templated GSM8K prompt; the config does not bound prompt length
-LORA_BYTES_PER_PARAM = 16  # fp32 weight + fp32 grad + Adam m and v
+LOGIT_TILE_TOKENS, LOGIT_TILE_VOCAB = 4096, 32768  # TRL's fused LM head tile (trl/kernels/chunked_logprob.py)
 FIT_MARGIN = 0.90  # above 90 % of the card is "tight": other processes and spikes need room
 
 # (billions of params, hidden, intermediate, layers, heads, kv_heads, vocab, tied): typical Qwen2.5-style shapes,
@@ -126,9 +127,49 @@ def _count_params(s: dict) -> int:
     return linear + embed
 
 
-def estimate_memory(cfg) -> dict:
-    """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). Returns GB figures, a verdict per card size
-    and a one-line summary; ``total_gb`` is None when the model size cannot be told."""
+def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
+    """Bytes of the base weights: 4-bit linear layers (0.5 byte/weight + absmax constants) and dense embeddings /
+    LM head at ``dense_bytes`` (2 on a GPU in bf16/fp16, 4 on a CPU in fp32)."""
+    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+    linear = max(params - embed, 0)
+    if not load_in_4bit:
+        return params * dense_bytes
+    quant_consts = 1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64  # 8-bit absmax + fp32 per 256 blocks
+    return linear * (0.5 + quant_consts) + embed * dense_bytes
+
+
+def lora_param_count(s: dict, r: int, target_modules) -> int:
+    n = r * s["layers"] * sum(a + b for a, b in _linear_sizes(s))
+    if target_modules != "all-linear" and isinstance(target_modules, list):
+        n = int(n * min(1.0, len(target_modules) / 7))
+    return n
+
+
+def lora_bytes_per_param(cuda: bool) -> int:
+    """fp32 weight + fp32 grad + Adam's two moments: 8-bit paged AdamW on a GPU (2 bytes), fp32 AdamW on CPU (8)."""
+    return 4 + 4 + (2 if cuda else 8)
+
+
+def batch_tokens(lengths: list[int] | None, batch: int, max_length: int, packed: bool) -> int:
+    """Tokens in one micro-batch. Packed rows are full (max_length each, as far as the data reaches); padded rows
+    are as long as the longest of ``batch`` random rows, about the data's 95th percentile (max_length when the
+    lengths are unknown)."""
+    if not lengths:
+        return batch * max_length
+    if packed:
+        return min(batch * max_length, sum(min(n, max_length) for n in lengths))
+    ordered = sorted(lengths)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return batch * min(max_length, p95)
+
+
+def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, packed: bool | None = None,
+                    vllm: bool | None = None) -> dict:
+    """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). ``lengths``: token lengths of the training
+    rows (SFT: whole examples; GRPO: prompts) when the data is at hand; ``packed``: whether SFT packs (default: the
+    config's auto); ``vllm``: whether vLLM samples (default: grpo.use_vllm). Returns GB figures, a verdict per
+    card size and a one-line summary; ``total_gb`` is None when
+    the model size cannot be told."""
     shape, params, source = model_shape(cfg.model.name_or_path or "")
     out: dict = {"model": cfg.model.name_or_path, "params": params, "params_source": source,
                  "verdicts": {}, "total_gb": None}
@@ -138,56 +179,53 @@ def estimate_memory(cfg) -> dict:
         out["verdicts"] = {g: "unknown" for g in GPU_SIZES_GB}
         return out
     s = shape
-    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
-    linear = max(params - embed, 0)
-    if cfg.model.load_in_4bit:
-        quant_consts = 1 / 64 if cfg.model.double_quant else 1 / 16
-        weights = linear * (0.5 + quant_consts) + embed * 2
-    else:
-        weights = params * 2
-
-    r = cfg.lora.r or 16
-    lora_params = r * s["layers"] * sum(a + b for a, b in _linear_sizes(s))
-    if cfg.lora.target_modules != "all-linear" and isinstance(cfg.lora.target_modules, list):
-        lora_params = int(lora_params * min(1.0, len(cfg.lora.target_modules) / 7))
-    lora = lora_params * LORA_BYTES_PER_PARAM
+    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant)
+    lora_params = lora_param_count(s, cfg.lora.r or 16, cfg.lora.target_modules)
+    lora = lora_params * lora_bytes_per_param(cuda)
 
     t = cfg.training
     batch = t.per_device_train_batch_size or 1
     if cfg.method == "grpo":
         completion = cfg.grpo.max_completion_length
-        seq = GRPO_PROMPT_TOKENS + completion
-        logit_tokens = batch * completion  # TRL computes log-probs of completion tokens only
+        prompt = batch_tokens(lengths, 1, 10**6, False) if lengths else GRPO_PROMPT_TOKENS
+        seq = prompt + completion
+        tokens = batch * seq
     else:
         seq = t.max_length
-        logit_tokens = batch * seq
-    tokens = batch * seq
+        tokens = batch_tokens(lengths, batch, seq, t.packing is not False if packed is None else packed)
     per_token_layer = 2 * (15 * s["hidden"] + 4.75 * s["intermediate"])  # 16-bit intermediates of one block
+    offload = bool(t.activation_offloading)
     if t.gradient_checkpointing:
-        acts = tokens * s["hidden"] * 2 * s["layers"] + tokens * per_token_layer
+        kept = 0 if offload else tokens * s["hidden"] * 2 * s["layers"]  # each layer's input, unless offloaded
+        acts = kept + tokens * per_token_layer
     else:
         acts = tokens * per_token_layer * s["layers"]
-    logits = logit_tokens * s["vocab"] * 4 * 2  # fp32 logits + their gradient / log-softmax copy
+    # TRL (>= 1.16) scores tokens through a fused LM head in tiles of 4096 tokens x 32768 vocabulary entries, so
+    # the full fp32 logits never exist; one tile, its gradient and the fp32 hidden states it reads remain.
+    logits = min(tokens, LOGIT_TILE_TOKENS) * min(s["vocab"], LOGIT_TILE_VOCAB) * 4 * 2 + tokens * s["hidden"] * 4
     train_phase = acts + logits
 
-    gen_phase = 0.0
+    gen_phase = sampler_copy = 0.0
     if cfg.method == "grpo":
-        # TRL generates steps_per_generation (default: gradient_accumulation_steps) micro-batches of completions
-        # at once; each needs K and V for every layer and position.
-        steps_per_gen = t.extra_args.get("steps_per_generation", t.gradient_accumulation_steps or 1)
-        seqs = t.extra_args.get("generation_batch_size") or batch * steps_per_gen
+        from app.train.fastpaths import steps_per_generation
+
+        spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
+            batch, t.gradient_accumulation_steps or 1, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
+        seqs = t.extra_args.get("generation_batch_size") or batch * spg
         kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * seqs * seq
         gen_phase = kv + seqs * s["vocab"] * 4
+        if cfg.grpo.use_vllm if vllm is None else vllm:  # vLLM holds a 16-bit copy of the weights
+            sampler_copy = params * 2.0
     peak_dynamic = max(train_phase, gen_phase)
-    total = (weights + lora + peak_dynamic) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
+    total = (weights + lora + peak_dynamic + sampler_copy) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
 
     verdicts = {}
     for g in GPU_SIZES_GB:
         verdicts[g] = "fits" if total <= FIT_MARGIN * g else "tight" if total <= g else "too big"
     out.update(
         params=params, weights_gb=weights / GB, lora_params=lora_params, lora_gb=lora / GB,
-        activations_gb=train_phase / GB, generation_gb=gen_phase / GB, overhead_gb=CUDA_CONTEXT_GB,
-        total_gb=total, verdicts=verdicts,
+        activations_gb=train_phase / GB, generation_gb=gen_phase / GB, sampler_copy_gb=sampler_copy / GB,
+        overhead_gb=CUDA_CONTEXT_GB, total_gb=total, verdicts=verdicts, tokens_per_batch=tokens,
     )
     smallest = next((g for g in GPU_SIZES_GB if verdicts[g] == "fits"), None)
     size = f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
@@ -195,6 +233,33 @@ def estimate_memory(cfg) -> dict:
                       + (f"fits a {smallest} GB GPU" if smallest else "does not fit 24 GB comfortably; lower "
                          "batch size / lengths, enable gradient checkpointing, or pick a smaller model"))
     return out
+
+
+def fit_problem(est: dict, cfg, gpu_gb: float | None) -> str | None:
+    """None when the estimate fits ``gpu_gb`` (or either is unknown), else the one-line refusal: the numbers, the
+    changes that would make it fit, and the override."""
+    total = est.get("total_gb")
+    if total is None or not gpu_gb or total <= gpu_gb:
+        return None
+    t = cfg.training
+    knobs = []
+    if (t.per_device_train_batch_size or 1) > 1:
+        knobs.append(f"training.per_device_train_batch_size={max(1, (t.per_device_train_batch_size or 1) // 2)} "
+                     f"(with gradient_accumulation_steps={(t.gradient_accumulation_steps or 1) * 2})")
+    if not t.gradient_checkpointing:
+        knobs.append("training.gradient_checkpointing=true")
+    if cfg.method == "grpo":
+        knobs.append(f"grpo.max_completion_length={max(16, cfg.grpo.max_completion_length // 2)}")
+        if cfg.grpo.num_generations > 2:
+            knobs.append(f"grpo.num_generations={max(2, cfg.grpo.num_generations // 2)}")
+        if est.get("generation_gb", 0) > est.get("activations_gb", 0):
+            knobs.append(f"grpo.generation_batch_size={(t.per_device_train_batch_size or 1)}")
+    else:
+        knobs.append(f"training.max_length={max(128, t.max_length // 2)}")
+        if not t.activation_offloading:
+            knobs.append("training.activation_offloading=true")
+    return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:.1f} GB; try "
+            + ", ".join(f"--set {k}" for k in knobs) + ", or a smaller model; --no-fit-check tries anyway")
 
 
 def format_estimate(est: dict) -> str:

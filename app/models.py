@@ -30,7 +30,12 @@ def pick_compute_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
     return "bf16" if bf16_supported else "fp16"
 
 
-FLASH_ATTENTION = ("flash_attention_2",)  # kernels that keep packed sequences apart (varlen, from position_ids)
+FLASH_ATTENTION = ("flash_attention_2",)
+# Kernels that keep packed examples apart. flash_attention_2 reads the example boundaries from position_ids
+# (varlen); with sdpa and eager, transformers >= 5 builds a block-diagonal causal mask from position_ids when the
+# batch has no attention_mask and no KV cache, which is how TRL's padding-free collator feeds training (it sets
+# use_cache=False). Measured: tests/test_models.py. Unsloth and a model's own remote code bring their own attention.
+PACKING_KERNELS = ("flash_attention_2", "sdpa", "eager")
 
 
 def pick_attention(setting: str, cuda: bool, flash_installed: bool) -> str:
@@ -47,15 +52,17 @@ def pick_attention(setting: str, cuda: bool, flash_installed: bool) -> str:
     return setting
 
 
-def pick_packing(setting: bool | None, attention: str) -> bool:
-    """SFT packing (padding-free, position_ids mark where each example starts). Only flash attention's varlen
-    kernels read those boundaries; sdpa and eager let a packed example attend to the one before it (measured:
-    tests/test_models.py), so auto packs only with flash attention and an explicit true without it is refused."""
+def pick_packing(setting: bool | None, attention: str, remote_code: bool = False) -> bool:
+    """SFT packing (best-fit-decreasing, padding-free: position_ids mark where each example starts). auto = on
+    wherever the attention kernel keeps packed examples apart (PACKING_KERNELS), off for the Unsloth backend and
+    for models with their own code; an explicit true where examples would see each other is refused."""
+    ok = attention in PACKING_KERNELS and not remote_code
     if setting is None:
-        return attention in FLASH_ATTENTION
-    if setting and attention not in FLASH_ATTENTION:
-        raise UserError(f"training.packing=true needs flash attention, and this run uses {attention}: packed examples "
-                        "would attend to each other; leave packing empty (auto) or install flash-attn on a CUDA GPU")
+        return ok
+    if setting and not ok:
+        why = "the model's own code (trust_remote_code)" if remote_code else f"the {attention} attention path"
+        raise UserError(f"training.packing=true: with {why} packed examples would attend to each other; leave "
+                        "training.packing empty (auto) or set it to false")
     return bool(setting)
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from app.config import build_config, resolve
-from app.memory import estimate_memory, format_estimate, model_shape, params_from_name
+from app.memory import estimate_memory, fit_problem, format_estimate, model_shape, params_from_name
 from app.presets import load_preset
 
 QWEN_1_5B = {  # the real Qwen2.5-1.5B-Instruct shape
@@ -45,7 +45,7 @@ def test_1_5b_grpo_fits_8gb_and_7b_does_not():
     # about 1.2 GB of 4-bit weights for 1.5B params (NF4 0.5 byte + constants, embeddings in 16-bit)
     assert 0.9 < small["weights_gb"] < 1.4
     big = _est("Qwen/Qwen2.5-7B-Instruct")
-    assert big["verdicts"][8] == "too big" and big["verdicts"][24] == "fits"
+    assert big["verdicts"][8] != "fits" and big["verdicts"][24] == "fits"
     assert big["total_gb"] > small["total_gb"] + 3
 
 
@@ -77,3 +77,85 @@ def test_tiny_local_model_is_tiny(tiny_model):
     assert est["params_source"] == "config.json" and est["params"] < 1_000_000
     assert est["total_gb"] < 1.0 and all(v == "fits" for v in est["verdicts"].values())
     assert "8 GB" in format_estimate(est)
+
+
+def test_real_token_lengths_replace_max_length():
+    cfg = resolve(build_config({"method": "sft", "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}},
+                               None, ["training.per_device_train_batch_size=4", "training.packing=false"]))
+    worst = estimate_memory(cfg)  # lengths unknown: every row as long as max_length
+    short = estimate_memory(cfg, lengths=[200 + i % 50 for i in range(1000)])
+    assert worst["tokens_per_batch"] == 4 * 1024 and short["tokens_per_batch"] == 4 * 247
+    assert short["activations_gb"] < worst["activations_gb"] / 3
+    packed = estimate_memory(cfg, lengths=[200 + i % 50 for i in range(1000)], packed=True)
+    assert packed["tokens_per_batch"] == 4 * 1024  # packed rows are full
+    # the fused LM head: the vocabulary never multiplies the whole batch (152k vocab x 4096 tokens x fp32 = 2.3 GB)
+    assert worst["activations_gb"] < 2.5  # the whole logits alone would be 4.6 GB
+
+
+def test_fit_refusal_names_the_numbers_and_the_knobs():
+    cfg = resolve(build_config({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}}))
+    est = estimate_memory(cfg)
+    msg = fit_problem(est, cfg, gpu_gb=6.0)
+    assert msg.startswith(f"the memory estimate is {est['total_gb']:.1f} GB and this GPU has 6.0 GB")
+    for knob in ("per_device_train_batch_size=2", "max_completion_length=128", "num_generations=2",
+                 "--no-fit-check"):
+        assert knob in msg
+    assert fit_problem(est, cfg, gpu_gb=80.0) is None and fit_problem(est, cfg, gpu_gb=None) is None
+    sft = resolve(build_config({"method": "sft", "model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}}))
+    assert "activation_offloading=true" in fit_problem(estimate_memory(sft), sft, gpu_gb=4.0)
+
+
+@pytest.mark.slow
+def test_exact_parts_match_real_tensors(tmp_path):
+    """The estimate's exact terms against a real 4-bit model on CPU: 4-bit weight bytes (packed weights, absmax
+    constants, dense embeddings), LoRA parameter count, and LoRA weight + gradient + AdamW state bytes after a real
+    optimizer step, each within 5 %."""
+    import sys
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    import tiny
+
+    from app.config import LoraConfig, ModelConfig
+    from app.memory import lora_bytes_per_param, lora_param_count, weight_bytes
+    from app.models import attach_or_describe_lora, load_base_model
+
+    tok = tiny.build_tokenizer(tmp_path / "tok")
+    torch.manual_seed(0)
+    c = AutoConfig.for_model("llama", vocab_size=len(tok), hidden_size=256, intermediate_size=704,
+                             num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2,
+                             tie_word_embeddings=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    AutoModelForCausalLM.from_config(c).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    shape, params, _ = model_shape(str(tmp_path / "m"))
+
+    model, _, _ = load_base_model(ModelConfig(name_or_path=str(tmp_path / "m"), compute_dtype="fp32"),
+                                  local_only=True, device="cpu")
+    real = 0
+    for mod in model.modules():
+        for t in list(mod.parameters(recurse=False)) + list(mod.buffers(recurse=False)):
+            real += t.numel() * t.element_size()
+        qs = getattr(getattr(mod, "weight", None), "quant_state", None)
+        if qs is not None:
+            real += qs.absmax.numel() * qs.absmax.element_size()
+            if qs.state2 is not None:
+                real += qs.state2.absmax.numel() * qs.state2.absmax.element_size()
+    norms = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "norm" in n)
+    assert weight_bytes(shape, params, True, True, dense_bytes=4) == pytest.approx(real - norms, rel=0.05)
+
+    model, peft_config = attach_or_describe_lora(model, LoraConfig(r=8, alpha=16))
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft_config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sum(p.numel() for p in trainable) == lora_param_count(shape, 8, "all-linear")
+    opt = torch.optim.AdamW(trainable, lr=1e-4)
+    ids = torch.randint(5, len(tok), (2, 16))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim() > 0)
+    used = sum(p.numel() * p.element_size() + p.grad.numel() * p.grad.element_size() for p in trainable) + state
+    assert used == pytest.approx(lora_param_count(shape, 8, "all-linear") * lora_bytes_per_param(cuda=False), rel=0.05)

@@ -67,29 +67,52 @@ def test_attention_and_packing_decisions():
         pick_attention("flash_attention_2", cuda=False, flash_installed=True)
     with pytest.raises(UserError, match="flash-attn is not installed"):
         pick_attention("flash_attention_2", cuda=True, flash_installed=False)
-    assert pick_packing(None, "flash_attention_2") is True  # auto: the default where it is correct
-    assert pick_packing(None, "sdpa") is False and pick_packing(None, "unsloth") is False
+    for kernel in ("flash_attention_2", "sdpa", "eager"):  # auto: the default wherever it is correct
+        assert pick_packing(None, kernel) is True
+    assert pick_packing(None, "unsloth") is False and pick_packing(None, "sdpa", remote_code=True) is False
     assert pick_packing(False, "flash_attention_2") is False
     with pytest.raises(UserError, match="packed examples would attend to each other"):
-        pick_packing(True, "sdpa")
+        pick_packing(True, "unsloth")
+    with pytest.raises(UserError, match="trust_remote_code"):
+        pick_packing(True, "sdpa", remote_code=True)
 
 
-def test_sdpa_lets_packed_examples_see_each_other(tiny_model):
-    """Why packing stays off without flash attention: two examples packed in one row with restarting position_ids
-    give the second one different logits under sdpa than on its own (it attends to the first). If a transformers
-    release fixes this, this test fails: then pick_packing may allow sdpa too."""
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_packed_sft_batch_keeps_examples_apart(tiny_models, attention, tmp_path):
+    """Why packing is the SFT default with sdpa/eager: TRL's padding-free collator (what packing=True builds) gives
+    one row with restarting position_ids and no attention mask, and the trainer's own loss forward then gives each
+    packed example exactly the logits it has alone. With a KV cache in the forward the block mask is not built and
+    the second example sees the first: the reason the training forward must keep use_cache=False (TRL sets it)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
 
-    from app.train.args import sft_kwargs
     from app.config import build_config
+    from app.train.args import sft_kwargs
 
-    m = AutoModelForCausalLM.from_pretrained(tiny_model, attn_implementation="sdpa").eval()
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randint(5, 300, (1, 12), generator=g), torch.randint(5, 300, (1, 9), generator=g)
+    path = tiny_models["llama"]
+    tok = AutoTokenizer.from_pretrained(path)
+    m = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention)
+    kw = sft_kwargs(build_config({"method": "sft"}), tmp_path, "fp32", False, attention=attention)
+    assert kw["packing"] is True
+    rows = [{"prompt": [{"role": "user", "content": f"Tom has {a} apples and buys {b} more."}],
+             "completion": [{"role": "assistant", "content": f"Answer: {a} + {b} = {a + b}"}]}
+            for a, b in ((3, 4), (12, 9))]
+    kw.update(max_steps=1, per_device_train_batch_size=2, gradient_accumulation_steps=1, report_to="none")
+    trainer = SFTTrainer(model=m, args=SFTConfig(**kw), train_dataset=Dataset.from_list(rows), processing_class=tok)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    assert "attention_mask" not in batch and batch["input_ids"].shape[0] == 1  # one packed row
+    pos = batch["position_ids"][0]
+    starts = (pos == 0).nonzero().flatten().tolist()
+    assert len(starts) == 2
+    m.eval()
     with torch.no_grad():
-        alone = m(input_ids=b).logits
-        packed = m(input_ids=torch.cat([a, b], 1),
-                   position_ids=torch.cat([torch.arange(12), torch.arange(9)]).unsqueeze(0)).logits[:, 12:]
-    assert not torch.allclose(packed, alone, atol=1e-4)
-    assert sft_kwargs(build_config({"method": "sft"}), Path("/tmp/x"), "fp32", False, attention="sdpa")["packing"] is False
+        _, out = trainer.compute_loss(m, dict(batch), return_outputs=True)
+        with_cache = m(input_ids=batch["input_ids"], position_ids=batch["position_ids"], use_cache=True).logits
+        for i, s in enumerate(starts):
+            e = starts[i + 1] if i + 1 < len(starts) else len(pos)
+            alone = m(input_ids=batch["input_ids"][:, s:e], use_cache=False).logits
+            assert torch.allclose(out.logits[:, s:e], alone, atol=1e-4), f"packed example {i} saw another example"
+    second = slice(starts[1], len(pos))
+    assert not torch.allclose(with_cache[:, second], out.logits[:, second], atol=1e-4)

@@ -12,6 +12,7 @@ from pathlib import Path
 from app import rundir
 from app.config import AppConfig
 from app.errors import UserError
+from app.train.fastpaths import Env, FastPaths, decide, trl_kwargs
 
 
 def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
@@ -63,16 +64,20 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
 
 
 def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
-               fsdp_layers: list[str] | None = None, attention: str = "sdpa") -> dict:
+               fsdp_layers: list[str] | None = None, attention: str = "sdpa", fast: FastPaths | None = None) -> dict:
     from app.models import pick_packing
 
     kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
-    kw.update(max_length=cfg.training.max_length, packing=pick_packing(cfg.training.packing, attention))
+    kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
+    kw.update(max_length=cfg.training.max_length, packing=pick_packing(cfg.training.packing, attention,
+                                                                             cfg.model.trust_remote_code))
     return _with_extra(kw, cfg, "SFTConfig")
 
 
 def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, reward_weights: list[float],
-                fsdp_layers: list[str] | None = None) -> dict:
+                fsdp_layers: list[str] | None = None, fast: FastPaths | None = None) -> dict:
+    """``fast``: the run's fast-path decisions (app.train.fastpaths); None decides for a machine without the
+    optional libraries (what unit tests want)."""
     kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
     g = cfg.grpo
     kw.update(
@@ -84,8 +89,8 @@ def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, r
         loss_type=g.loss_type,
         reward_weights=reward_weights,
         log_completions=False,
-        use_vllm=False,  # vLLM wants its own GPU memory; on one consumer GPU HF generate is the dependable default
     )
+    kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
     return _with_extra(kw, cfg, "GRPOConfig")
 
 

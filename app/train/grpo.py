@@ -20,5 +20,6 @@ def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info
 
     funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
     args = GRPOConfig(**grpo_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"], weights,
-                                    fsdp_layers=getattr(model, "_no_split_modules", None)))
+                                    fsdp_layers=getattr(model, "_no_split_modules", None),
+                                    fast=info.get("fast")))
     return make_trainer(GRPOTrainer, args, cfg, model, tok, train_ds, info, reward_funcs=funcs)

@@ -105,6 +105,11 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
     # Absolute paths in config.yaml: a resume (or the UI) started from another folder reads the same files.
     cfg = resolve(with_absolute_paths(cfg, Path.cwd()), num_rows=len(train_raw))
+    from app.train.preflight import describe, preflight
+
+    # Before the model loads (or downloads): refuse a run that cannot fit this GPU, pick the fast paths.
+    pf = preflight(cfg, train_raw, det, note=(lambda line: console.print(f"[yellow]note:[/] {line}"))
+                   if console and is_main() else None)
     d = prepare_run_dir(cfg, resume, run_dir)
     main = is_main()  # only rank 0 writes the run directory; every rank trains
     handler = _setup_logging(d) if main else None
@@ -114,15 +119,17 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
             rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
         rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
                             model=cfg.model.name_or_path, dataset=cfg.data.dataset,
-                            step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size())
+                            step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size(),
+                            memory_estimate_gb=pf["estimate"]["total_gb"], fast_paths=pf["fast"].describe())
         for w in warnings_for(cfg):
             log.warning(w)
             if console:
                 console.print(f"[yellow]note:[/] {w}")
         log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method, cfg.data.dataset,
                  len(train_raw), len(heldout_raw), det.to_dict())
+        log.info(describe(pf).replace("\n", "; "))
     try:
-        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main)
+        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main, pf["fast"])
     except OSError as e:  # a full disk, or any other failure to write the run's files
         err = RunFailed(os_error_message(e, d))
         if main:
@@ -170,13 +177,14 @@ def _record_failure(d: Path, reason: str) -> None:
 
 
 def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress: bool, console,
-           main: bool = True) -> None:
+           main: bool = True, fast=None) -> None:
     from app.data import to_grpo, to_sft
     from app.models import load_for_training
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
     from app.train.checkpoints import save_adapter
 
     model, tok, info = load_for_training(cfg)
+    info["fast"] = fast
     log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
              info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
     stop = StopFlag().install()

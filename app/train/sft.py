@@ -15,5 +15,5 @@ def build_sft_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info:
     args = SFTConfig(**sft_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"],
                                   fsdp_layers=getattr(model, "_no_split_modules", None),
                                   # the Unsloth backend brings its own kernels: packing stays off there
-                                  attention=info.get("attention", "unsloth")))
+                                  attention=info.get("attention", "unsloth"), fast=info.get("fast")))
     return make_trainer(SFTTrainer, args, cfg, model, tok, train_ds, info)

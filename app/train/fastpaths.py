@@ -1,0 +1,162 @@
+"""GPU fast paths: which ones a run uses, and what they become in TRL's arguments.
+
+Each fast path is a config key whose empty value means auto, and auto turns it on only where it helps and can run:
+  - grpo.use_vllm: vLLM generation in colocate mode (same process, same GPU), when CUDA is there and vllm imports;
+  - training.use_liger_kernel: Liger's Triton kernels (RMSNorm, RoPE, SwiGLU), when CUDA is there and liger_kernel
+    imports (TRL keeps its own fused LM head: it turns Liger's fused cross-entropy off itself);
+  - training.activation_offloading (SFT): checkpointed activations parked in CPU memory, on CUDA only, and on auto
+    only when the fit check says the run needs it;
+  - grpo.generation_batch_size: completions sampled at once (TRL's generation_batch_size). Sampling is launch-bound
+    on a GPU (64 sequences cost about what 8 cost) and Python-bound on a CPU, so auto samples for several optimizer
+    steps at once; TRL then scores the buffered samples with the log-probs of the policy that drew them (importance
+    ratio, clipped), so the later steps stay sound.
+A path forced on where it cannot run is a UserError (exit 2) that names the missing piece. The Unsloth backend
+brings its own kernels and generation: liger, vLLM and offloading stay off there.
+
+Decisions are pure functions of (config, Env) so they are unit-tested on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+from app.errors import UserError
+
+# Completions sampled at once by auto: the measured knee on an H100 (issue #16: 64 sequences per decode step cost
+# 120 ms vs 96 ms for 8) and, on CPU, where the per-step Python overhead stops dominating (docs/performance.md).
+AUTO_GENERATION_SEQUENCES = 64
+# How many optimizer steps one generation batch may serve: beyond this the samples are too stale for the clipped
+# importance ratio to keep the update on-policy enough (the demo's reward curve holds at 4: docs/performance.md).
+MAX_STEPS_PER_GENERATION = 4
+
+
+@dataclass(frozen=True)
+class Env:
+    """What the machine offers; built by detect_env, or by hand in tests."""
+
+    cuda: bool
+    vllm: bool = False
+    liger: bool = False
+    backend: str = "hf"
+    free_gpu_bytes: int | None = None  # free memory on the training GPU at start, when known
+
+
+def _installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def detect_env(cuda: bool, backend: str = "hf") -> Env:
+    free = None
+    if cuda:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+    return Env(cuda=cuda, vllm=_installed("vllm"), liger=_installed("liger_kernel"), backend=backend,
+               free_gpu_bytes=free)
+
+
+def _pick(setting: bool | None, key: str, env: Env, library: str, installed: bool) -> bool:
+    """auto -> on where it can run; true -> on, or a UserError naming what is missing; false -> off."""
+    usable = env.cuda and installed and env.backend != "unsloth"
+    if setting is None:
+        return usable
+    if setting and not usable:
+        if not env.cuda:
+            why = "needs a CUDA GPU and this run is on the CPU"
+        elif env.backend == "unsloth":
+            why = "does not combine with the Unsloth backend (it brings its own); use runtime.backend=hf"
+        else:
+            why = f"needs the {library} package: pip install {library}"
+        raise UserError(f"{key}=true {why}; leave {key} empty (auto) or set it to false")
+    return bool(setting)
+
+
+def pick_vllm(setting: bool | None, env: Env) -> bool:
+    return _pick(setting, "grpo.use_vllm", env, "vllm", env.vllm)
+
+
+def pick_liger(setting: bool | None, env: Env) -> bool:
+    return _pick(setting, "training.use_liger_kernel", env, "liger-kernel", env.liger)
+
+
+def pick_offloading(setting: bool | None, method: str, env: Env, needs_room: bool = False) -> bool:
+    """Activation offloading: TRL offers it for SFT; auto only when the run would not fit without it."""
+    if setting and method != "sft":
+        raise UserError("training.activation_offloading=true is an SFT option (TRL's GRPO has none); leave it empty")
+    if setting is None:
+        return method == "sft" and env.cuda and env.backend != "unsloth" and needs_room
+    return _pick(setting, "training.activation_offloading", env, "torch", True)
+
+
+def steps_per_generation(batch: int, accumulation: int, setting: int | None, num_generations: int) -> int:
+    """TRL's steps_per_generation for a generation batch of ``setting`` completions (auto: about
+    AUTO_GENERATION_SEQUENCES, at most MAX_STEPS_PER_GENERATION optimizer steps' worth). Always a whole number of
+    micro-batches and of optimizer steps, so every optimizer step sees fresh groups in the same order."""
+    if setting is not None:
+        if setting % batch:
+            raise UserError(f"grpo.generation_batch_size={setting} must be a multiple of "
+                            f"training.per_device_train_batch_size ({batch}); try {max(batch, setting // batch * batch)}")
+        if setting % num_generations:
+            raise UserError(f"grpo.generation_batch_size={setting} must be a multiple of grpo.num_generations "
+                            f"({num_generations}); change one so it divides")
+        return setting // batch
+    per_step = batch * accumulation
+    steps = max(1, min(MAX_STEPS_PER_GENERATION, AUTO_GENERATION_SEQUENCES // per_step))
+    return accumulation * steps
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    vllm: bool
+    liger: bool
+    offloading: bool
+    steps_per_generation: int | None  # None for SFT, or when training.extra_args sets TRL's own knobs
+    completions_at_once: int | None = None
+    optimizer_steps_per_generation: int | None = None
+
+    def describe(self) -> str:
+        """One line for doctor, --dry-run and the run log."""
+        on = [n for n, v in (("vLLM colocate generation", self.vllm), ("Liger kernels", self.liger),
+                             ("activation offloading", self.offloading)) if v]
+        gen = (f"; {self.completions_at_once} completions sampled at once for {self.optimizer_steps_per_generation} "
+               "optimizer step(s)" if self.completions_at_once else "")
+        return (", ".join(on) or "no GPU fast paths") + gen
+
+
+def decide(cfg, env: Env, needs_room: bool = False) -> FastPaths:
+    """Every fast-path decision for a resolved AppConfig on this machine."""
+    t, g = cfg.training, cfg.grpo
+    vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
+    if cfg.method == "sft" and g.use_vllm:
+        raise UserError("grpo.use_vllm=true only applies to method grpo; leave it empty for SFT")
+    spg = at_once = per_gen = None
+    if cfg.method == "grpo":
+        explicit = "steps_per_generation" in t.extra_args or "generation_batch_size" in t.extra_args
+        spg = None if explicit else steps_per_generation(
+            t.per_device_train_batch_size, t.gradient_accumulation_steps, g.generation_batch_size, g.num_generations)
+        if spg:
+            at_once, per_gen = t.per_device_train_batch_size * spg, max(1, spg // t.gradient_accumulation_steps)
+    return FastPaths(vllm=vllm, liger=pick_liger(t.use_liger_kernel, env),
+                     offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
+                     steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen)
+
+
+def trl_kwargs(fp: FastPaths, cfg) -> dict:
+    """The TRL (SFTConfig / GRPOConfig) arguments for the decided fast paths."""
+    kw: dict = {"use_liger_kernel": fp.liger}
+    if cfg.method == "sft":
+        kw["activation_offloading"] = fp.offloading
+        return kw
+    kw["use_vllm"] = fp.vllm
+    if fp.vllm:
+        # colocate: vLLM shares this process and GPU (one consumer GPU has no second one for a vLLM server); it
+        # sleeps during the backward pass so the trainer gets its memory back.
+        kw.update(vllm_mode="colocate", vllm_gpu_memory_utilization=cfg.grpo.vllm_gpu_memory_utilization,
+                  vllm_enable_sleep_mode=True)
+    if fp.steps_per_generation is not None:
+        kw["steps_per_generation"] = fp.steps_per_generation
+    return kw

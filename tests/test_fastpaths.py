@@ -1,0 +1,93 @@
+"""GPU fast paths: the auto decisions per machine, the refusals when one is forced where it cannot run, and their
+translation into TRL's own arguments (accepted by GRPOConfig / SFTConfig)."""
+
+import pytest
+
+from app.config import build_config, resolve
+from app.errors import UserError
+from app.train.args import grpo_kwargs, sft_kwargs
+from app.train.fastpaths import (AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, Env, decide,
+                                 steps_per_generation)
+
+GPU_ALL = Env(cuda=True, vllm=True, liger=True)
+GPU_BARE = Env(cuda=True)
+CPU_ALL = Env(cuda=False, vllm=True, liger=True)
+
+
+def _cfg(*sets, method="grpo"):
+    return resolve(build_config({"method": method}, None, list(sets)))
+
+
+@pytest.mark.parametrize("env, vllm, liger", [
+    (GPU_ALL, True, True),        # auto: on where CUDA is and the library imports
+    (GPU_BARE, False, False),     # CUDA but no libraries: the plain path
+    (CPU_ALL, False, False),      # libraries but no GPU: never on the CPU
+    (Env(cuda=True, vllm=True, liger=True, backend="unsloth"), False, False),  # Unsloth brings its own
+])
+def test_auto_turns_each_fast_path_on_only_where_it_runs(env, vllm, liger):
+    fp = decide(_cfg(), env)
+    assert (fp.vllm, fp.liger) == (vllm, liger)
+
+
+@pytest.mark.parametrize("key, env, needle", [
+    ("grpo.use_vllm", CPU_ALL, "needs a CUDA GPU"),
+    ("grpo.use_vllm", GPU_BARE, "pip install vllm"),
+    ("training.use_liger_kernel", GPU_BARE, "pip install liger-kernel"),
+    ("training.use_liger_kernel", Env(cuda=True, liger=True, backend="unsloth"), "Unsloth backend"),
+    ("training.activation_offloading", CPU_ALL, "needs a CUDA GPU"),
+])
+def test_forcing_a_fast_path_where_it_cannot_run_is_a_user_error(key, env, needle):
+    method = "sft" if "offloading" in key else "grpo"
+    with pytest.raises(UserError, match=needle) as e:
+        decide(_cfg(f"{key}=true", method=method), env)
+    assert f"{key}=true" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_forced_off_stays_off_and_offloading_is_sft_only():
+    fp = decide(_cfg("grpo.use_vllm=false", "training.use_liger_kernel=false"), GPU_ALL)
+    assert not fp.vllm and not fp.liger
+    with pytest.raises(UserError, match="SFT option"):
+        decide(_cfg("training.activation_offloading=true"), GPU_ALL)
+    sft = _cfg(method="sft")
+    assert not decide(sft, GPU_ALL).offloading  # auto: only when the fit check needs the room
+    assert decide(sft, GPU_ALL, needs_room=True).offloading
+    assert not decide(sft, CPU_ALL, needs_room=True).offloading
+
+
+def test_translation_into_trl_arguments():
+    from trl import GRPOConfig, SFTConfig
+
+    cfg = _cfg("grpo.vllm_gpu_memory_utilization=0.4")
+    kw = grpo_kwargs(cfg, "/tmp/r", "bf16", True, [1.0], fast=decide(cfg, GPU_ALL))
+    assert kw["use_vllm"] and kw["vllm_mode"] == "colocate" and kw["vllm_gpu_memory_utilization"] == 0.4
+    assert kw["use_liger_kernel"] and kw["steps_per_generation"] % cfg.training.gradient_accumulation_steps == 0
+    cpu = grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])
+    assert cpu["use_vllm"] is False and cpu["use_liger_kernel"] is False and "vllm_mode" not in cpu
+    GRPOConfig(**cpu)  # TRL accepts every key on the CPU path
+    sft = _cfg(method="sft")
+    skw = sft_kwargs(sft, "/tmp/r", "bf16", True, fast=decide(sft, GPU_ALL, needs_room=True))
+    assert skw["activation_offloading"] and skw["use_liger_kernel"]
+    SFTConfig(**sft_kwargs(sft, "/tmp/r", "fp32", False))
+
+
+@pytest.mark.parametrize("batch, accum, want", [
+    (4, 2, 2 * MAX_STEPS_PER_GENERATION),   # 8 per step: capped at 4 optimizer steps' worth (32 completions)
+    (32, 1, 2),                             # the demo: 64 completions serve 2 optimizer steps
+    (64, 1, 1),                             # already 64 per step: nothing to batch up
+    (8, 16, 16),                            # 128 per step: one generation per optimizer step
+])
+def test_auto_generation_batch(batch, accum, want):
+    spg = steps_per_generation(batch, accum, None, 4)
+    assert spg == want and spg % accum == 0
+    assert batch * spg <= max(AUTO_GENERATION_SEQUENCES, batch * accum)
+
+
+def test_explicit_generation_batch_is_checked_and_trl_knobs_win():
+    assert steps_per_generation(8, 1, 48, 4) == 6
+    with pytest.raises(UserError, match="multiple of training.per_device_train_batch_size"):
+        steps_per_generation(8, 1, 20, 4)
+    with pytest.raises(UserError, match="multiple of grpo.num_generations"):
+        steps_per_generation(2, 1, 6, 4)
+    cfg = _cfg("training.extra_args={steps_per_generation: 2}")
+    assert decide(cfg, CPU_ALL).steps_per_generation is None  # the user's own TRL setting is passed through
+    assert grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])["steps_per_generation"] == 2
