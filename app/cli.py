@@ -174,6 +174,8 @@ def _print_run_summary(d: Path) -> None:
         _, ys = series(recs, k)
         t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
     t.add_row("steps", str(st.get("step")), "")
+    if st.get("peak_memory"):
+        t.add_row("peak memory", st["peak_memory"], "")
     t.add_row("adapter", str(d / rundir.ADAPTER), "")
     if st.get("error"):
         t.add_row("error", st["error"], "")

@@ -64,8 +64,10 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a small file atomically: a temporary sibling, flushed, renamed over the old one."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write a small file atomically: a temporary sibling, flushed, renamed over the old one. The temporary name
+    carries the pid: two processes writing the same file (the launchers of a multi-node run on a shared folder)
+    must not rename each other's half-written copy away."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -85,7 +87,7 @@ def write_status(run_dir: Path, status: str, **fields) -> dict:
     try:
         write_atomic(path, text)
     except OSError:
-        Path(str(path) + ".tmp").unlink(missing_ok=True)
+        path.with_name(f"{path.name}.{os.getpid()}.tmp").unlink(missing_ok=True)
         with open(path, "r+" if path.exists() else "w") as f:
             f.write(text)
             f.truncate()

@@ -41,12 +41,20 @@ def run_summary(d: Path) -> dict:
         "reward": _fmt(last.get("reward")),
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
+        # the running peak status.json holds (app/train/peakmem.py), or the last logged one for a crashed run
+        "peak_memory": peak_memory_text({**last, **{k: v for k, v in st.items() if k.startswith("peak_mem")}}),
         "adapter": str(d / rundir.ADAPTER) if (d / rundir.ADAPTER / "adapter_config.json").is_file() else None,
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (rundir.CRASHED, rundir.INTERRUPTED, rundir.FAILED) else None),
     }
+
+
+def peak_memory_text(fields: dict) -> str | None:
+    from app.train.peakmem import describe
+
+    return describe(fields)
 
 
 def _fmt(v):

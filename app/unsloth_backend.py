@@ -30,6 +30,56 @@ def unsloth_peft_kwargs(lc: LoraConfig, seed: int) -> dict:
                 use_gradient_checkpointing="unsloth", random_state=seed)
 
 
+# The versions whose GRPO runs on a CPU (trl 1.15 + transformers 5.17, which current Unsloth pins, fail there).
+CPU_GRPO_FLOORS = {"trl": "1.16", "transformers": "5.23"}
+
+
+def import_first(backend: str, device: str) -> bool:
+    """Import Unsloth before transformers / trl / peft when the run's backend resolves to it: Unsloth patches those
+    libraries at import, and patches applied after they are loaded are partly lost (it warns so). Call it first
+    in a training process; returns whether Unsloth was imported."""
+    import sys
+
+    from app.models import pick_backend, unsloth_installed
+    from app.runtime import use_cuda
+
+    if backend == "hf" or not unsloth_installed():
+        return False
+    import torch
+
+    if pick_backend(backend, use_cuda(device, torch.cuda.is_available()), True) != "unsloth":
+        return False
+    late = [m for m in ("transformers", "trl", "peft") if m in sys.modules]
+    import unsloth  # noqa: F401 - for its patches
+
+    if late:
+        import logging
+
+        logging.getLogger("qlora_app").warning("unsloth imported after %s: some of its patches may be missing",
+                                               ", ".join(late))
+    return True
+
+
+def stack_problem(method: str, cuda: bool, versions: dict[str, str] | None = None) -> str | None:
+    """A one-line refusal when the installed stack cannot run this job here, else None. GRPO on a CPU needs
+    CPU_GRPO_FLOORS; Unsloth's own pins (trl <= 1.15, transformers <= 5.17) fall below them."""
+    from packaging.version import Version
+
+    if method != "grpo" or cuda:
+        return None
+    if versions is None:
+        import importlib.metadata as md
+
+        versions = {name: md.version(name) for name in CPU_GRPO_FLOORS}
+    low = [f"{name} {versions[name]}" for name, floor in CPU_GRPO_FLOORS.items()
+           if Version(versions[name]) < Version(floor)]
+    if not low:
+        return None
+    need = " and ".join(f"{n}>={v}" for n, v in CPU_GRPO_FLOORS.items())
+    return (f"GRPO on the CPU needs {need}, and this environment has {', '.join(low)} (the versions Unsloth pins): "
+            "run it on a CUDA GPU, or in an environment installed with -c constraints.txt")
+
+
 def load_with_unsloth(cfg: AppConfig, dtype: str):
     """Returns (peft_model, tokenizer). Only reached on CUDA with unsloth installed (see models.pick_backend)."""
     from unsloth import FastLanguageModel  # noqa: import only here: unsloth refuses to import without a GPU

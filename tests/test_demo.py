@@ -31,7 +31,8 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert stages["base"]["accuracy"] == result["summary"]["base"]["accuracy"]
     assert demo["grpo_lift"] == pytest.approx(stages["grpo"]["accuracy"] - stages["base"]["accuracy"])
     grpo_rewards = [m["reward"] for m in rundir.read_metrics(Path(demo["grpo_run"])) if "reward" in m]
-    assert len(grpo_rewards) == 2 and demo["grpo_reward_quarters"]["first"] == pytest.approx(grpo_rewards[0])
+    # one generation batch serves both steps (auto generation batch): TRL logs a reward where it sampled
+    assert 1 <= len(grpo_rewards) <= 2 and demo["grpo_reward_quarters"]["first"] == pytest.approx(grpo_rewards[0])
     assert "GRPO's own lift" in r.stdout
     assert "held-out accuracy by phase" in r.stdout
     grpo = tmp_path / "demo-grpo"

@@ -44,9 +44,20 @@ def _check_run_dir(d: Path, method: str, steps: int):
     assert [r["step"] for r in recs] == list(range(1, steps + 1))
     assert all(r.get("learning_rate") is not None and "loss" in r for r in recs)
     if method == "grpo":
+        # TRL logs rewards on the steps that sampled; the auto generation batch samples for several steps at once
+        spg = rundir.read_status(d)["fast_paths"]
+        sampled = [r for r in recs if r.get("reward") is not None]
+        assert sampled and sampled[0]["step"] == 1, spg
         for comp in ("length", "format", "reference", "boilerplate"):
-            assert all(r.get(f"rewards/{comp}/mean") is not None for r in recs), comp
-        assert all(r.get("reward") is not None for r in recs)
+            assert all(r.get(f"rewards/{comp}/mean") is not None for r in sampled), comp
+    # peak memory on record (CPU: the process's peak RSS in the same fields), per logged step and in the status
+    from app.runs import run_summary
+    from app.train import peakmem
+
+    assert all(r[peakmem.RESERVED] > 0.05 and r[peakmem.DEVICE] == "cpu (peak RSS)" for r in recs)
+    assert [r[peakmem.RESERVED] for r in recs] == sorted(r[peakmem.RESERVED] for r in recs)  # a running peak
+    assert st[peakmem.RESERVED] >= recs[-1][peakmem.RESERVED]
+    assert run_summary(d)["peak_memory"] == f"{st[peakmem.RESERVED]:.2f} GiB peak RSS (CPU)"
     cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
     assert cfg["method"] == method and cfg["lora"]["r"] > 0  # resolved, complete
 

@@ -113,7 +113,26 @@ def test_status_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatc
     rundir.write_status(tmp_path, rundir.FAILED, error="the disk is full")
     st = rundir.read_status(tmp_path)
     assert st["status"] == rundir.FAILED and st["step"] == 3 and st["error"] == "the disk is full"
-    assert not (tmp_path / (rundir.STATUS + ".tmp")).exists()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_concurrent_atomic_writers_of_one_file_never_collide(tmp_path):
+    """Two launchers of a multi-node run on a shared folder write config.yaml at the same moment: each renames its
+    own temporary copy (a shared '.tmp' name let one rename the other's away: FileNotFoundError)."""
+    import multiprocessing as mp
+
+    procs = [mp.get_context("fork").Process(target=_write_many, args=(tmp_path / "config.yaml", i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert (tmp_path / "config.yaml").read_text().startswith("writer ") and not list(tmp_path.glob("*.tmp"))
+
+
+def _write_many(path, i):
+    for _ in range(300):
+        rundir.write_atomic(path, f"writer {i}\n" * 50)
 
 
 def test_a_dead_running_run_shows_as_crashed_with_the_resume_command(tmp_path):

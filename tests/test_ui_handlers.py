@@ -156,10 +156,10 @@ def test_detect_errors_are_user_errors(tmp_path):
         h.detect(str(tmp_path / "missing.jsonl"), local_only=True)
 
 
-def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None) -> Path:
+def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None, **fields) -> Path:
     d = rundir.new_run_dir(runs, name)
     (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
-    rundir.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error)
+    rundir.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error, **fields)
     for rec in metrics:
         rundir.append_metrics(d, rec)
     return d
@@ -179,6 +179,19 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
     assert [r["value"] for r in loss] == [1.0, 0.5, 1 / 3]
     assert {r["series"] for r in comps} == {"format", "length"} and len(comps) == 6
     assert "OutOfMemoryError" in h.status_markdown(h.run_status(tmp_path / "crashed"))
+
+
+def test_run_view_shows_peak_memory(tmp_path):
+    gpu = {"peak_mem_allocated_gib": 5.2, "peak_mem_reserved_gib": 5.71, "peak_mem_device": "cuda"}
+    _fake_run(tmp_path, "gpu", rundir.FINISHED, **gpu)
+    assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in h.status_markdown(
+        h.run_status(tmp_path / "gpu"))
+    # a crashed run has no final status write: the last logged peak stands in
+    cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
+    _fake_run(tmp_path, "cpu", rundir.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
+    assert "peak memory: 0.80 GiB peak RSS (CPU)" in h.status_markdown(h.run_status(tmp_path / "cpu"))
+    _fake_run(tmp_path, "old", rundir.FINISHED)  # runs from before peak memory was recorded
+    assert "peak memory" not in h.status_markdown(h.run_status(tmp_path / "old"))
 
 
 def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from app import rundir
+from app.train import peakmem
 
 log = logging.getLogger("qlora_app")
 
@@ -96,8 +97,9 @@ class RunDirCallback(TrainerCallback):
     loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
 
     def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True):
+                 write: bool = True, cuda: bool = False):
         self.run_dir = Path(run_dir)
+        self.cuda = cuda
         # Every rank of a distributed run has this callback (stop and NaN decisions must be the same on all);
         # only rank 0 (write=True) writes metrics.jsonl / status.json and warns.
         self.write = write
@@ -111,6 +113,7 @@ class RunDirCallback(TrainerCallback):
         self._last_flat_warning: int | None = None
 
     def on_train_begin(self, args, state, control, **kw):
+        peakmem.reset(self.cuda)
         if not self.write:
             return
         rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
@@ -131,6 +134,8 @@ class RunDirCallback(TrainerCallback):
             if k.startswith(_KEEP_PREFIXES):
                 rec[k] = _clean(v)
         rec["reward_errors"] = self.reward_errors()
+        peak = peakmem.sample(self.cuda)
+        rec.update(peak)
         rundir.append_metrics(self.run_dir, rec)
         # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
         shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
@@ -165,7 +170,8 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
-            rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
+            rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps,
+                                **peakmem.sample(self.cuda))
         if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True

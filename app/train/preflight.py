@@ -61,6 +61,11 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
     cuda, gpu_gb = facts["cuda"], facts["vram_gb"]
     backend = pick_backend(cfg.runtime.backend, cuda, unsloth_installed())
     env = detect_env(cuda, backend)
+    from app.unsloth_backend import stack_problem
+
+    stack = stack_problem(cfg.method, cuda)
+    if stack:
+        raise UserError(stack)
     lengths = token_lengths(cfg, rows, det)
     est = estimate_memory(cfg, lengths, cuda=cuda)
     needs_room = False

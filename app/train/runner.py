@@ -95,6 +95,9 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     if not cfg.data.dataset:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
+    from app.unsloth_backend import import_first
+
+    import_first(cfg.runtime.backend, cfg.runtime.device)  # before anything imports transformers / trl / peft
     from app.models import check_model_source
 
     quiet_library_noise()
@@ -211,7 +214,8 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
         if main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         base_errors = errors()
-        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console), write=main)
+        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console), write=main,
+                               cuda=info["cuda"])
         trainer.add_callback(watch)
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
@@ -224,11 +228,15 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     if not main:
         return
     adapter_dir = save_adapter(trainer.model, tok, d)
+    from app.train import peakmem
+
+    peak = peakmem.sample(info["cuda"])
+    log.info("peak memory: %s", peakmem.describe(peak))
     if stop.requested:
-        rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=trainer.state.global_step)
+        rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=trainer.state.global_step, **peak)
         log.info("stopped at step %d; checkpoint saved, resume with --resume %s", trainer.state.global_step, d)
     else:
-        rundir.write_status(d, rundir.FINISHED, ended=time.time(), step=trainer.state.global_step)
+        rundir.write_status(d, rundir.FINISHED, ended=time.time(), step=trainer.state.global_step, **peak)
         log.info("finished at step %d; adapter in %s", trainer.state.global_step, adapter_dir)
     from app.plots import save_curves
 

@@ -1,0 +1,74 @@
+"""The baseline side of bench_trl: a hand-written TRL script, as a user would write it without qlora-app.
+
+    python bench/plain_trl.py SPEC.json
+
+SPEC holds the model folder, the rows (a JSONL of question/answer), the method and the hyperparameters; bench_trl
+gives the same SPEC to `qlora-app train` (as --set overrides), so both sides train the same model, rows, chat
+format, LoRA and hyperparameters. The GRPO side scores with the same reward functions (qlora-app's shaped reward:
+"same reward on both sides" is the point of the comparison). Timed by bench/steptimer.py like the other side.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import steptimer  # noqa: E402
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(Path(spec_path).read_text())
+    steptimer.install()
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+
+    torch.manual_seed(spec["seed"])
+    tok = AutoTokenizer.from_pretrained(spec["model"])
+    model = AutoModelForCausalLM.from_pretrained(
+        spec["model"], dtype=torch.float32, attn_implementation="sdpa", device_map={"": "cpu"},
+        quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                               bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32))
+    rows = [json.loads(line) for line in Path(spec["rows"]).read_text().splitlines()]
+    lora = LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], lora_dropout=0.0, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
+    common = dict(output_dir=spec["out"], learning_rate=spec["lr"], max_steps=spec["steps"],
+                  per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=spec["accum"],
+                  seed=spec["seed"], data_seed=spec["seed"], gradient_checkpointing=spec["checkpointing"],
+                  lr_scheduler_type="constant_with_warmup", warmup_steps=0, logging_steps=1, save_strategy="no",
+                  report_to="none", use_cpu=True, optim="adamw_torch", dataloader_num_workers=0, disable_tqdm=True)
+    if spec["method"] == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        ds = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}],
+                                 "completion": [{"role": "assistant", "content": r["answer"]}]} for r in rows])
+        args = SFTConfig(max_length=spec["max_length"], packing=spec.get("packing", False), **common)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=lora)
+    else:
+        from trl import GRPOConfig, GRPOTrainer
+
+        from app.config import RewardConfig
+        from app.rewards import build_reward_funcs
+
+        funcs, weights = build_reward_funcs(RewardConfig(), has_reference=True)
+        ds = Dataset.from_list([{"prompt": [{"role": "system", "content": spec["system_prompt"]},
+                                            {"role": "user", "content": r["question"]}],
+                                 "reference": r["answer"]} for r in rows])
+        args = GRPOConfig(num_generations=spec["num_generations"], max_completion_length=spec["completion"],
+                          temperature=1.0, beta=0.0, loss_type="dapo", reward_weights=weights,
+                          generation_batch_size=spec.get("generation_batch_size"), **common)
+        trainer = GRPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, reward_funcs=funcs,
+                              peft_config=lora)
+    # TRL casts a quantized model's LoRA weights to bf16; qlora-app keeps them in the fp32 compute dtype on CPU.
+    # Same adapter dtype on both sides, or the comparison would time bf16 matmuls against fp32 ones.
+    for p in trainer.model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

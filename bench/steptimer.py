@@ -1,0 +1,91 @@
+"""Bench-only instrumentation, installed the same way into both sides of a comparison (our CLI and a plain TRL
+script): wall-clock time of every optimizer step, of GRPO's sampling and reward scoring, and every log row.
+Written as JSON to $BENCH_TIMING at exit. Not part of the app.
+
+    python bench/steptimer.py -- train --method sft ...     # runs `qlora-app train ...` instrumented
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+
+REC: dict = {"steps": [], "logs": [], "generate": [], "reward": [], "completions": 0}
+
+
+def _timed(cls, name: str, key: str, count=None) -> None:
+    orig = getattr(cls, name)
+
+    def wrapper(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = orig(self, *args, **kwargs)
+        REC[key].append((t0, time.perf_counter() - t0))
+        if count:
+            REC["completions"] += count(args, kwargs)
+        return out
+
+    setattr(cls, name, wrapper)
+
+
+def install() -> None:
+    import transformers
+    import trl
+
+    # GRPO's sampling (one call per generation batch, its prompts already repeated num_generations times)
+    _timed(trl.GRPOTrainer, "_generate", "generate", count=lambda a, k: len(a[0] if a else k["prompts"]))
+    _timed(trl.GRPOTrainer, "_calculate_rewards", "reward")
+
+    class Clock(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            REC["steps"].append(time.perf_counter())
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            REC["logs"].append({"step": state.global_step, **{k: v for k, v in (logs or {}).items()
+                                                             if isinstance(v, (int, float))}})
+
+    init = transformers.Trainer.__init__
+
+    def with_clock(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.add_callback(Clock())
+
+    transformers.Trainer.__init__ = with_clock
+    out = os.environ.get("BENCH_TIMING")
+    if out:
+        atexit.register(lambda: open(out, "w").write(json.dumps(REC)))
+
+
+def summary(rec: dict, skip: int = 1) -> dict:
+    """Seconds per optimizer step after ``skip`` warm-up steps, and the shares of that window spent sampling and
+    scoring rewards (the rest: log-prob passes, forward/backward, optimizer)."""
+    steps = rec["steps"]
+    if len(steps) <= skip + 1:
+        raise RuntimeError(f"only {len(steps)} steps recorded")
+    t0, t1 = steps[skip - 1] if skip else steps[0], steps[-1]
+    n = len(steps) - (skip if skip else 1)
+    window = t1 - t0
+
+    def inside(key):
+        return sum(d for s, d in rec[key] if s >= t0 and s + d <= t1 + 1e-6)
+
+    gen, rew = inside("generate"), inside("reward")
+    done = [(s, d) for s, d in rec["generate"] if s >= t0 and s + d <= t1 + 1e-6]
+    calls = max(1, len(rec["generate"]))
+    per_call = rec["completions"] / calls
+    return {"s_per_step": window / n, "steps": n, "window_s": window, "generation_s": gen, "reward_s": rew,
+            "completions_per_s": (per_call * len(done) / gen) if gen else None,
+            "shares": {"generation": gen / window, "reward": rew / window, "train": 1 - (gen + rew) / window}}
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    install()
+    from app.cli import main
+
+    sys.argv = ["qlora-app", *argv]
+    sys.exit(main())
