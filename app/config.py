@@ -130,6 +130,10 @@ class GRPOConfig(StrictModel):
     loss_type: str = _d("dapo", "TRL GRPO loss: dapo, grpo, dr_grpo, bnpo, ...")
     generation_batch_size: int | None = _d(None, "completions sampled at once (they serve several optimizer steps); "
                                                  "empty = auto: about 64, at most 4 optimizer steps' worth", gt=0)
+    sampler: Literal["auto", "merged", "plain"] = _d(
+        "auto", "where completions are sampled: merged = a dense copy of the base with the current LoRA merged in "
+                "(refreshed every step; compiled with a static cache on CUDA); plain = the 4-bit training model; "
+                "auto = merged where the copy fits")
     use_vllm: bool | None = _d(None, "sample with vLLM in colocate mode (same GPU); empty = auto: on on CUDA when "
                                      "vllm is installed")
     vllm_gpu_memory_utilization: float = _d(0.3, "share of the GPU vLLM may take for weights and KV cache",

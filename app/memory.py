@@ -164,10 +164,11 @@ def batch_tokens(lengths: list[int] | None, batch: int, max_length: int, packed:
 
 
 def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, packed: bool | None = None,
-                    vllm: bool | None = None) -> dict:
+                    weight_copy: bool | None = None) -> dict:
     """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). ``lengths``: token lengths of the training
     rows (SFT: whole examples; GRPO: prompts) when the data is at hand; ``packed``: whether SFT packs (default: the
-    config's auto); ``vllm``: whether vLLM samples (default: grpo.use_vllm). Returns GB figures, a verdict per
+    config's auto); ``weight_copy``: whether a 16-bit copy of the weights samples (vLLM
+    or the merged sampler; default: grpo.use_vllm or grpo.sampler=merged). Returns GB figures, a verdict per
     card size and a one-line summary; ``total_gb`` is None when
     the model size cannot be told."""
     shape, params, source = model_shape(cfg.model.name_or_path or "")
@@ -214,8 +215,8 @@ def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, pa
         seqs = t.extra_args.get("generation_batch_size") or batch * spg
         kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * seqs * seq
         gen_phase = kv + seqs * s["vocab"] * 4
-        if cfg.grpo.use_vllm if vllm is None else vllm:  # vLLM holds a 16-bit copy of the weights
-            sampler_copy = params * 2.0
+        if (bool(cfg.grpo.use_vllm) or cfg.grpo.sampler == "merged") if weight_copy is None else weight_copy:
+            sampler_copy = params * 2.0  # vLLM's or the merged sampler's 16-bit copy of the weights
     peak_dynamic = max(train_phase, gen_phase)
     total = (weights + lora + peak_dynamic + sampler_copy) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
 

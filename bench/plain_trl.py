@@ -39,7 +39,10 @@ def main(spec_path: str) -> None:
                   per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=spec["accum"],
                   seed=spec["seed"], data_seed=spec["seed"], gradient_checkpointing=spec["checkpointing"],
                   lr_scheduler_type="constant_with_warmup", warmup_steps=0, logging_steps=1, save_strategy="no",
-                  report_to="none", use_cpu=True, optim="adamw_torch", dataloader_num_workers=0, disable_tqdm=True)
+                  report_to="none", use_cpu=True, optim="adamw_torch", dataloader_num_workers=0, disable_tqdm=True,
+                  # TRL's configs default to bf16=True, which on a CPU means bf16 autocast: qlora-app computes in
+                  # fp32 there (model.compute_dtype auto), so the baseline must too.
+                  bf16=False)
     if spec["method"] == "sft":
         from trl import SFTConfig, SFTTrainer
 

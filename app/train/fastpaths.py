@@ -117,24 +117,33 @@ class FastPaths:
     steps_per_generation: int | None  # None for SFT, or when training.extra_args sets TRL's own knobs
     completions_at_once: int | None = None
     optimizer_steps_per_generation: int | None = None
+    sampler: str = "plain"  # GRPO: "merged" = a dense copy with LoRA merged (app/train/sampler.py)
+    cuda: bool = False
 
     def describe(self) -> str:
         """One line for doctor, --dry-run and the run log."""
-        on = [n for n, v in (("vLLM colocate generation", self.vllm), ("Liger kernels", self.liger),
-                             ("activation offloading", self.offloading)) if v]
+        merged = "sampling from a merged " + ("16-bit copy, compiled" if self.cuda else "dense copy")
+        on = [n for n, v in (("vLLM colocate generation", self.vllm), (merged, self.sampler == "merged"),
+                             ("Liger kernels", self.liger), ("activation offloading", self.offloading)) if v]
         gen = (f"; {self.completions_at_once} completions sampled at once for {self.optimizer_steps_per_generation} "
                "optimizer step(s)" if self.completions_at_once else "")
         return (", ".join(on) or "no GPU fast paths") + gen
 
 
-def decide(cfg, env: Env, needs_room: bool = False) -> FastPaths:
-    """Every fast-path decision for a resolved AppConfig on this machine."""
+def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> FastPaths:
+    """Every fast-path decision for a resolved AppConfig on this machine. ``copy_fits``: whether a dense copy of
+    the weights for the merged sampler fits (the caller's memory check)."""
+    from app.train.sampler import pick_sampler
+
     t, g = cfg.training, cfg.grpo
     vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
     if cfg.method == "sft" and g.use_vllm:
         raise UserError("grpo.use_vllm=true only applies to method grpo; leave it empty for SFT")
     spg = at_once = per_gen = None
+    sampler = "plain"
     if cfg.method == "grpo":
+        sampler = pick_sampler(g.sampler, cuda=env.cuda, vllm=vllm, backend=env.backend, fsdp=cfg.runtime.fsdp,
+                               copy_fits=copy_fits)
         explicit = "steps_per_generation" in t.extra_args or "generation_batch_size" in t.extra_args
         spg = None if explicit else steps_per_generation(
             t.per_device_train_batch_size, t.gradient_accumulation_steps, g.generation_batch_size, g.num_generations)
@@ -142,7 +151,8 @@ def decide(cfg, env: Env, needs_room: bool = False) -> FastPaths:
             at_once, per_gen = t.per_device_train_batch_size * spg, max(1, spg // t.gradient_accumulation_steps)
     return FastPaths(vllm=vllm, liger=pick_liger(t.use_liger_kernel, env),
                      offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
-                     steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen)
+                     steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen,
+                     sampler=sampler, cuda=env.cuda)
 
 
 def trl_kwargs(fp: FastPaths, cfg) -> dict:

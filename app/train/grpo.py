@@ -18,8 +18,16 @@ def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info
 
     from app.rewards import build_reward_funcs
 
+    from app.train.sampler import MergedSampler, sampling_trainer
+
     funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
     args = GRPOConfig(**grpo_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"], weights,
                                     fsdp_layers=getattr(model, "_no_split_modules", None),
                                     fast=info.get("fast")))
-    return make_trainer(GRPOTrainer, args, cfg, model, tok, train_ds, info, reward_funcs=funcs)
+    trainer = make_trainer(sampling_trainer(GRPOTrainer), args, cfg, model, tok, train_ds, info, reward_funcs=funcs)
+    fast = info.get("fast")
+    if fast is not None and fast.sampler == "merged":
+        from app.models import torch_dtype
+
+        trainer.merged_sampler = MergedSampler(trainer.model, torch_dtype(info["compute_dtype"]), compile=info["cuda"])
+    return trainer

@@ -15,6 +15,7 @@ import logging
 from app.errors import UserError
 from app.memory import estimate_memory, fit_problem
 from app.train.fastpaths import decide, detect_env
+from app.train.sampler import cpu_copy_fits
 
 log = logging.getLogger("qlora_app")
 CHARS_PER_TOKEN = 4  # English BPE, when the tokenizer is not on disk yet
@@ -77,13 +78,18 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
             needs_room, problem = True, None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
-    fast = decide(cfg, env, needs_room)
-    if fast.vllm and cfg.grpo.use_vllm is None:
-        with_copy = estimate_memory(cfg, lengths, cuda=cuda, vllm=True)
-        if gpu_gb and with_copy["total_gb"] > gpu_gb:
-            fast = dataclasses.replace(fast, vllm=False)
-            _say(note, f"vLLM is installed but its 16-bit copy of the weights would not fit ({with_copy['total_gb']:.1f} "
-                       f"GB estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
+    copy_fits = False
+    if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
+        with_copy = estimate_memory(cfg, lengths, cuda=cuda, weight_copy=True)
+        copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
+        if cuda and gpu_gb and not copy_fits and env.vllm and cfg.grpo.use_vllm is None:
+            env = dataclasses.replace(env, vllm=False)
+            _say(note, f"vLLM is installed but its 16-bit copy of the weights would not fit ({with_copy['total_gb']:.1f}"
+                       f" GB estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
+        elif cuda and not copy_fits and cfg.grpo.sampler == "auto":
+            _say(note, f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
+                       f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
+    fast = decide(cfg, env, needs_room, copy_fits=copy_fits)
     if problem:
         _say(note, problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
     return {"estimate": est, "fast": fast, "cuda": cuda, "gpu_gb": gpu_gb, "lengths_known": lengths is not None}

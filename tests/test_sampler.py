@@ -1,0 +1,114 @@
+"""The merged sampler: its decisions, and that it samples from the policy being trained (on CPU, where the dense
+copy is fp32 and nothing is compiled)."""
+
+import pytest
+
+from app.errors import UserError
+from app.train.sampler import pick_sampler
+
+
+@pytest.mark.parametrize("setting, kw, want", [
+    ("auto", dict(cuda=True, vllm=False, backend="hf", fsdp=False, copy_fits=True), "merged"),
+    ("auto", dict(cuda=True, vllm=False, backend="hf", fsdp=False, copy_fits=False), "plain"),  # no room
+    ("auto", dict(cuda=False, vllm=False, backend="hf", fsdp=False, copy_fits=True), "merged"),
+    ("auto", dict(cuda=True, vllm=True, backend="hf", fsdp=False, copy_fits=True), "plain"),    # vLLM samples
+    ("auto", dict(cuda=True, vllm=False, backend="unsloth", fsdp=False, copy_fits=True), "plain"),
+    ("auto", dict(cuda=True, vllm=False, backend="hf", fsdp=True, copy_fits=True), "plain"),
+    ("plain", dict(cuda=True, vllm=False, backend="hf", fsdp=False, copy_fits=True), "plain"),
+    ("merged", dict(cuda=True, vllm=False, backend="hf", fsdp=False, copy_fits=False), "merged"),  # fit check says
+])
+def test_pick_sampler(setting, kw, want):
+    assert pick_sampler(setting, **kw) == want
+
+
+def test_forcing_merged_with_vllm_is_refused():
+    with pytest.raises(UserError, match="grpo.sampler=merged does not combine with vLLM"):
+        pick_sampler("merged", cuda=True, vllm=True, backend="hf", fsdp=False, copy_fits=True)
+
+
+def test_the_copy_counts_in_the_fit_check():
+    from app.config import build_config, resolve
+    from app.memory import estimate_memory
+
+    cfg = resolve(build_config({"model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}}))
+    plain, merged = estimate_memory(cfg, weight_copy=False), estimate_memory(cfg, weight_copy=True)
+    assert merged["total_gb"] - plain["total_gb"] == pytest.approx(1.5e9 * 2 * 1.10 / 2**30, rel=0.01)
+
+
+def test_dequantize_reads_weights_bitsandbytes_repacked_for_the_cpu():
+    """bitsandbytes repacks a 4-bit weight for its CPU kernel at the first no-grad eval forward (on CPUs with
+    AVX512-BF16); the sampler must still read the same matrix, and must leave the layer as it found it."""
+    import bitsandbytes as bnb
+    import torch
+
+    from app.train.sampler import _dequantize
+
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(256, 128, bias=False)
+    q = bnb.nn.Linear4bit(256, 128, bias=False, compute_dtype=torch.float32, quant_type="nf4")
+    q.weight = bnb.nn.Params4bit(dense.weight.data.clone(), requires_grad=False, quant_type="nf4").to("cpu")
+    before = _dequantize(q.weight).float()
+    assert (before - dense.weight).abs().mean() < 0.1 * dense.weight.abs().mean()  # NF4 of the same matrix
+    q.eval()
+    with torch.no_grad():
+        q(torch.randn(2, 256))
+    if not getattr(q.weight.quant_state, "packing_format_for_cpu", False):
+        pytest.skip("this CPU has no AVX512-BF16: bitsandbytes did not repack")
+    after = _dequantize(q.weight).float()
+    assert torch.allclose(after, before, atol=0.02 * before.abs().max().item())
+    assert q.weight.quant_state.packing_format_for_cpu  # the layer still holds its packed form
+
+
+def _logprobs(model, ids, n_prompt):
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits[:, n_prompt - 1:-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, n_prompt:, None]).squeeze(-1)
+
+
+@pytest.mark.slow
+def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_path):
+    """A real GRPO run (4-bit base + LoRA, CPU) sampling from the merged copy: the copy was refreshed for every
+    optimizer step that sampled, and after training its log-probs of a completion match the trainer's own to 1e-3,
+    while a copy left at the start would be off by far more: the refresh is what keeps sampling on-policy."""
+    import torch
+
+    from app.config import build_config, resolve
+    from app.data import build_splits, to_grpo
+    from app.models import load_for_training
+    from app.train.fastpaths import Env, decide
+    from app.train.grpo import build_grpo_trainer
+    from app.train.sampler import MergedSampler
+
+    cfg = resolve(build_config(
+        {"model": {"name_or_path": str(tiny_model)}, "data": {"dataset": str(math_jsonl)}},
+        None, ["training.max_steps=4", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
+               "num_generations=4", "grpo.generation_batch_size=8", "max_completion_length=12",
+               "learning_rate=5e-3", "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu"]))
+    train, _, det = build_splits(cfg.data, 0)
+    model, tok, info = load_for_training(cfg)
+    info["fast"] = fast = decide(cfg, Env(cuda=False), copy_fits=True)
+    assert fast.sampler == "merged"
+    trainer = build_grpo_trainer(cfg, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", info, True)
+    sampler = trainer.merged_sampler
+    assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
+    stale = MergedSampler(trainer.model, torch.float32)
+    stale.sync(0)  # the policy before training
+    trainer.train()
+    # 4 optimizer steps, a generation batch of 8 = 2 steps' worth: sampled (and refreshed) before steps 1 and 3
+    assert sampler.syncs == 2 and sampler.synced_step == 2
+
+    sampler.sync(trainer.state.global_step)
+    text = tok.apply_chat_template([{"role": "user", "content": "Tom has 3 apples and buys 4 more."}],
+                                   add_generation_prompt=True, tokenize=False)
+    prompt = tok(text, add_special_tokens=False)["input_ids"]
+    completion = sampler.generate([prompt], trainer.generation_config, tok.pad_token_id, [tok.eos_token_id])[0]
+    assert completion, "the copy generated nothing"
+    ids = torch.tensor([prompt + completion])
+    trainer.model.eval()
+    want = _logprobs(trainer.model, ids, len(prompt))
+    got = _logprobs(sampler.model, ids, len(prompt))
+    old = _logprobs(stale.model, ids, len(prompt))
+    assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
+    assert (old - want).abs().max() > 20 * (got - want).abs().max().clamp(min=1e-5)
