@@ -7,6 +7,18 @@ import os
 import shutil
 
 
+def _default_fast_paths() -> str:
+    """What `qlora-app train --dataset gsm8k` would pick here: sampler, vLLM, kernels, and its memory estimate."""
+    from app.config import build_config, resolve
+    from app.errors import UserError
+    from app.train.preflight import describe, preflight
+
+    try:
+        return describe(preflight(resolve(build_config({"data": {"dataset": "gsm8k"}})))).replace("\n", "; ")
+    except UserError as e:
+        return f"the default run would be refused here: {e}"
+
+
 def report(console) -> None:
     from rich.table import Table
 
@@ -33,6 +45,13 @@ def report(console) -> None:
     except md.PackageNotFoundError:
         unsloth = False
     t.add_row("backend (auto)", pick_backend("auto", f["cuda"], unsloth))
+    for pkg, why in (("flash-attn", "packed SFT without masks"), ("vllm", "GRPO sampling in colocate mode"),
+                     ("liger-kernel", "fused kernels")):
+        try:
+            t.add_row(pkg, f"{md.version(pkg)} ({why})")
+        except md.PackageNotFoundError:
+            t.add_row(pkg, f"not installed (optional, CUDA: {why})")
+    t.add_row("GRPO fast paths (auto)", _default_fast_paths())
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
     console.print(t)

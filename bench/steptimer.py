@@ -53,6 +53,19 @@ def install() -> None:
         self.add_callback(Clock())
 
     transformers.Trainer.__init__ = with_clock
+    prof = os.environ.get("BENCH_PROFILE")  # a cProfile of Trainer.train, to find where one side spends more
+    if prof:
+        import cProfile
+
+        train = transformers.Trainer.train
+
+        def profiled(self, *args, **kwargs):
+            with cProfile.Profile() as p:
+                out = train(self, *args, **kwargs)
+            p.dump_stats(prof)
+            return out
+
+        transformers.Trainer.train = profiled
     out = os.environ.get("BENCH_TIMING")
     if out:
         atexit.register(lambda: open(out, "w").write(json.dumps(REC)))

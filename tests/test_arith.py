@@ -108,7 +108,8 @@ def test_shipped_model_loads_in_4bit_on_cpu():
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(recipe.assets_dir(), quantization_config=q, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(recipe.assets_dir(), quantization_config=q, dtype=torch.float32,
+                                                 device_map={"": "cpu"})  # explicit: on a GPU machine too
     assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 6, 7]])).logits).all()
 

@@ -17,8 +17,9 @@ from app.train.runner import run_training
 
 pytestmark = pytest.mark.slow
 
+# runtime.device=cpu: the same path (fp32 compute, AdamW) on a machine with a GPU too
 FAST = ["training.save_steps=2", "gradient_checkpointing=false", "max_completion_length=12",
-        "training.max_length=96", "logging_steps=1"]
+        "training.max_length=96", "logging_steps=1", "runtime.device=cpu"]
 
 
 def _cfg(model: Path, data: Path, out: Path, method: str, steps: int = 2, extra=()):
@@ -82,7 +83,7 @@ def test_base_loads_in_4bit(tiny_model):
     from app.config import ModelConfig
     from app.models import load_base_model
 
-    model, tok, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)))
+    model, tok, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)), device="cpu")
     kinds = {type(m) for m in model.modules()}
     assert bnb.nn.Linear4bit in kinds and info["4bit"] and info["compute_dtype"] == "fp32"
     assert tok.pad_token is not None

@@ -93,3 +93,20 @@ def test_unsloth_is_imported_before_transformers_when_the_backend_resolves_to_it
         assert record.read_text() == "first"  # nothing of transformers / trl / peft was loaded before it
     else:
         assert not record.exists()  # no GPU: the HF backend, and Unsloth is never imported
+
+
+def test_a_tracker_that_is_not_installed_is_a_user_error(monkeypatch, tmp_path):
+    """transformers raises a bare RuntimeError deep in Trainer() for a report_to package that is missing (seen on
+    the GPU machine without trackio); the run refuses it first, naming the package, before any run folder."""
+    import importlib.util
+
+    from app.config import build_config
+    from app.errors import UserError
+    from app.train.runner import run_training
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
+    cfg = build_config({"data": {"dataset": "arith"}, "output_dir": str(tmp_path)}, None, ["report_to=[trackio]"])
+    with pytest.raises(UserError, match="runtime.report_to names trackio, which is not installed: pip install trackio"):
+        run_training(cfg)
+    assert not any(tmp_path.iterdir())
