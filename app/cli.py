@@ -146,7 +146,7 @@ def _print_preflight(cfg) -> None:
 def _print_explained(cfg) -> None:
     from rich.table import Table
 
-    from app.config import explain_rows
+    from app.config_keys import explain_rows
 
     t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
     t.add_column("key", no_wrap=True, style="bold")

@@ -246,72 +246,6 @@ class AppConfig(StrictModel):
 # Building: defaults < preset < flags < --set
 
 
-def _format_validation_error(err: ValidationError) -> str:
-    """One line per problem, each naming the dotted key and what to do."""
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        if e["type"] == "extra_forbidden":
-            lines.append(_unknown_key_message(loc))
-            continue
-        msg = e["msg"].removeprefix("Value error, ")
-        got = e.get("input")
-        got_s = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
-        lines.append(f"config {loc}: {msg}{got_s}" if loc else f"config: {msg}")
-    return "; ".join(lines)
-
-
-def all_leaf_keys(model: type[BaseModel] = AppConfig, prefix: str = "") -> list[str]:
-    """Dotted names of every settable key, e.g. 'training.save_steps'."""
-    keys = []
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            keys += all_leaf_keys(ann, f"{prefix}{name}.")
-        else:
-            keys.append(f"{prefix}{name}")
-    return keys
-
-
-def field_help(model: type[BaseModel] = AppConfig, prefix: str = "") -> dict[str, str]:
-    """Dotted key -> its description (the text `--explain` and the UI's tooltips show)."""
-    out = {}
-    for name, field in model.model_fields.items():
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            out.update(field_help(ann, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = field.description or ""
-    return out
-
-
-def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
-    """(dotted key, value as YAML, description) for every key of a config, in config order."""
-    data = cfg.model_dump(mode="json")
-    rows = []
-    for key, text in field_help().items():
-        v = data
-        for part in key.split("."):
-            v = v[part]
-        shown = yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
-        rows.append((key, shown, text))
-    return rows
-
-
-def _unknown_key_message(dotted: str) -> str:
-    keys = all_leaf_keys()
-    sections = [k for k in AppConfig.model_fields]
-    candidates = keys + sections
-    close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
-    if not close:  # compare on the last part too: 'lora.rank' -> 'lora.r'
-        leaf = dotted.rsplit(".", 1)[-1]
-        by_leaf = {k.rsplit(".", 1)[-1]: k for k in keys}
-        hit = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.5)
-        close = [by_leaf[hit[0]]] if hit else []
-    hint = f"; did you mean '{close[0]}'?" if close else "; run 'qlora-app train --dry-run' to see all keys"
-    return f"unknown config key '{dotted}'{hint}"
-
-
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
@@ -319,47 +253,6 @@ def _deep_merge(base: dict, over: dict) -> dict:
             out[k] = _deep_merge(out[k], v)
         else:
             out[k] = v
-    return out
-
-
-def resolve_set_key(key: str) -> str:
-    """Turn a bare leaf name ('save_steps') into its dotted key; dotted keys pass through if they exist."""
-    keys = all_leaf_keys()
-    if key in keys or key in AppConfig.model_fields:
-        return key
-    if key.startswith(("reward.weights.", "training.extra_args.")):
-        return key
-    if "." not in key:
-        matches = [k for k in keys if k.rsplit(".", 1)[-1] == key]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise UserError(f"--set key '{key}' is ambiguous ({', '.join(matches)}); use the dotted form")
-    raise UserError(_unknown_key_message(key))
-
-
-def parse_set(items: list[str]) -> dict:
-    """['training.save_steps=5', 'r=8'] -> nested dict. Values are parsed as YAML scalars (5 -> int)."""
-    out: dict = {}
-    for item in items:
-        if "=" not in item:
-            raise UserError(f"--set '{item}' needs the form key=value, e.g. --set training.save_steps=5")
-        key, raw = item.split("=", 1)
-        dotted = resolve_set_key(key.strip())
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, str):  # YAML 1.1 reads "1e-4" as a string; users mean a number
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        node = out
-        parts = dotted.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
     return out
 
 
@@ -382,11 +275,15 @@ def validate(data: dict) -> AppConfig:
     try:
         return AppConfig.model_validate(data)
     except ValidationError as e:
-        raise UserError(_format_validation_error(e)) from None
+        from app.config_keys import format_validation_error
+
+        raise UserError(format_validation_error(e)) from None
 
 
 def build_config(preset: dict | None = None, flags: dict | None = None, sets: list[str] | None = None) -> AppConfig:
     """Merge the layers and validate once. ``flags`` is a nested dict of explicit CLI options (None = unset)."""
+    from app.config_keys import parse_set
+
     data: dict = {}
     for layer in (preset or {}, _drop_none(flags or {}), parse_set(sets or [])):
         data = _deep_merge(data, layer)

@@ -96,8 +96,9 @@ def ours(spec: dict, tmp: Path, tag: str, extra: tuple[str, ...] = ()) -> dict:
             f"training.gradient_accumulation_steps={spec['accum']}", f"training.seed={spec['seed']}",
             f"training.gradient_checkpointing={str(spec['checkpointing']).lower()}", "training.logging_steps=1",
             "training.save_steps=100000", "training.warmup_steps=0", f"lora.r={spec['r']}",
-            f"lora.alpha={spec['alpha']}", "model.compute_dtype=fp32", "model.attn_implementation=sdpa",
-            "runtime.device=cpu", "runtime.backend=hf", f"training.max_length={spec['max_length']}"]
+            f"lora.alpha={spec['alpha']}", "model.attn_implementation=sdpa", "runtime.backend=hf",
+            f"runtime.device={spec.get('device', 'cpu')}", f"training.max_length={spec['max_length']}",
+            "model.compute_dtype=" + ("bf16" if spec.get("device") == "cuda" else "fp32")]
     if spec["method"] == "grpo":
         sets += [f"grpo.num_generations={spec['num_generations']}",
                  f"grpo.max_completion_length={spec['completion']}", "grpo.beta=0", "grpo.loss_type=dapo"]
@@ -181,13 +182,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true", help="print one JSON object of the ratios")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/performance.md")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: both sides on the GPU in bf16 (the GPU machine; CI stays on cpu)")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="an existing model folder (e.g. from ../shared/gpu/bench_model.py: real shapes) instead "
+                         "of the small one built here")
     args = ap.parse_args()
     t_start = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
     data, source = rows(400)
     (tmp / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
-    model = build_model(tmp / "model", [r["question"] + "\n" + r["answer"] for r in data])
+    model = args.model or build_model(tmp / "model", [r["question"] + "\n" + r["answer"] for r in data])
     base = {"model": str(model), "rows": str(tmp / "rows.jsonl"), "seed": 42, "r": 16, "alpha": 32,
+            "device": args.device,
             "checkpointing": False, "max_length": 1024}
 
     sft = {**base, "method": "sft", "lr": 2e-4, "steps": 20, "batch": 4, "accum": 1}
@@ -230,7 +237,7 @@ def main() -> None:
             "sft_same_first_loss": abs(res_sft["first_loss"]["ours"] - res_sft["first_loss"]["plain"]) < 1e-3,
             "grpo_same_first_loss": abs(res_grpo["first_loss"]["ours"] - res_grpo["first_loss"]["plain"]) < 1e-3,
         },
-        "machine": {"cpu_cores": os.cpu_count(), "device": "cpu"},
+        "machine": {"cpu_cores": os.cpu_count(), "device": args.device, **_gpu()},
         "seconds": round(time.time() - t_start, 1),
     }
     detail = {"sft": res_sft, "grpo": res_grpo, "packing": {
@@ -247,6 +254,12 @@ def main() -> None:
         print(json.dumps(result))
     else:
         print(_markdown(result, detail))
+
+
+def _gpu() -> dict:
+    import torch
+
+    return {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__} if torch.cuda.is_available() else {}
 
 
 def _fmt(x, nd=3):

@@ -27,11 +27,13 @@ def main(spec_path: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
     torch.manual_seed(spec["seed"])
+    cuda = spec.get("device") == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
     tok = AutoTokenizer.from_pretrained(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(
-        spec["model"], dtype=torch.float32, attn_implementation="sdpa", device_map={"": "cpu"},
+        spec["model"], dtype=dtype, attn_implementation="sdpa", device_map={"": 0 if cuda else "cpu"},
         quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                               bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32))
+                                               bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype))
     rows = [json.loads(line) for line in Path(spec["rows"]).read_text().splitlines()]
     lora = LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], lora_dropout=0.0, target_modules="all-linear",
                       task_type="CAUSAL_LM")
@@ -39,10 +41,11 @@ def main(spec_path: str) -> None:
                   per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=spec["accum"],
                   seed=spec["seed"], data_seed=spec["seed"], gradient_checkpointing=spec["checkpointing"],
                   lr_scheduler_type="constant_with_warmup", warmup_steps=0, logging_steps=1, save_strategy="no",
-                  report_to="none", use_cpu=True, optim="adamw_torch", dataloader_num_workers=0, disable_tqdm=True,
+                  report_to="none", use_cpu=not cuda, optim="paged_adamw_8bit" if cuda else "adamw_torch",
+                  dataloader_num_workers=0, disable_tqdm=True,
                   # TRL's configs default to bf16=True, which on a CPU means bf16 autocast: qlora-app computes in
                   # fp32 there (model.compute_dtype auto), so the baseline must too.
-                  bf16=False)
+                  bf16=cuda)
     if spec["method"] == "sft":
         from trl import SFTConfig, SFTTrainer
 
@@ -68,7 +71,7 @@ def main(spec_path: str) -> None:
     # TRL casts a quantized model's LoRA weights to bf16; qlora-app keeps them in the fp32 compute dtype on CPU.
     # Same adapter dtype on both sides, or the comparison would time bf16 matmuls against fp32 ones.
     for p in trainer.model.parameters():
-        if p.requires_grad:
+        if p.requires_grad and not cuda:
             p.data = p.data.float()
     trainer.train()
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from app.config import AppConfig, build_config, effective_batch, parse_set, resolve, warnings_for
+from app.config import AppConfig, build_config, effective_batch, resolve, warnings_for
+from app.config_keys import parse_set
 from app.errors import UserError
 
 

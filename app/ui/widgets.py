@@ -65,6 +65,6 @@ def plots(ids: str):
 
 def config_help(dotted: str) -> str | None:
     """The config field's description: the same text `qlora-app train --dry-run --explain` prints."""
-    from app.config import field_help
+    from app.config_keys import field_help
 
     return field_help().get(dotted) or None
