@@ -175,7 +175,10 @@ def _print_run_summary(d: Path) -> None:
         t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
     t.add_row("steps", str(st.get("step")), "")
     if st.get("peak_memory"):
-        t.add_row("peak memory", st["peak_memory"], "")
+        est = st.get("memory_estimate_gb")
+        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est else ""), "")
+    if st.get("fast_paths"):
+        t.add_row("fast paths", st["fast_paths"], "")
     t.add_row("adapter", str(d / rundir.ADAPTER), "")
     if st.get("error"):
         t.add_row("error", st["error"], "")

@@ -42,6 +42,8 @@ def run_summary(d: Path) -> dict:
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
         # the running peak status.json holds (app/train/peakmem.py), or the last logged one for a crashed run
+        "fast_paths": st.get("fast_paths"),
+        "memory_estimate_gb": st.get("memory_estimate_gb"),
         "peak_memory": peak_memory_text({**last, **{k: v for k, v in st.items() if k.startswith("peak_mem")}}),
         "adapter": str(d / rundir.ADAPTER) if (d / rundir.ADAPTER / "adapter_config.json").is_file() else None,
         "resumable": resumable,

@@ -53,8 +53,10 @@ Random weights never stop early, so every completion is full length: these are w
 |---:|---:|---:|---:|---:|---:|
 {rows}
 
-Reading it: a step's cost is roughly linear in completion length and in num_generations (both multiply the tokens
-sampled and then scored), plus a fixed part per step (optimizer, logging, the prompt forward). On a GPU the
+Reading it: completion length adds less than proportionally at these lengths (each step has a fixed part: the
+prompts' forward, the optimizer, logging), while num_generations adds at least proportionally (every completion is
+also a training sequence, prompt included, and the batch grows with it). On this CPU both come mostly from the
+training side, sampling being under half of a step. On a GPU the
 sampling part behaves differently: decode steps are launch-bound, so more sequences at once cost little extra
 (issue #16 measured 120 ms per decode step for 64 sequences vs 96 ms for 8 on an H100, with the 4-bit model) and
 the cost grows mainly with completion length. Third-party figures, quoted, not measured here: Unsloth publishes

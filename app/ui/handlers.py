@@ -373,6 +373,8 @@ def status_markdown(s: dict) -> str:
         parts.append(f"<span style='color:#b3261e'>**error:** {s['error']}</span>")
     if s.get("peak_memory"):
         parts.append(f"peak memory: {s['peak_memory']}")
+    if s.get("fast_paths"):
+        parts.append(f"fast paths: {s['fast_paths']}")
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
     if s.get("resume_command"):
