@@ -138,17 +138,20 @@ def overhead(spec: dict, tmp: Path, name: str, extra: tuple[str, ...] = ()) -> d
             "runs": {k: [summary(r) for r in v] for k, v in sides.items()}}
 
 
-def padding_ceiling(model: Path, data: list[dict], batch: int, seed: int) -> float:
+def example_lengths(model: Path, data: list[dict]) -> list[int]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    return [len(tok(t)["input_ids"]) for t in (tok.apply_chat_template(
+        [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=False)
+        for r in data)]
+
+
+def padding_ceiling(lengths: list[int], batch: int, seed: int) -> float:
     """Tokens a padded batch computes / real tokens, over random batches of these rows: the most that removing
     padding alone can buy (packing's speed-up on a compute-bound machine)."""
     import random
 
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(model)
-    lengths = [len(tok(t)["input_ids"]) for t in (tok.apply_chat_template(
-        [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=False)
-        for r in data)]
     order = list(range(len(lengths)))
     random.Random(seed).shuffle(order)
     batches = [[lengths[i] for i in order[k:k + batch]] for k in range(0, len(order), batch)]
@@ -161,15 +164,11 @@ def tokens_per_s(rec: dict) -> float:
     return (logs[-1]["num_tokens"] - logs[0]["num_tokens"]) / (steps[len(logs) - 1] - steps[0])
 
 
-def loss_at_tokens(rec: dict, marks: list[float]) -> list[float | None]:
-    """Mean training loss over the steps up to each mark of tokens seen (a smoothed curve on a common axis)."""
-    logs = [r for r in rec["logs"] if "num_tokens" in r and "loss" in r]
-    out, lo = [], 0.0
-    for m in marks:
-        sel = [r["loss"] for r in logs if lo < r["num_tokens"] <= m]
-        out.append(statistics.mean(sel) if sel else None)
-        lo = m
-    return out
+def loss_by_steps(rec: dict, windows: list[tuple[int, int]]) -> list[float | None]:
+    """Mean training loss over each window of optimizer steps (a smoothed curve)."""
+    logs = [r for r in rec["logs"] if "loss" in r]
+    return [statistics.mean(sel) if (sel := [r["loss"] for r in logs if a <= r["step"] <= b]) else None
+            for a, b in windows]
 
 
 def reward_curve(rec: dict, chunks: int = 4) -> list[float]:
@@ -204,13 +203,15 @@ def main() -> None:
             "completion": 48, "system_prompt": system, "generation_batch_size": 8}
     res_grpo = overhead(grpo, tmp, "grpo", ("grpo.sampler=plain",))  # TRL's own sampling path on both sides
 
-    # Packing: our default (packed rows) against the same run padded; the same token budget for both sides.
+    # Packing: our default (one packed row per step) against padding with as many examples per step as a packed
+    # row holds, so both sides take the same optimizer steps over the same amount of data.
+    lengths = example_lengths(model, data)
+    per_row = max(1, round(sft["max_length"] / statistics.mean(lengths)))
     packed = ours({**sft, "steps": 16, "batch": 1, "accum": 1}, tmp, "pack-on", ("training.packing=true",))
-    padded = ours({**sft, "steps": 16, "batch": 4, "accum": 1}, tmp, "pack-off", ("training.packing=false",))
+    padded = ours({**sft, "steps": 16, "batch": per_row, "accum": 1}, tmp, "pack-off", ("training.packing=false",))
     pack_ratio = tokens_per_s(packed) / tokens_per_s(padded)
-    reach = min(num_tokens(packed), num_tokens(padded))
-    ceiling = padding_ceiling(model, data, sft["batch"], sft["seed"])
-    marks = [reach * (i + 1) / 4 for i in range(4)]
+    ceiling = padding_ceiling(lengths, per_row, sft["seed"])
+    windows = [(1, 4), (5, 8), (9, 12), (13, 16)]
 
     # Generation: the demo recipe with our auto sampling settings against TRL's defaults.
     demo_steps = 40
@@ -242,8 +243,9 @@ def main() -> None:
     }
     detail = {"sft": res_sft, "grpo": res_grpo, "packing": {
         "tokens_per_s": {"packed": tokens_per_s(packed), "padded": tokens_per_s(padded)}, "ceiling": ceiling,
-        "loss_at_tokens": {"marks": marks, "packed": loss_at_tokens(packed, marks),
-                           "padded": loss_at_tokens(padded, marks)}},
+        "per_row": per_row, "windows": windows,
+        "loss": {"packed": loss_by_steps(packed, windows), "padded": loss_by_steps(padded, windows)},
+        "tokens": {"packed": num_tokens(packed), "padded": num_tokens(padded)}},
         "generation": {"auto": g_auto, "trl_default": g_def,
                        "reward_curve": {"auto": reward_curve(gen["auto"]), "trl_default": reward_curve(gen["trl-default"])}},
         "source": source, "demo_steps": demo_steps}
@@ -268,9 +270,8 @@ def _fmt(x, nd=3):
 
 def _markdown(r: dict, d: dict) -> str:
     s, g, p, gen = d["sft"], d["grpo"], d["packing"], d["generation"]
-    marks = p["loss_at_tokens"]["marks"]
-    loss_rows = "\n".join(f"| {m:,.0f} | {_fmt(a)} | {_fmt(b)} |" for m, a, b in zip(
-        marks, p["loss_at_tokens"]["packed"], p["loss_at_tokens"]["padded"]))
+    loss_rows = "\n".join(f"| {w[0]}-{w[1]} | {_fmt(a)} | {_fmt(b)} |" for w, a, b in zip(
+        p["windows"], p["loss"]["packed"], p["loss"]["padded"]))
     curve = lambda xs: " → ".join(f"{x:.2f}" for x in xs)  # noqa: E731
     return f"""Measured by `python bench/run.py --json` (bench/bench_trl.py) in one run on {time.strftime('%Y-%m-%d')},
 {r['machine']['cpu_cores']} CPU cores, no GPU, {r['seconds']:.0f} s in all. Rows: {d['source']}, 400 rows. Model:
@@ -282,7 +283,7 @@ over the steps after the first (which pays one-off warm-up), best of three alter
 |---|---:|---|
 | `overhead_vs_trl` | **{r['overhead_vs_trl']:.3f}** | SFT s/step: qlora-app {s['s_per_step']['ours']:.3f} / plain TRL {s['s_per_step']['plain']:.3f} (batch 4, 20 steps, packing off on both) |
 | `grpo_overhead_vs_trl` | **{r['grpo_overhead_vs_trl']:.3f}** | GRPO s/step: qlora-app {g['s_per_step']['ours']:.3f} / plain TRL {g['s_per_step']['plain']:.3f} (8 completions x 48 tokens, shaped reward on both) |
-| `sft_packing_speedup` | **{r['sft_packing_speedup']:.2f}** | SFT tokens/s: packed {p['tokens_per_s']['packed']:.0f} / padded {p['tokens_per_s']['padded']:.0f}; padding alone wastes {p['ceiling']:.2f}x the real tokens on these rows in batches of 4 |
+| `sft_packing_speedup` | **{r['sft_packing_speedup']:.2f}** | SFT tokens/s: one packed row of 1024 tokens per step {p['tokens_per_s']['packed']:.0f} / {p['per_row']} padded rows per step (as many examples as a packed row holds) {p['tokens_per_s']['padded']:.0f}; in such batches padding makes {p['ceiling']:.2f}x the real tokens |
 | `grpo_generation_speedup` | **{r['grpo_generation_speedup']:.2f}** | completions/s sampling: qlora-app auto (merged sampler, 64 at once) {gen['auto']['completions_per_s']:.1f} / TRL defaults (4-bit model, 32 at once) {gen['trl_default']['completions_per_s']:.1f} (demo recipe) |
 | `grpo_step_speedup` | {r['grpo_step_speedup']:.2f} | whole GRPO step on the demo recipe: TRL default {gen['trl_default']['s_per_step']:.3f} s / auto {gen['auto']['s_per_step']:.3f} s |
 
@@ -294,9 +295,11 @@ Same work on both sides: SFT num_tokens {s['num_tokens']['ours']:,.0f} (qlora-ap
 {r['grpo_step_shares']['generation']:.0%}, reward scoring {r['grpo_step_shares']['reward']:.0%}, the rest (log-prob
 passes, forward/backward, optimizer) {r['grpo_step_shares']['train']:.0%}.
 
-**Packing learns the same per token** (training loss, mean over the steps up to each mark of tokens seen):
+**Packing learns the same** (training loss, mean over each window of optimizer steps; 16 steps, the same number of
+examples per step on both sides; real tokens trained on: packed {p['tokens']['packed']:,.0f}, padded
+{p['tokens']['padded']:,.0f}):
 
-| tokens seen | packed | padded |
+| steps | packed | padded |
 |---:|---:|---:|
 {loss_rows}
 
