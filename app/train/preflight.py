@@ -68,19 +68,21 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
     if stack:
         raise UserError(stack)
     lengths = token_lengths(cfg, rows, det)
-    est = estimate_memory(cfg, lengths, cuda=cuda)
+    # GPU memory by definition (on a CPU run: what the same config would need on a GPU; the CPU's own peak is
+    # recorded as it trains)
+    est = estimate_memory(cfg, lengths)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
     if problem and cfg.method == "sft" and cfg.training.activation_offloading is None:
         offloaded = cfg.model_copy(deep=True)
         offloaded.training.activation_offloading = True
-        if fit_problem(estimate_memory(offloaded, lengths, cuda=cuda), offloaded, gpu_gb) is None:
+        if fit_problem(estimate_memory(offloaded, lengths), offloaded, gpu_gb) is None:
             needs_room, problem = True, None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
-        with_copy = estimate_memory(cfg, lengths, cuda=cuda, weight_copy=True)
+        with_copy = estimate_memory(cfg, lengths, weight_copy=True)
         copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
         if cuda and gpu_gb and not copy_fits and env.vllm and cfg.grpo.use_vllm is None:
             env = dataclasses.replace(env, vllm=False)

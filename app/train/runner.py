@@ -6,7 +6,6 @@ The CLI, the UI (through a CLI subprocess) and the demo all come through `run_tr
 from __future__ import annotations
 
 import errno
-import gc
 import logging
 import os
 import shutil
@@ -41,21 +40,19 @@ def _setup_logging(run_dir: Path) -> logging.Handler:
     return handler
 
 
-# report_to name -> the package transformers' integration imports (it raises a bare RuntimeError without it)
-TRACKER_PACKAGES = {"trackio": "trackio", "tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow",
-                    "comet_ml": "comet_ml", "clearml": "clearml", "swanlab": "swanlab"}
+# report_to names whose package (same name) transformers' integration imports; without it, it raises a bare
+# RuntimeError deep inside Trainer(). tensorboard is satisfied by tensorboardX too.
+TRACKERS = ("trackio", "tensorboard", "wandb", "mlflow", "comet_ml", "clearml", "swanlab")
 
 
 def missing_trackers(report_to: list[str]) -> list[str]:
     import importlib.util
 
     def absent(name: str) -> bool:
-        mod = TRACKER_PACKAGES[name]
-        if name == "tensorboard":  # transformers takes either
-            return all(importlib.util.find_spec(m) is None for m in ("tensorboard", "tensorboardX"))
-        return importlib.util.find_spec(mod) is None
+        alternatives = (name, "tensorboardX") if name == "tensorboard" else (name,)
+        return all(importlib.util.find_spec(m) is None for m in alternatives)
 
-    return [r for r in report_to if r in TRACKER_PACKAGES and absent(r)]
+    return [r for r in report_to if r in TRACKERS and absent(r)]
 
 
 def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -> Path:
@@ -113,7 +110,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     missing = missing_trackers(cfg.runtime.report_to)
     if missing:
         raise UserError(f"runtime.report_to names {', '.join(missing)}, which is not installed: pip install "
-                        f"{' '.join(TRACKER_PACKAGES[m] for m in missing)}, or drop it from runtime.report_to")
+                        f"{' '.join(missing)}, or drop it from runtime.report_to")
     if not cfg.data.dataset:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
@@ -239,10 +236,6 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
         watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console), write=main,
                                cuda=info["cuda"])
         trainer.add_callback(watch)
-        # Everything imported and built so far lives until the end: keep it out of the garbage collector's full
-        # passes, which otherwise rescan it during sampling's many small allocations.
-        gc.collect()
-        gc.freeze()
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()
