@@ -231,10 +231,13 @@ class AppConfig(StrictModel):
                 t.per_device_train_batch_size * t.extra_args.get("steps_per_generation", t.gradient_accumulation_steps)
             )
             if total % self.grpo.num_generations:
+                source = ("grpo.generation_batch_size" if self.grpo.generation_batch_size
+                          else "training.extra_args" if "generation_batch_size" in t.extra_args
+                          or "steps_per_generation" in t.extra_args
+                          else "per_device_train_batch_size x gradient_accumulation_steps")
                 raise ValueError(
-                    f"a generation batch of {total} completions (per_device_train_batch_size x "
-                    f"gradient_accumulation_steps) is not a multiple of grpo.num_generations = "
-                    f"{self.grpo.num_generations}; change one so it divides"
+                    f"a generation batch of {total} completions ({source}) is not a multiple of "
+                    f"grpo.num_generations = {self.grpo.num_generations}; change one so it divides"
                 )
         return self
 

@@ -274,4 +274,5 @@ def format_estimate(est: dict) -> str:
             f"<small>weights {est['weights_gb']:.2f} GB · LoRA+Adam {est['lora_gb']:.2f} GB "
             f"({est['lora_params'] / 1e6:.1f}M params) · activations {est['activations_gb']:.2f} GB"
             + (f" · generation {est['generation_gb']:.2f} GB" if est["generation_gb"] else "")
+            + (f" · 16-bit sampling copy {est['sampler_copy_gb']:.2f} GB" if est.get("sampler_copy_gb") else "")
             + f" · CUDA overhead {est['overhead_gb']:.1f} GB</small>")

@@ -35,7 +35,10 @@ def test_set_errors_suggest(item, needle):
 @pytest.mark.parametrize("sets, needle", [
     (["r=0"], "lora.r"), (["learning_rate=0"], "training.learning_rate"),
     (["num_generations=1"], "grpo.num_generations"), (["method=dpo"], "method"),
-    (["per_device_train_batch_size=3", "gradient_accumulation_steps=1"], "multiple of grpo.num_generations"),
+    (["per_device_train_batch_size=3", "gradient_accumulation_steps=1"],
+     "3 completions (per_device_train_batch_size x gradient_accumulation_steps) is not a multiple of grpo.num_gen"),
+    (["per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.generation_batch_size=6"],
+     "6 completions (grpo.generation_batch_size) is not a multiple of grpo.num_generations"),
     (["reward.weights={lenght: 1}"], "did you mean 'length'"),
 ])
 def test_invalid_values_are_one_line_errors(sets, needle):
