@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from app.errors import UserError
 from app.rewards.registry import NAMES as COMPONENT_NAMES
@@ -43,6 +44,14 @@ class StrictModel(BaseModel):
     """Base for every section: unknown keys are errors (a typo must not be silently ignored)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _auto_is_empty(v):
+    return None if isinstance(v, str) and v.strip().lower() == "auto" else v
+
+
+# A switch whose empty value means auto; `auto` itself is accepted too (--set grpo.use_vllm=auto).
+AutoBool = Annotated[bool | None, BeforeValidator(_auto_is_empty)]
 
 
 def _d(default, description: str, **kw):
@@ -102,14 +111,14 @@ class TrainingConfig(StrictModel):
     gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto: 4 for "
                                                        "SFT, 2 for GRPO", gt=0)
     max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
-    packing: bool | None = _d(None, "SFT: pack examples into full rows with no padding (each still attends only to "
+    packing: AutoBool = _d(None, "SFT: pack examples into full rows with no padding (each still attends only to "
                                     "itself); empty = auto: on, except with the Unsloth backend or a model's own "
                                     "remote code, whose attention would let packed examples see each other")
     seed: int = _d(42, "seed for data order, LoRA init, sampling, and the held-out split")
     gradient_checkpointing: bool = _d(True, "recompute activations in backward: much less memory, ~30% slower")
-    activation_offloading: bool | None = _d(None, "SFT on CUDA: park checkpointed activations in CPU memory; empty "
+    activation_offloading: AutoBool = _d(None, "SFT on CUDA: park checkpointed activations in CPU memory; empty "
                                                   "= auto: on only when the fit check says the run needs it")
-    use_liger_kernel: bool | None = _d(None, "Liger's fused Triton kernels; empty = auto: on on CUDA when "
+    use_liger_kernel: AutoBool = _d(None, "Liger's fused Triton kernels; empty = auto: on on CUDA when "
                                              "liger-kernel is installed")
     save_steps: int = _d(50, "save a resumable checkpoint every this many steps", gt=0)
     save_total_limit: int = _d(2, "keep at most this many checkpoints (oldest removed)", gt=0)
@@ -134,7 +143,7 @@ class GRPOConfig(StrictModel):
         "auto", "where completions are sampled: merged = a dense copy of the base with the current LoRA merged in "
                 "(refreshed every step; compiled with a static cache on CUDA); plain = the 4-bit training model; "
                 "auto = merged where the copy fits")
-    use_vllm: bool | None = _d(None, "sample with vLLM in colocate mode (same GPU); empty = auto: on on CUDA when "
+    use_vllm: AutoBool = _d(None, "sample with vLLM in colocate mode (same GPU); empty = auto: on on CUDA when "
                                      "vllm is installed")
     vllm_gpu_memory_utilization: float = _d(0.3, "share of the GPU vLLM may take for weights and KV cache",
                                             gt=0, le=1.0)

@@ -91,3 +91,12 @@ def test_explicit_generation_batch_is_checked_and_trl_knobs_win():
     cfg = _cfg("training.extra_args={steps_per_generation: 2}")
     assert decide(cfg, CPU_ALL).steps_per_generation is None  # the user's own TRL setting is passed through
     assert grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])["steps_per_generation"] == 2
+
+
+def test_auto_can_be_typed_as_well_as_left_empty():
+    cfg = build_config(sets=["grpo.use_vllm=auto", "training.use_liger_kernel=Auto", "training.packing=auto",
+                             "training.activation_offloading=auto"])
+    assert (cfg.grpo.use_vllm, cfg.training.use_liger_kernel, cfg.training.packing,
+            cfg.training.activation_offloading) == (None, None, None, None)
+    with pytest.raises(UserError, match="grpo.use_vllm"):
+        build_config(sets=["grpo.use_vllm=sometimes"])
