@@ -164,11 +164,12 @@ def batch_tokens(lengths: list[int] | None, batch: int, max_length: int, packed:
 
 
 def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, packed: bool | None = None,
-                    weight_copy: bool | None = None) -> dict:
+                    weight_copy: str | None = None) -> dict:
     """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). ``lengths``: token lengths of the training
     rows (SFT: whole examples; GRPO: prompts) when the data is at hand; ``packed``: whether SFT packs (default: the
-    config's auto); ``weight_copy``: whether a 16-bit copy of the weights samples (vLLM
-    or the merged sampler; default: grpo.use_vllm or grpo.sampler=merged). Returns GB figures, a verdict per
+    config's auto); ``weight_copy``: who samples from a 16-bit copy of the weights:
+    "vllm" (all weights), "merged" (the linear layers; app/train/sampler.py shares the rest) or "none" (default:
+    from grpo.use_vllm / grpo.sampler). Returns GB figures, a verdict per
     card size and a one-line summary; ``total_gb`` is None when
     the model size cannot be told."""
     shape, params, source = model_shape(cfg.model.name_or_path or "")
@@ -215,8 +216,10 @@ def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, pa
         seqs = t.extra_args.get("generation_batch_size") or batch * spg
         kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * seqs * seq
         gen_phase = kv + seqs * s["vocab"] * 4
-        if (bool(cfg.grpo.use_vllm) or cfg.grpo.sampler == "merged") if weight_copy is None else weight_copy:
-            sampler_copy = params * 2.0  # vLLM's or the merged sampler's 16-bit copy of the weights
+        kind = weight_copy or ("vllm" if cfg.grpo.use_vllm else "merged" if cfg.grpo.sampler == "merged" else "none")
+        if kind != "none":
+            embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+            sampler_copy = 2.0 * (params if kind == "vllm" else max(params - embed, 0))
     peak_dynamic = max(train_phase, gen_phase)
     total = (weights + lora + peak_dynamic + sampler_copy) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
 

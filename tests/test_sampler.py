@@ -31,8 +31,11 @@ def test_the_copy_counts_in_the_fit_check():
     from app.memory import estimate_memory
 
     cfg = resolve(build_config({"model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}}))
-    plain, merged = estimate_memory(cfg, weight_copy=False), estimate_memory(cfg, weight_copy=True)
-    assert merged["total_gb"] - plain["total_gb"] == pytest.approx(1.5e9 * 2 * 1.10 / 2**30, rel=0.01)
+    plain, merged = estimate_memory(cfg, weight_copy="none"), estimate_memory(cfg, weight_copy="merged")
+    vllm = estimate_memory(cfg, weight_copy="vllm")
+    embed = 151936 * 1536  # Qwen2.5-1.5B's tied vocabulary: shared with the trainer by the merged copy
+    assert merged["total_gb"] - plain["total_gb"] == pytest.approx((1.5e9 - embed) * 2 * 1.10 / 2**30, rel=0.01)
+    assert vllm["total_gb"] - plain["total_gb"] == pytest.approx(1.5e9 * 2 * 1.10 / 2**30, rel=0.01)
 
 
 def test_dequantize_reads_weights_bitsandbytes_repacked_for_the_cpu():
@@ -93,6 +96,9 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     trainer = build_grpo_trainer(cfg, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", info, True)
     sampler = trainer.merged_sampler
     assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
+    base = trainer.model.get_base_model()  # embeddings and LM head are shared, not copied
+    assert sampler.model.get_input_embeddings().weight is base.get_input_embeddings().weight
+    assert sampler.model.lm_head.weight is base.lm_head.weight
     stale = MergedSampler(trainer.model, torch.float32)
     stale.sync(0)  # the policy before training
     trainer.train()

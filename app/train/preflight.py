@@ -82,13 +82,15 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
         raise UserError(problem)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
-        with_copy = estimate_memory(cfg, lengths, weight_copy=True)
+        if cuda and env.vllm and cfg.grpo.use_vllm is None:
+            with_vllm = estimate_memory(cfg, lengths, weight_copy="vllm")
+            if fit_problem(with_vllm, cfg, gpu_gb):
+                env = dataclasses.replace(env, vllm=False)
+                _say(note, f"vLLM is installed but its 16-bit copy of the weights would not fit "
+                           f"({with_vllm['total_gb']:.1f} GB estimated on a {gpu_gb:.0f} GB GPU): not using it")
+        with_copy = estimate_memory(cfg, lengths, weight_copy="merged")
         copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
-        if cuda and gpu_gb and not copy_fits and env.vllm and cfg.grpo.use_vllm is None:
-            env = dataclasses.replace(env, vllm=False)
-            _say(note, f"vLLM is installed but its 16-bit copy of the weights would not fit ({with_copy['total_gb']:.1f}"
-                       f" GB estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
-        elif cuda and not copy_fits and cfg.grpo.sampler == "auto":
+        if cuda and not copy_fits and cfg.grpo.sampler == "auto" and not env.vllm:
             _say(note, f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
                        f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
     fast = decide(cfg, env, needs_room, copy_fits=copy_fits)

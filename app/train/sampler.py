@@ -4,7 +4,8 @@ Sampling a 4-bit + LoRA model decodes one token at a time through ~200 small ker
 matmul, two LoRA matmuls, add): on a GPU that is launch-bound (issue #16: 96 ms per decode step on an H100 for a
 1.5B model, 28 ms for a merged 16-bit copy, 5.9 ms with a static KV cache and torch.compile), and on a CPU every
 step pays the 4-bit dequantization again. So the sampler keeps one dense copy (compute dtype: bf16 / fp16 on a
-GPU = 2 bytes per parameter, counted by the fit check; fp32 on a CPU) and, after every optimizer step, rewrites
+GPU = 2 bytes per linear-layer parameter, counted by the fit check; fp32 on a CPU; embeddings, norms and the LM
+head are shared with the trainer, not copied) and, after every optimizer step, rewrites
 each adapted weight in place as dequantize(4-bit base) + PEFT's own delta (B @ A x scale). In place, so a
 compiled graph (CUDA: static cache + torch.compile through transformers' generate) stays valid. Sampling thus
 always uses the policy being trained (tested: the copy's and the trainer's log-probs agree after training steps).
@@ -56,11 +57,9 @@ class MergedSampler:
 
         base = peft_model.get_base_model()
         device = next(p.device for p in base.parameters())
-        with torch.device("meta"):
+        with torch.device("meta"):  # a skeleton: only the linear layers get storage of their own below
             self.model = AutoModelForCausalLM.from_config(base.config, dtype=dtype,
                                                           attn_implementation=base.config._attn_implementation)
-        self.model.to_empty(device=device)
-        self.model.tie_weights()  # to_empty gives tied weights (embeddings / LM head) separate storage again
         self.model.eval().requires_grad_(False)
         self.model.generation_config = base.generation_config
         self.dtype, self.compile = dtype, compile
@@ -68,19 +67,28 @@ class MergedSampler:
         with torch.no_grad():
             for name, dense in self.model.named_modules():
                 src = base.get_submodule(name) if name else base
-                if isinstance(src, LoraLayer):
-                    self.adapted.append((dense, src))
-                    bias = src.get_base_layer().bias
-                    if bias is not None:
-                        dense.bias.copy_(bias)
+                lora = isinstance(src, LoraLayer)
+                if lora or (name and _is_4bit(getattr(src, "weight", None))):
+                    layer = src.get_base_layer() if lora else src
+                    dense.weight = _frozen(torch.empty(dense.weight.shape, dtype=dtype, device=device))
+                    if layer.bias is not None:
+                        dense.bias = _frozen(layer.bias.detach().to(dtype))
+                    if lora:
+                        self.adapted.append((dense, src))
+                    else:  # a 4-bit layer without an adapter (lora.exclude_modules): dense once, never changes
+                        dense.weight.copy_(_dequantize(src.weight).to(dtype))
                     continue
-                if name and _is_4bit(getattr(src, "weight", None)):
-                    dense.weight.copy_(_dequantize(src.weight).to(dtype))
-                    if src.bias is not None:
-                        dense.bias.copy_(src.bias)
-                    continue
-                for pname, t in list(dense.named_parameters(recurse=False)) + list(dense.named_buffers(recurse=False)):
-                    t.copy_(getattr(src, pname))
+                # Embeddings, norms, the LM head, rotary tables: frozen in training, so the copy shares the
+                # trainer's own tensors (no second copy of a large vocabulary) where the dtype already matches.
+                for pname, _ in list(dense.named_parameters(recurse=False)):
+                    t = getattr(src, pname)
+                    dense._parameters[pname] = t if t.dtype == dtype else _frozen(t.detach().to(dtype))
+                for bname, _ in list(dense.named_buffers(recurse=False)):
+                    dense._buffers[bname] = getattr(src, bname)
+        left = [n for n, t in [*self.model.named_parameters(), *self.model.named_buffers()] if t.is_meta]
+        if left:
+            raise RuntimeError(f"merged sampler: no weights for {left[:5]} (an architecture this copy cannot mirror); "
+                               "set grpo.sampler=plain")
         self.synced_step: int | None = None
         self.syncs = 0
 
@@ -125,6 +133,12 @@ class MergedSampler:
             cut = next((i for i, t in enumerate(row) if t in eos_ids), None)
             completions.append(row if cut is None else row[:cut + 1])
         return completions
+
+
+def _frozen(t):
+    import torch
+
+    return torch.nn.Parameter(t, requires_grad=False)
 
 
 def _is_4bit(weight) -> bool:
