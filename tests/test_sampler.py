@@ -118,3 +118,43 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     old = _logprobs(stale.model, ids, len(prompt))
     assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
     assert (old - want).abs().max() > 20 * (got - want).abs().max().clamp(min=1e-5)
+
+
+@pytest.mark.slow
+def test_a_failing_fast_sampler_steps_down_and_the_run_goes_on(tiny_model, math_jsonl, tmp_path, monkeypatch, caplog):
+    """The merged copy is the GPU default and its compiled path is not exercised on CPU: whatever it raises, the
+    run steps down (compiled -> uncompiled copy -> TRL's own sampling), says so once per step, and finishes."""
+    from app.config import build_config
+    from app.train import sampler as S
+    from app.train.runner import run_training
+
+    calls = {"n": 0}
+    real = S.MergedSampler.generate
+
+    def flaky(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] <= 2:  # the compiled try, then the uncompiled one
+            raise RuntimeError("simulated compile failure")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(S.MergedSampler, "generate", flaky)
+    real_init = S.MergedSampler.__init__
+
+    def compiled(self, *a, **k):  # pretend CUDA: the copy starts with compile on
+        real_init(self, *a, **k)
+        self.compile = True
+
+    monkeypatch.setattr(S.MergedSampler, "__init__", compiled)
+    cfg = build_config({"model": {"name_or_path": str(tiny_model)}, "data": {"dataset": str(math_jsonl)},
+                        "output_dir": str(tmp_path)}, None,
+                       ["training.max_steps=3", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
+                        "num_generations=4", "grpo.generation_batch_size=4", "max_completion_length=8",
+                        "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu", "logging_steps=1"])
+    with caplog.at_level("WARNING", logger="qlora_app"):
+        d = run_training(cfg, progress=False)
+    from app import rundir
+
+    assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 3
+    assert "compiled sampling failed (RuntimeError: simulated compile failure)" in caplog.text
+    assert "sampling with the training model instead" in caplog.text
+    assert calls["n"] == 2  # after stepping down to TRL's path the copy is not tried again

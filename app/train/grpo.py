@@ -6,11 +6,14 @@ Each reward component is its own reward function, combined by TRL with `reward_w
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from app.config import AppConfig
 from app.train.args import grpo_kwargs
 from app.train.common import make_trainer
+
+log = logging.getLogger("qlora_app")
 
 
 def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info: dict, has_reference: bool):
@@ -29,5 +32,10 @@ def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info
     if fast is not None and fast.sampler == "merged":
         from app.models import torch_dtype
 
-        trainer.merged_sampler = MergedSampler(trainer.model, torch_dtype(info["compute_dtype"]), compile=info["cuda"])
+        try:
+            trainer.merged_sampler = MergedSampler(trainer.model, torch_dtype(info["compute_dtype"]),
+                                                   compile=info["cuda"])
+        except Exception as e:  # noqa: BLE001 - out of memory, an architecture it cannot mirror: the plain path
+            log.warning("no merged copy for sampling (%s: %s); sampling with the training model",
+                        type(e).__name__, str(e).splitlines()[0] if str(e) else "")
     return trainer

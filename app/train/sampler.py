@@ -163,7 +163,8 @@ def _dequantize(weight):
 
 def sampling_trainer(cls):
     """``cls`` (a GRPOTrainer) sampling from ``trainer.merged_sampler`` when one is attached: text prompts through
-    transformers' generate; vLLM, images and tool calls keep TRL's own path."""
+    transformers' generate; vLLM, images and tool calls keep TRL's own path. A failure of the fast path never ends
+    the run: the compiled copy falls back to the uncompiled one, that one to TRL's own sampling, each said once."""
 
     class SamplingTrainer(cls):
         merged_sampler: MergedSampler | None = None
@@ -174,10 +175,28 @@ def sampling_trainer(cls):
             if s is None or self.use_vllm or images is not None or multimodal_fields or has_tool_images:
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                      has_tool_images)
-            s.sync(self.state.global_step)
             tok = self.processing_class
             tok = getattr(tok, "tokenizer", tok)
-            return s.generate(prompt_ids, self.generation_config, tok.pad_token_id, list(self.eos_token_ids)), None
+            try:
+                s.sync(self.state.global_step)
+                return s.generate(prompt_ids, self.generation_config, tok.pad_token_id, list(self.eos_token_ids)), None
+            except Exception as e:  # noqa: BLE001 - any failure of the optional path: step down, keep training
+                self.merged_sampler = fall_back(s, e)
+                return self._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                  has_tool_images)
 
     SamplingTrainer.__name__ = SamplingTrainer.__qualname__ = f"Sampling{cls.__name__}"
     return SamplingTrainer
+
+
+def fall_back(s: MergedSampler, error: BaseException) -> MergedSampler | None:
+    """The next sampler down after ``error``: the same copy uncompiled, or None (TRL's own path)."""
+    what = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    if s.compile:
+        log.warning("compiled sampling failed (%s); sampling from the merged copy without compiling", what)
+        s.compile = False
+        return s
+    log.warning("sampling from the merged copy failed (%s); sampling with the training model instead "
+                "(grpo.sampler=plain skips the copy)", what)
+    s.model = None  # free the copy
+    return None
