@@ -71,7 +71,8 @@ def _logprobs(model, ids, n_prompt):
 
 
 @pytest.mark.slow
-def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_path):
+@pytest.mark.parametrize("four_bit", [True, False])
+def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_path, four_bit):
     """A real GRPO run (4-bit base + LoRA, CPU) sampling from the merged copy: the copy was refreshed for every
     optimizer step that sampled, and after training its log-probs of a completion match the trainer's own to 1e-3,
     while a copy left at the start would be off by far more: the refresh is what keeps sampling on-policy."""
@@ -88,7 +89,8 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
         {"model": {"name_or_path": str(tiny_model)}, "data": {"dataset": str(math_jsonl)}},
         None, ["training.max_steps=4", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
                "num_generations=4", "grpo.generation_batch_size=8", "max_completion_length=12",
-               "learning_rate=5e-3", "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu"]))
+               "learning_rate=5e-3", "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu",
+               f"model.load_in_4bit={str(four_bit).lower()}"]))
     train, _, det = build_splits(cfg.data, 0)
     model, tok, info = load_for_training(cfg)
     info["fast"] = fast = decide(cfg, Env(cuda=False), copy_fits=True)

@@ -100,7 +100,8 @@ class MergedSampler:
             return False
         with torch.no_grad():
             for dense, lora in self.adapted:
-                w = _dequantize(lora.get_base_layer().weight).to(torch.float32)
+                # a copy: for a base loaded without 4-bit this is the trainer's own weight, which must not change
+                w = _dequantize(lora.get_base_layer().weight).to(torch.float32, copy=True)
                 for name in lora.active_adapters:
                     if name in lora.lora_A:
                         w += lora.get_delta_weight(name).to(torch.float32)
