@@ -121,16 +121,19 @@ def _linear_sizes(s: dict) -> list[tuple[int, int]]:
     return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
 
 
+def _embed_params(s: dict) -> int:
+    """Input embeddings plus the LM head (one matrix when tied): never quantized by bitsandbytes."""
+    return s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+
+
 def _count_params(s: dict) -> int:
-    linear = s["layers"] * sum(a * b for a, b in _linear_sizes(s))
-    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
-    return linear + embed
+    return s["layers"] * sum(a * b for a, b in _linear_sizes(s)) + _embed_params(s)
 
 
 def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
     """Bytes of the base weights: 4-bit linear layers (0.5 byte/weight + absmax constants) and dense embeddings /
     LM head at ``dense_bytes`` (2 on a GPU in bf16/fp16, 4 on a CPU in fp32)."""
-    embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
+    embed = _embed_params(s)
     linear = max(params - embed, 0)
     if not load_in_4bit:
         return params * dense_bytes
@@ -218,8 +221,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, pa
         gen_phase = kv + seqs * s["vocab"] * 4
         kind = weight_copy or ("vllm" if cfg.grpo.use_vllm else "merged" if cfg.grpo.sampler == "merged" else "none")
         if kind != "none":
-            embed = s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
-            sampler_copy = 2.0 * (params if kind == "vllm" else max(params - embed, 0))
+            sampler_copy = 2.0 * (params if kind == "vllm" else max(params - _embed_params(s), 0))
     peak_dynamic = max(train_phase, gen_phase)
     total = (weights + lora + peak_dynamic + sampler_copy) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
 

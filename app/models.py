@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.config import LoraConfig, ModelConfig
 from app.errors import UserError
-from app.runtime import device_facts, quiet_library_noise
+from app.runtime import device_facts, installed, quiet_library_noise
 
 def looks_local(name: str) -> bool:
     """A path the user meant as local: it exists, or it is spelled like a path (./x, /x, ~/x, x\\y)."""
@@ -67,9 +67,7 @@ def pick_packing(setting: bool | None, attention: str, remote_code: bool = False
 
 
 def flash_attn_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("flash_attn") is not None
+    return installed("flash_attn")
 
 
 def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
@@ -224,9 +222,7 @@ def match_adapter_dtype(model, compute_dtype: str) -> int:
 
 
 def unsloth_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("unsloth") is not None
+    return installed("unsloth")
 
 
 def load_for_training(cfg):

@@ -77,6 +77,16 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported here, without importing it (optional libraries: unsloth, vllm, ...)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def use_cuda(setting: str, cuda_available: bool) -> bool:
     """runtime.device -> whether this run uses the GPU. 'auto' takes one when there is one; 'cpu' stays on the CPU
     even on a GPU machine; 'cuda' without a GPU is a user error, not a silent CPU run."""

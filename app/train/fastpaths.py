@@ -18,16 +18,16 @@ Decisions are pure functions of (config, Env) so they are unit-tested on a machi
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 from app.errors import UserError
+from app.runtime import installed
 
 # Completions sampled at once by auto: the measured knee on an H100 (issue #16: 64 sequences per decode step cost
 # 120 ms vs 96 ms for 8) and, on CPU, where the per-step Python overhead stops dominating (docs/performance.md).
 AUTO_GENERATION_SEQUENCES = 64
-# How many optimizer steps one generation batch may serve: beyond this the samples are too stale for the clipped
-# importance ratio to keep the update on-policy enough (the demo's reward curve holds at 4: docs/performance.md).
+# How many optimizer steps one generation batch may serve: a conservative cap on staleness for the clipped importance
+# ratio (measured: the demo's reward curve holds at 2 steps per generation, docs/performance.md; 4 is not measured).
 MAX_STEPS_PER_GENERATION = 4
 
 
@@ -39,24 +39,10 @@ class Env:
     vllm: bool = False
     liger: bool = False
     backend: str = "hf"
-    free_gpu_bytes: int | None = None  # free memory on the training GPU at start, when known
-
-
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def detect_env(cuda: bool, backend: str = "hf") -> Env:
-    free = None
-    if cuda:
-        import torch
-
-        free, _ = torch.cuda.mem_get_info()
-    return Env(cuda=cuda, vllm=_installed("vllm"), liger=_installed("liger_kernel"), backend=backend,
-               free_gpu_bytes=free)
+    return Env(cuda=cuda, vllm=installed("vllm"), liger=installed("liger_kernel"), backend=backend)
 
 
 def _pick(setting: bool | None, key: str, env: Env, library: str, installed: bool) -> bool:

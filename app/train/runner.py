@@ -46,11 +46,11 @@ TRACKERS = ("trackio", "tensorboard", "wandb", "mlflow", "comet_ml", "clearml", 
 
 
 def missing_trackers(report_to: list[str]) -> list[str]:
-    import importlib.util
+    from app.runtime import installed
 
     def absent(name: str) -> bool:
         alternatives = (name, "tensorboardX") if name == "tensorboard" else (name,)
-        return all(importlib.util.find_spec(m) is None for m in alternatives)
+        return not any(installed(m) for m in alternatives)
 
     return [r for r in report_to if r in TRACKERS and absent(r)]
 
