@@ -66,6 +66,21 @@ def pick_packing(setting: bool | None, attention: str, remote_code: bool = False
     return bool(setting)
 
 
+# Where configs keep their context length: Llama/Qwen/Mistral/Gemma, GPT-2, BLOOM-style, ChatGLM/Qwen-1, GPT-J.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def context_length(config) -> int | None:
+    """The model's context in tokens, from its config; None where the config does not say. Past it a learned
+    position table (GPT-2, OPT) fails with an IndexError and a rotary model degrades silently."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for key in CONTEXT_KEYS:
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def flash_attn_installed() -> bool:
     return installed("flash_attn")
 
@@ -160,10 +175,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     if not fsdp:
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if facts["cuda"] else {"": "cpu"}
     quiet_library_noise()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(mc.name_or_path, **kwargs)
-    except OSError as e:
-        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+    model = _from_pretrained(AutoModelForCausalLM, mc, kwargs)
+    # What the model really runs (auto may have fallen back to eager), which decides packing.
+    attention = getattr(model.config, "_attn_implementation", None) or attention
     tok = load_tokenizer(mc, local_only)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
@@ -173,6 +187,23 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"], "4bit": mc.load_in_4bit,
             "attention": attention}
     return model, tok, info
+
+
+def _from_pretrained(auto_cls, mc: ModelConfig, kwargs: dict):
+    """Loads with the attention kernel asked for. On auto, an architecture without sdpa (Gemma 2) or flash
+    attention support falls back to what it has: transformers picks sdpa, else eager, when asked for none. An
+    explicit kernel the architecture lacks is the user's to change."""
+    try:
+        return auto_cls.from_pretrained(mc.name_or_path, **kwargs)
+    except OSError as e:
+        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+    except ValueError as e:
+        if "attention" not in str(e) or kwargs.get("attn_implementation") is None:
+            raise
+        if mc.attn_implementation != "auto":
+            raise UserError(f"model '{mc.name_or_path}' does not support model.attn_implementation="
+                            f"{mc.attn_implementation}; set it to auto or eager") from None
+    return auto_cls.from_pretrained(mc.name_or_path, **{**kwargs, "attn_implementation": None})
 
 
 def peft_lora_config(lc: LoraConfig):

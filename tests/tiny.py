@@ -60,3 +60,21 @@ def build_model(arch: str, out: Path, tok_dir: Path) -> Path:
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def build_from_config(model_type: str, out: Path, tok_dir: Path, **config) -> Path:
+    """A tiny random model of any architecture transformers knows, from config keys given here (GPT-2 with a
+    short learned position table, Gemma 2 without sdpa, ...), with the shared tokenizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    cfg = AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
+                               eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, **config)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

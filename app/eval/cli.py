@@ -39,6 +39,10 @@ def run_compare_cli(adapter, model=None, dataset=None, num_samples=0, prompts=()
             temperature=temperature, batch_size=batch_size, seed=seed, local_only=local_only,
             progress=lambda d, t: bar.update(task, completed=d, total=t))
     print_result(result, console)
+    cut = result.config.get("prompts_cut")
+    if cut:
+        console.print(f"[yellow]note:[/] {cut} prompt(s) were longer than the model's context leaves beside "
+                      f"--max-new-tokens {max_new_tokens}; both sides saw only their last tokens")
     if json_out is not None:
         _write_new(json_out, json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         console.print(f"[green]wrote[/] {json_out}")

@@ -137,15 +137,32 @@ def format_prompt(tok, item: dict) -> str:
 # ---------------------------------------------------------------------------------------------- generation
 
 
+def prompt_room(model, max_new_tokens: int) -> int | None:
+    """How many prompt tokens fit beside max_new_tokens in the model's context (None: the config does not say)."""
+    from app.models import context_length
+
+    context = context_length(model.config)
+    if context is None:
+        return None
+    if max_new_tokens >= context:
+        raise UserError(f"--max-new-tokens {max_new_tokens} fills the model's whole {context}-token context; "
+                        f"set it below {context}")
+    return context - max_new_tokens
+
+
 def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperature: float = 0.0,
              batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None) -> list[dict]:
-    """Left-padded batched generation. Returns [{text, tokens}] in the order of ``texts``.
+    """Left-padded batched generation. Returns [{text, tokens, prompt_cut}] in the order of ``texts``.
 
     Rows are batched by prompt length (longest first) so a batch carries little padding; greedy unless
-    temperature > 0, and sampling is seeded so a comparison can be re-run."""
+    temperature > 0, and sampling is seeded so a comparison can be re-run. A prompt longer than the model's
+    context leaves beside max_new_tokens keeps its end (where the question and the generation prompt are) and is
+    marked prompt_cut."""
     import torch
 
     tok.padding_side = "left"
+    tok.truncation_side = "left"
+    room = prompt_room(model, max_new_tokens)
     # The chat template already adds BOS where the model wants it; adding special tokens again would double it.
     add_special = not getattr(tok, "chat_template", None)
     lengths = [len(tok(t, add_special_tokens=add_special)["input_ids"]) for t in texts]
@@ -162,14 +179,16 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     device = next(model.parameters()).device
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=add_special)
+        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=add_special,
+                  truncation=room is not None, max_length=room)
         enc = {k: v.to(device) for k, v in enc.items()}
         with torch.inference_mode():
             seqs = model.generate(**enc, **gen_kw)
         new = seqs[:, enc["input_ids"].shape[1]:]
         for row, i in enumerate(idx):
             ids = [t for t in new[row].tolist() if t != tok.pad_token_id]
-            out[i] = {"text": tok.decode(ids, skip_special_tokens=True).strip(), "tokens": len(ids)}
+            out[i] = {"text": tok.decode(ids, skip_special_tokens=True).strip(), "tokens": len(ids),
+                      "prompt_cut": room is not None and lengths[i] > room}
         if on_batch:
             on_batch(len(idx))
     return out  # type: ignore[return-value]
@@ -263,7 +282,9 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "load_in_4bit": mc.load_in_4bit, "dataset": _dataset_name(run_cfg, dataset, num_samples),
               "num_samples": num_samples, "num_prompts": len([p for p in prompts if p and p.strip()]),
               "system_prompt": system_prompt, "max_new_tokens": max_new_tokens, "temperature": temperature,
-              "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only}
+              "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
+              # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
+              "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
     return Comparison.of(rows, config)
 
 

@@ -209,6 +209,10 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     info["fast"] = fast
     log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
              info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
+    from app.train.context import context_length, fit_grpo_prompts, fit_sft_length
+
+    context = context_length(model.config)
+    note = _warner(console, "note")
     stop = StopFlag().install()
     bar = TerminalProgress(cfg.method, enabled=progress)
     try:
@@ -217,17 +221,16 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
             from app.train.grpo import build_grpo_trainer
 
             if det.reference_field is None:
-                msg = "dataset has no reference field: GRPO runs without the reference-match component"
-                log.warning(msg)
-                if console:
-                    console.print(f"[yellow]note:[/] {msg}")
+                note("dataset has no reference field: GRPO runs without the reference-match component")
             train_ds = to_grpo(train_raw, det, tok, cfg.data.system_prompt)
+            train_ds = fit_grpo_prompts(train_ds, tok, context, cfg.grpo.max_completion_length, note)
             trainer = build_grpo_trainer(cfg, model, tok, train_ds, d, info, det.reference_field is not None)
             errors = reward_error_count
         else:
             from app.train.sft import build_sft_trainer
 
             train_ds = to_sft(train_raw, det, tok, cfg.data.system_prompt)
+            cfg = fit_sft_length(cfg, context, note)
             trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info)
             errors = lambda: 0  # noqa: E731 - SFT has no reward
         if main:
@@ -262,11 +265,11 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     save_curves(d)
 
 
-def _warner(console):
+def _warner(console, label: str = "warning"):
     def warn(line: str) -> None:
         log.warning(line)
         if console:
-            console.print(f"[yellow]warning:[/] {line}")
+            console.print(f"[yellow]{label}:[/] {line}")
     return warn
 
 

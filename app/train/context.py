@@ -1,0 +1,73 @@
+"""Keep every sequence inside the positions the model was built for.
+
+Past its context a model with a learned position table (GPT-2, OPT) fails with an IndexError deep in its embedding,
+and a rotary model degrades silently. TRL 1.x does not truncate GRPO prompts, and SFT's max_length (1024 by
+default) can exceed a small model's context. So, once the model is loaded:
+
+- GRPO: a prompt that leaves no room for grpo.max_completion_length is dropped (said once, with the count); a
+  completion length that alone fills the context is a user error.
+- SFT: max_length is lowered to the context (TRL truncates each example there; packed examples restart their
+  positions, so a packed row of that length stays inside it).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.errors import UserError
+from app.models import context_length  # noqa: F401 - the runner takes it from here with the fitters
+
+log = logging.getLogger("qlora_app")
+
+SPECIAL_TOKEN_ROOM = 2  # BOS/EOS a tokenizer may add beyond the rendered text
+
+
+def _rendered(tok, prompt) -> tuple[str, bool]:
+    """The prompt as the trainer will tokenize it, and whether the tokenizer adds its special tokens to it."""
+    if isinstance(prompt, list):
+        return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True), False
+    return prompt, True
+
+
+def prompt_tokens(tok, prompt) -> int:
+    text, add_special = _rendered(tok, prompt)
+    return len(tok(text, add_special_tokens=add_special)["input_ids"])
+
+
+def fit_grpo_prompts(ds, tok, context: int | None, max_completion_length: int, note=log.warning):
+    """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context."""
+    if context is None:
+        return ds
+    room = context - max_completion_length
+    if room < 1:
+        raise UserError(f"grpo.max_completion_length={max_completion_length} fills the model's whole "
+                        f"{context}-token context, leaving no room for a prompt; set it below {context}")
+    too_long = []
+    for i, prompt in enumerate(ds["prompt"]):
+        text, _ = _rendered(tok, prompt)
+        # Every token covers at least one byte of its text, so most prompts need no tokenizing.
+        if len(text.encode()) + SPECIAL_TOKEN_ROOM > room and prompt_tokens(tok, prompt) > room:
+            too_long.append(i)
+    if not too_long:
+        return ds
+    if len(too_long) == len(ds):
+        raise UserError(f"every prompt is longer than the {room} tokens the model's {context}-token context leaves "
+                        f"beside grpo.max_completion_length={max_completion_length}; lower "
+                        "grpo.max_completion_length or use a model with a longer context")
+    line = (f"dropped {len(too_long)} of {len(ds)} rows whose prompt is longer than the {room} tokens left of the "
+            f"model's {context}-token context beside grpo.max_completion_length={max_completion_length}")
+    note(line)
+    drop = set(too_long)
+    return ds.select([i for i in range(len(ds)) if i not in drop])
+
+
+def fit_sft_length(cfg, context: int | None, note=log.warning):
+    """cfg with training.max_length no longer than the model's context."""
+    if context is None or cfg.training.max_length <= context:
+        return cfg
+    line = (f"training.max_length={cfg.training.max_length} is longer than the model's {context}-token context: "
+            f"examples are cut at {context} tokens")
+    note(line)
+    out = cfg.model_copy(deep=True)
+    out.training.max_length = context
+    return out

@@ -1,0 +1,135 @@
+"""Sequences stay inside the model's context, and architectures without sdpa still load on auto.
+
+Found with models other than the Llama/Qwen fixtures: a GPT-2 with a 128-position table crashed GRPO and compare
+with an IndexError on GSM8K-length prompts; Gemma 2 (no sdpa in transformers 5) could not load on auto.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from app.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def odd_models(tmp_path_factory) -> dict[str, Path]:
+    import tiny
+
+    root = tmp_path_factory.mktemp("odd-models")
+    tiny.build_tokenizer(root / "tok")
+    small = dict(num_hidden_layers=2, num_attention_heads=4)
+    return {
+        "gpt2": tiny.build_from_config("gpt2", root / "gpt2", root / "tok", n_embd=64, n_layer=2, n_head=4,
+                                       n_positions=128),
+        "gemma2": tiny.build_from_config("gemma2", root / "gemma2", root / "tok", hidden_size=64,
+                                         intermediate_size=128, num_key_value_heads=2, head_dim=16,
+                                         max_position_embeddings=512, **small),
+    }
+
+
+@pytest.fixture()
+def long_jsonl(tmp_path) -> Path:
+    """GSM8K-shaped rows; every third question is far longer than 128 tokens of the tiny tokenizer."""
+    p = tmp_path / "long.jsonl"
+    with p.open("w") as f:
+        for i in range(24):
+            a, b = i % 9 + 1, i % 7 + 2
+            pad = " The quick brown fox jumps over the lazy dog." * 12 if i % 3 == 0 else ""
+            f.write(json.dumps({"question": f"Tom has {a} apples and buys {b} more.{pad} How many apples?",
+                                "answer": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n")
+    return p
+
+
+def test_context_length_reads_each_config_family():
+    from transformers import AutoConfig
+
+    from app.models import context_length
+
+    assert context_length(AutoConfig.for_model("gpt2", n_positions=300)) == 300
+    assert context_length(AutoConfig.for_model("llama", max_position_embeddings=4096)) == 4096
+    assert context_length(AutoConfig.for_model("bloom")) is None  # ALiBi: no position table, no stated limit
+
+
+def _prompts_ds(tok, prompts):
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": prompts, "reference": ["1"] * len(prompts)})
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_grpo_drops_prompts_that_leave_no_room_for_the_completion(tiny_model, chat):
+    from transformers import AutoTokenizer
+
+    from app.train.context import fit_grpo_prompts, prompt_tokens
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    short, long = "Tom has 3 apples.", "Tom has 3 apples. " * 40
+    wrap = (lambda t: [{"role": "user", "content": t}]) if chat else (lambda t: t)
+    ds = _prompts_ds(tok, [wrap(short), wrap(long), wrap(short)])
+    lengths = [prompt_tokens(tok, p) for p in ds["prompt"]]
+    context, completion = lengths[1] + 10, 12  # room = lengths[1] - 2: only the long prompt is over
+    said = []
+    out = fit_grpo_prompts(ds, tok, context, completion, note=said.append)
+    assert len(out) == 2 and all(prompt_tokens(tok, p) <= context - completion for p in out["prompt"])
+    assert "dropped 1 of 3 rows" in said[0] and f"{context}-token context" in said[0]
+    # exactly at the limit is kept
+    assert len(fit_grpo_prompts(ds, tok, lengths[1] + completion, completion, note=said.append)) == 3
+    assert fit_grpo_prompts(ds, tok, None, completion) is ds  # a config without a context: nothing to do
+    with pytest.raises(UserError, match="every prompt is longer"):
+        fit_grpo_prompts(ds, tok, lengths[0] - 1 + completion, completion, note=said.append)
+    with pytest.raises(UserError, match="set it below 64"):
+        fit_grpo_prompts(ds, tok, 64, 64)
+
+
+def test_sft_max_length_is_cut_to_the_context():
+    from app.config import build_config
+    from app.train.context import fit_sft_length
+
+    cfg = build_config({"method": "sft"}, {}, ["training.max_length=1024"])
+    said = []
+    short = fit_sft_length(cfg, 256, note=said.append)
+    assert short.training.max_length == 256 and cfg.training.max_length == 1024 and "256-token" in said[0]
+    assert fit_sft_length(cfg, 4096) is cfg and fit_sft_length(cfg, None) is cfg
+
+
+def test_auto_attention_falls_back_for_an_architecture_without_sdpa(odd_models):
+    from app.config import ModelConfig
+    from app.models import load_base_model
+
+    model, _, info = load_base_model(ModelConfig(name_or_path=str(odd_models["gemma2"])), device="cpu")
+    assert info["attention"] == "eager"
+    with pytest.raises(UserError, match="does not support model.attn_implementation=sdpa; set it to auto or eager"):
+        load_base_model(ModelConfig(name_or_path=str(odd_models["gemma2"]), attn_implementation="sdpa"),
+                        device="cpu")
+
+
+@pytest.mark.slow
+def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_models, long_jsonl, tmp_path):
+    """GPT-2 with 128 positions on prompts longer than that: GRPO drops them, SFT cuts at 128, compare keeps the
+    prompts' ends. Without the fitting each of the three ends in an IndexError inside the position embedding."""
+    from app import rundir
+    from app.config import build_config
+    from app.eval.compare import run_comparison
+    from app.train.runner import run_training
+
+    for method in ("grpo", "sft"):
+        cfg = build_config(
+            {"method": method, "model": {"name_or_path": str(odd_models["gpt2"])},
+             "data": {"dataset": str(long_jsonl), "heldout_size": 6}, "output_dir": str(tmp_path / "runs"),
+             "run_name": method},
+            {"training": {"max_steps": 2}},
+            ["max_completion_length=16", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
+             "num_generations=4", "gradient_checkpointing=false", "runtime.device=cpu", "training.max_length=512"])
+        d = run_training(cfg, progress=False)
+        assert rundir.read_status(d)["status"] == rundir.FINISHED
+        log = (d / rundir.LOG).read_text()
+        if method == "grpo":
+            assert "rows whose prompt is longer than the 112 tokens left of the model's 128-token context" in log
+        else:
+            assert "examples are cut at 128 tokens" in log
+    result = run_comparison(d, num_samples=6, max_new_tokens=16)
+    assert result.config["prompts_cut"] >= 1
+    assert all(r.base.text is not None and r.adapter.text is not None for r in result.rows)
+    with pytest.raises(UserError, match="--max-new-tokens 128 fills the model's whole 128-token context"):
+        run_comparison(d, num_samples=2, max_new_tokens=128)
