@@ -184,9 +184,17 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     if not for_training:
         model.eval()
     torch.manual_seed(0)
-    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"], "4bit": mc.load_in_4bit,
-            "attention": attention}
+    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"],
+            "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
     return model, tok, info
+
+
+def _has_4bit_layers(model) -> bool:
+    """Whether transformers really quantized anything: for some architectures it quantizes nothing and only says
+    so in a misleading line (Falcon's FalconLinear in transformers 5.23: "loading your model using eetq")."""
+    from bitsandbytes.nn import Linear4bit
+
+    return any(isinstance(m, Linear4bit) for m in model.modules())
 
 
 def _from_pretrained(auto_cls, mc: ModelConfig, kwargs: dict):

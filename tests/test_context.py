@@ -133,3 +133,28 @@ def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_m
     assert all(r.base.text is not None and r.adapter.text is not None for r in result.rows)
     with pytest.raises(UserError, match="--max-new-tokens 128 fills the model's whole 128-token context"):
         run_comparison(d, num_samples=2, max_new_tokens=128)
+
+
+def test_a_base_left_unquantized_is_reported_as_such(tiny_model):
+    from app.config import ModelConfig
+    from app.models import load_base_model
+
+    _, _, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)), device="cpu")
+    assert info["4bit"] is True
+    _, _, info = load_base_model(ModelConfig(name_or_path=str(tiny_model), load_in_4bit=False), device="cpu")
+    assert info["4bit"] is False
+
+
+@pytest.mark.slow
+def test_the_run_says_when_transformers_quantized_nothing(tiny_model, math_jsonl, tmp_path, monkeypatch):
+    """Falcon in transformers 5.23 loads with no 4-bit layer at all, behind a line about 'eetq'; the run says it."""
+    from app import models, rundir
+    from app.config import build_config
+    from app.train.runner import run_training
+
+    monkeypatch.setattr(models, "_has_4bit_layers", lambda model: False)
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_model)},
+                        "data": {"dataset": str(math_jsonl)}, "output_dir": str(tmp_path)},
+                       {"training": {"max_steps": 1}}, ["runtime.device=cpu", "gradient_checkpointing=false"])
+    log = (run_training(cfg, progress=False) / rundir.LOG).read_text()
+    assert "quantized none of the layers" in log and "4-bit=False" in log

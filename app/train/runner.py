@@ -213,6 +213,9 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
 
     context = context_length(model.config)
     note = _warner(console, "note")
+    if cfg.model.load_in_4bit and not info["4bit"]:  # a user sizing a GPU must hear it in plain words
+        note(f"transformers quantized none of the layers of {type(model).__name__} (its architecture is not "
+             "covered by its 4-bit loader): the model trains unquantized, at full size")
     stop = StopFlag().install()
     bar = TerminalProgress(cfg.method, enabled=progress)
     try:
