@@ -251,3 +251,31 @@ def test_package_import_is_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[1], env={**os.environ})
     assert out.stdout.strip() == "[]"
+
+
+def test_nested_objects_are_read_as_dotted_columns(tmp_path):
+    """{"data": {"question", "answer"}}: no top-level text column, so the nested fields are the columns, in
+    training (train and the dataset's own test split alike), inspect and with a dotted override."""
+    from app.data import prompt_text, reference_text
+    from app.data.loading import inspect_detection
+
+    nest = lambda rows: [{"data": r, "meta": {"id": i}} for i, r in enumerate(rows)]  # noqa: E731
+    (tmp_path / "n.json").write_text(json.dumps({"train": nest(_qa(20)), "test": nest(_qa(5, 500))}))
+    tr, ho, det = build_splits(DataConfig(dataset=str(tmp_path / "n.json")), seed=0)
+    assert (det.prompt_field, det.reference_field) == ("data.question", "data.answer")
+    assert "dotted columns" in det.reasons["format"]
+    assert prompt_text(tr[0], det) == "What is 0 plus 1?" and reference_text(ho[0], det).endswith("#### 1001")
+    p = _jsonl(tmp_path / "n.jsonl", nest(_qa(10)))
+    det, rows, _ = inspect_detection(str(p), None, None, None, None, False)
+    assert det.prompt_field == "data.question" and prompt_text(rows[0], det) == "What is 0 plus 1?"
+    _, _, det = build_splits(DataConfig(dataset=str(p), reference_field="data.question"), seed=0)
+    assert det.reference_field == "data.question" and det.prompt_field != "data.question"
+    assert "data.question, data.answer, meta.id" in _one_line_error(
+        build_splits, DataConfig(dataset=str(p), prompt_field="data.nope"), 0)
+
+
+def test_answer_objects_and_metadata_stay_whole_beside_a_text_column(tmp_path):
+    p = _jsonl(tmp_path / "s.jsonl", [{"question": f"Who is {i}?", "answers": {"text": [f"n{i}"], "answer_start": [0]},
+                                       "meta": {"source": "web"}} for i in range(10)])
+    tr, _, det = build_splits(DataConfig(dataset=str(p)), seed=0)
+    assert det.reference_field == "answers" and "answers" in tr.column_names and "meta" in tr.column_names

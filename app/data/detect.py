@@ -233,6 +233,35 @@ def detect_fields(ds, prompt_field: str | None = None, reference_field: str | No
                             num_rows if num_rows is not None else len(ds))
 
 
+def flatten_row(row: dict, prefix: str = "") -> dict:
+    """Nested objects as dotted columns ({"data": {"question": q}} -> {"data.question": q}), the names
+    ``datasets.Dataset.flatten`` gives the same data; lists are left whole."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten_row(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def detect_nested(rows: list[dict], columns: list[str], prompt_field: str | None = None,
+                  reference_field: str | None = None, num_rows: int | None = None) -> tuple[Detection, bool]:
+    """(Detection, flattened). Where the top-level columns give no prompt (or an override names a dotted field),
+    the rows' nested objects are read as dotted columns; flattened=True tells the caller to flatten the data alike.
+    Top-level columns come first so that answer objects (SQuAD's answers) and metadata stay whole."""
+    try:
+        return detect_from_rows(rows, columns, prompt_field, reference_field, num_rows), False
+    except DataError:
+        flat = [flatten_row(r) if isinstance(r, dict) else r for r in rows]
+        flat_columns = list(dict.fromkeys(k for r in flat if isinstance(r, dict) for k in r))
+        if set(flat_columns) == set(columns):
+            raise
+    det = detect_from_rows(flat, flat_columns, prompt_field, reference_field, num_rows)
+    det.reasons["format"] = det.reasons.get("format", "") + "; nested objects read as dotted columns"
+    return det, True
+
+
 def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | None = None,
                      reference_field: str | None = None, num_rows: int | None = None) -> Detection:
     """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files)."""

@@ -20,7 +20,7 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.data.detect import DataError, Detection, detect_fields, detect_from_rows, spread_sample
+from app.data.detect import DataError, Detection, detect_nested, flatten_row, spread_sample
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
@@ -270,6 +270,18 @@ def pick_split(dd, split: str | None):
     raise DataError(f"split '{name}' not found; this dataset has: {', '.join(dd)} (pass --split NAME)")
 
 
+def detect_dataset(ds, prompt_field: str | None = None, reference_field: str | None = None, sample_rows: int = 64):
+    """(ds, Detection): ``ds`` flattened into dotted columns where only its nested objects hold the prompt."""
+    det, flattened = detect_nested(spread_sample(ds, sample_rows), list(ds.column_names), prompt_field,
+                                   reference_field, len(ds))
+    return (ds.flatten() if flattened else ds), det
+
+
+def _like(split, train):
+    """Another split in the train split's shape (flattened when train was)."""
+    return split.flatten() if set(split.column_names) != set(train.column_names) else split
+
+
 def build_splits(data_cfg, seed: int, local_only: bool = False):
     """(train rows, held-out rows, Detection). Held-out rows are never in train."""
     dd = resolve_dataset(data_cfg.dataset, data_cfg.config_name, local_only)
@@ -277,17 +289,17 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     train = dd[train_name]
     if len(train) == 0:
         raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --split")
-    det = detect_fields(train, data_cfg.prompt_field, data_cfg.reference_field)
+    train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
             raise DataError(f"eval split '{data_cfg.eval_split}' not found; this dataset has: {', '.join(dd)}")
         if data_cfg.eval_split == train_name:
             raise DataError(f"eval split '{train_name}' is also the training split; pick another, or unset it to "
                             "hold out rows automatically")
-        heldout = dd[data_cfg.eval_split]
+        heldout = _like(dd[data_cfg.eval_split], train)
         det.reasons["heldout"] = f"split '{data_cfg.eval_split}' (set in the config)"
     elif other := next((s for s in HELDOUT_SPLITS if s in dd and s != train_name), None):
-        heldout = dd[other]
+        heldout = _like(dd[other], train)
         det.reasons["heldout"] = f"the dataset's own '{other}' split"
     else:
         # At most a fifth of the rows, so a small dataset still has something to train on.
@@ -384,4 +396,5 @@ def peek(spec: str, config_name: str | None, split: str | None, n: int, local_on
 def inspect_detection(spec: str, config_name: str | None, split: str | None, prompt_field: str | None,
                       reference_field: str | None, local_only: bool, n: int = 64) -> tuple[Detection, list[dict], str]:
     rows, cols, total, name = peek(spec, config_name, split, n, local_only)
-    return detect_from_rows(rows, cols, prompt_field, reference_field, total), rows, name
+    det, flattened = detect_nested(rows, cols, prompt_field, reference_field, total)
+    return det, ([flatten_row(r) for r in rows] if flattened else rows), name

@@ -240,12 +240,12 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
     dataset = _clean(dataset)
     if not dataset:
         raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
-    from app.data import detect_fields, prompt_text, reference_text, resolve_dataset
+    from app.data import prompt_text, reference_text, resolve_dataset
+    from app.data.loading import detect_dataset
 
     dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
     split = "train" if "train" in dd else next(iter(dd))
-    ds = dd[split]
-    det = detect_fields(ds, _clean(prompt_field), _clean(reference_field))
+    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field))
     rows = ds.select(range(min(n_samples, len(ds)))).to_list()
     samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
                 "reference": _short(reference_text(r, det))} for r in rows]
