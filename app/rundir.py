@@ -68,11 +68,15 @@ def write_atomic(path: Path, text: str) -> None:
     carries the pid: two processes writing the same file (the launchers of a multi-node run on a shared folder)
     must not rename each other's half-written copy away."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temporary left behind
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_status(run_dir: Path, status: str, **fields) -> dict:
@@ -87,7 +91,6 @@ def write_status(run_dir: Path, status: str, **fields) -> dict:
     try:
         write_atomic(path, text)
     except OSError:
-        path.with_name(f"{path.name}.{os.getpid()}.tmp").unlink(missing_ok=True)
         with open(path, "r+" if path.exists() else "w") as f:
             f.write(text)
             f.truncate()

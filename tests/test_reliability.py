@@ -396,3 +396,66 @@ def test_run_listings_check_structure_and_resume_checks_every_byte(tmp_path):
     assert rundir.checkpoint_problem(ck) == "optimizer.pt is cut short or corrupt"
     assert rundir.checkpoint_problem(ck, verify_data=False) is None
     assert run_summary(tmp_path)["resumable"] and rundir.last_checkpoint(tmp_path) is None
+
+
+def test_wrapped_write_errors_read_as_failed_writes():
+    """safetensors and torch.save wrap a full disk in their own exception types; they must still reach the
+    disk-full message (a checkpoint save that hit ENOSPC first ended in a traceback before)."""
+    from app.errors import UserError
+    from app.train.runner import write_failure
+
+    class SafetensorError(Exception):
+        pass
+
+    e = write_failure(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert e.errno == errno.ENOSPC
+    assert write_failure(RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed "
+                                      "writing file data/0: file write failed")).errno == errno.EIO
+    assert write_failure(OSError(errno.EDQUOT, "quota")).errno == errno.EDQUOT
+    for other in (RuntimeError("shape mismatch"), UserError("No space left on device"), KeyboardInterrupt()):
+        assert write_failure(other) is None
+
+
+@pytest.mark.slow
+def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_copy(tiny_model, math_jsonl,
+                                                                                   tmp_path, monkeypatch):
+    import safetensors
+    from trl import SFTTrainer
+
+    from app.config import build_config
+    from app.errors import RunFailed
+    from app.train.runner import run_training
+
+    def torn(self, model, trial):  # what a full disk does inside TRL's save: half a file, then safetensors' error
+        ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        (ckpt / "adapter_model.safetensors").write_bytes(b"\0" * 100)
+        raise safetensors.SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(SFTTrainer, "_save_checkpoint", torn)
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_model)},
+                        "data": {"dataset": str(math_jsonl)}, "output_dir": str(tmp_path / "runs")},
+                       {"training": {"max_steps": 4}}, FAST)
+    with pytest.raises(RunFailed, match=r"^the disk is full \(.* no complete checkpoint was saved yet"):
+        run_training(cfg, progress=False)
+    d = _only_run(tmp_path / "runs")
+    assert rundir.read_status(d)["status"] == rundir.FAILED
+    assert not list((d / rundir.CHECKPOINTS).rglob("checkpoint-*"))  # the torn save was removed, not kept
+
+
+@pytest.mark.slow
+def test_a_disk_full_before_the_run_starts_is_one_line(tiny_model, math_jsonl, small_disk):
+    out = small_disk / "runs"
+    out.mkdir()
+    with open(small_disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    r = subprocess.run(_train_argv(tiny_model, math_jsonl, out, 2), capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and "Traceback" not in r.stderr and len(lines) == 1, r.stderr[-3000:]
+    assert lines[0].startswith("error: the disk is full (") and "start the run again" in lines[0]
+    assert not [p for p in out.rglob("*.tmp")]  # no half-written temporary left behind

@@ -61,8 +61,12 @@ def save_adapter(model, tok, run_dir: Path) -> Path:
     final = Path(run_dir) / rundir.ADAPTER
     tmp = final.with_name(f".tmp-{rundir.ADAPTER}")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     publish(tmp, final)
     return final
 
@@ -85,6 +89,9 @@ def atomic_trainer(trainer_cls):
             args.output_dir, args.save_total_limit = str(staging), None
             try:
                 super()._save_checkpoint(model, trial)
+            except BaseException:  # a full disk mid-save: the torn copy would only hold on to the space left
+                shutil.rmtree(staging / name, ignore_errors=True)
+                raise
             finally:
                 args.output_dir, args.save_total_limit = out, limit
             # Every rank writes its own RNG state into the staging folder: publish only when all have.

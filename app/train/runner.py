@@ -24,8 +24,22 @@ log = logging.getLogger("qlora_app")
 
 LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
 
+class _RunLog(logging.FileHandler):
+    """train.log. A line that cannot be written (a full disk) is dropped quietly: the run's own error path says
+    what happened in one line, where logging's default would print a traceback per lost line."""
+
+    def handleError(self, record) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:
+            pass
+
+
 def _setup_logging(run_dir: Path) -> logging.Handler:
-    handler = logging.FileHandler(Path(run_dir) / rundir.LOG)
+    handler = _RunLog(Path(run_dir) / rundir.LOG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     for name in LOGGERS:
         lg = logging.getLogger(name)
@@ -136,28 +150,29 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     main = is_main()  # only rank 0 writes the run directory; every rank trains
     handler = _setup_logging(d) if main else None
     ckpt = resume_point(d, console) if resume is not None else None
-    if main:
-        if resume is None:
-            rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
-        rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
-                            model=cfg.model.name_or_path, dataset=cfg.data.dataset,
-                            step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size(),
-                            memory_estimate_gb=pf["estimate"]["total_gb"], fast_paths=pf["fast"].describe())
-        for w in warnings_for(cfg):
-            log.warning(w)
-            if console:
-                console.print(f"[yellow]note:[/] {w}")
-        log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method, cfg.data.dataset,
-                 len(train_raw), len(heldout_raw), det.to_dict())
-        log.info(describe(pf).replace("\n", "; "))
     try:
-        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main, pf["fast"])
-    except OSError as e:  # a full disk, or any other failure to write the run's files
-        err = RunFailed(os_error_message(e, d))
         if main:
-            _record_failure(d, str(err))
-        raise err from None
+            if resume is None:
+                rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
+            rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
+                                model=cfg.model.name_or_path, dataset=cfg.data.dataset,
+                                step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size(),
+                                memory_estimate_gb=pf["estimate"]["total_gb"], fast_paths=pf["fast"].describe())
+            for w in warnings_for(cfg):
+                log.warning(w)
+                if console:
+                    console.print(f"[yellow]note:[/] {w}")
+            log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method,
+                     cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
+            log.info(describe(pf).replace("\n", "; "))
+        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main, pf["fast"])
     except BaseException as e:
+        failed_write = write_failure(e)
+        if failed_write is not None:  # a full disk, or any other failure to write the run's files
+            err = RunFailed(os_error_message(failed_write, d))
+            if main:
+                _record_failure(d, str(err))
+            raise err from None
         if main:
             if isinstance(e, KeyboardInterrupt):
                 rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), error=None)
@@ -171,6 +186,24 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
                 logging.getLogger(name).removeHandler(handler)
             handler.close()
     return d
+
+
+# How a failed write reads when a library wraps the OSError in its own type: safetensors (SafetensorError "...I/O
+# error: No space left on device (os error 28)") and torch.save (RuntimeError "... file write failed").
+WRAPPED_WRITE_ERRORS = {"No space left on device": errno.ENOSPC, "os error 28": errno.ENOSPC,
+                        "Disk quota exceeded": errno.EDQUOT, "os error 122": errno.EDQUOT,
+                        "file write failed": errno.EIO}
+
+
+def write_failure(e: BaseException) -> OSError | None:
+    """The failed write behind ``e``, or None when ``e`` is not one."""
+    if isinstance(e, OSError):
+        return e
+    if not isinstance(e, Exception) or isinstance(e, UserError):
+        return None
+    text = str(e).splitlines()[0] if str(e) else ""
+    code = next((c for needle, c in WRAPPED_WRITE_ERRORS.items() if needle in text), None)
+    return None if code is None else OSError(code, text)
 
 
 def os_error_message(e: OSError, d: Path) -> str:
