@@ -75,11 +75,25 @@ def test_grpo_drops_prompts_that_leave_no_room_for_the_completion(tiny_model, ch
     assert "dropped 1 of 3 rows" in said[0] and f"{context}-token context" in said[0]
     # exactly at the limit is kept
     assert len(fit_grpo_prompts(ds, tok, lengths[1] + completion, completion, note=said.append)) == 3
-    assert fit_grpo_prompts(ds, tok, None, completion) is ds  # a config without a context: nothing to do
     with pytest.raises(UserError, match="every prompt is longer"):
         fit_grpo_prompts(ds, tok, lengths[0] - 1 + completion, completion, note=said.append)
-    with pytest.raises(UserError, match="set it below 64"):
-        fit_grpo_prompts(ds, tok, 64, 64)
+
+
+def test_a_completion_length_that_fills_the_context_is_halved(tiny_model):
+    from transformers import AutoTokenizer
+
+    from app.config import build_config
+    from app.train.context import fit_grpo
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    ds = _prompts_ds(tok, ["Tom has 3 apples."] * 3)
+    cfg = build_config({"method": "grpo"}, {}, ["grpo.max_completion_length=256"])
+    said = []
+    fitted, out = fit_grpo(cfg, ds, tok, 256, note=said.append)
+    assert fitted.grpo.max_completion_length == 128 and cfg.grpo.max_completion_length == 256 and len(out) == 3
+    assert "using 128" in said[0] and "below 256" in said[0]
+    assert fit_grpo(cfg, ds, tok, 1024, note=said.append) == (cfg, ds) and len(said) == 1
+    assert fit_grpo(cfg, ds, tok, None) == (cfg, ds)  # a config without a context: nothing to do
 
 
 def test_sft_max_length_is_cut_to_the_context():

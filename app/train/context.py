@@ -5,7 +5,7 @@ and a rotary model degrades silently. TRL 1.x does not truncate GRPO prompts, an
 default) can exceed a small model's context. So, once the model is loaded:
 
 - GRPO: a prompt that leaves no room for grpo.max_completion_length is dropped (said once, with the count); a
-  completion length that alone fills the context is a user error.
+  completion length that alone fills the context (a default on a small model) is halved, saying so.
 - SFT: max_length is lowered to the context (TRL truncates each example there; packed examples restart their
   positions, so a packed row of that length stays inside it).
 """
@@ -34,14 +34,24 @@ def prompt_tokens(tok, prompt) -> int:
     return len(tok(text, add_special_tokens=add_special)["input_ids"])
 
 
-def fit_grpo_prompts(ds, tok, context: int | None, max_completion_length: int, note=log.warning):
-    """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context."""
+def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning):
+    """(cfg, ds) for a GRPO run inside the model's context: a completion length that fills the whole context is
+    halved to leave room for prompts, and rows whose prompt leaves less than it are dropped."""
     if context is None:
-        return ds
+        return cfg, ds
+    completion = cfg.grpo.max_completion_length
+    if completion >= context:
+        shorter = context // 2
+        note(f"grpo.max_completion_length={completion} fills the model's whole {context}-token context: using "
+             f"{shorter} so prompts fit (set grpo.max_completion_length below {context} to choose)")
+        cfg = cfg.model_copy(deep=True)
+        cfg.grpo.max_completion_length = completion = shorter
+    return cfg, fit_grpo_prompts(ds, tok, context, completion, note)
+
+
+def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log.warning):
+    """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context."""
     room = context - max_completion_length
-    if room < 1:
-        raise UserError(f"grpo.max_completion_length={max_completion_length} fills the model's whole "
-                        f"{context}-token context, leaving no room for a prompt; set it below {context}")
     too_long = []
     for i, prompt in enumerate(ds["prompt"]):
         text, _ = _rendered(tok, prompt)
@@ -54,9 +64,8 @@ def fit_grpo_prompts(ds, tok, context: int | None, max_completion_length: int, n
         raise UserError(f"every prompt is longer than the {room} tokens the model's {context}-token context leaves "
                         f"beside grpo.max_completion_length={max_completion_length}; lower "
                         "grpo.max_completion_length or use a model with a longer context")
-    line = (f"dropped {len(too_long)} of {len(ds)} rows whose prompt is longer than the {room} tokens left of the "
-            f"model's {context}-token context beside grpo.max_completion_length={max_completion_length}")
-    note(line)
+    note(f"dropped {len(too_long)} of {len(ds)} rows whose prompt is longer than the {room} tokens left of the "
+         f"model's {context}-token context beside grpo.max_completion_length={max_completion_length}")
     drop = set(too_long)
     return ds.select([i for i in range(len(ds)) if i not in drop])
 

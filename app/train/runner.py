@@ -242,7 +242,7 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     info["fast"] = fast
     log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
              info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
-    from app.train.context import context_length, fit_grpo_prompts, fit_sft_length
+    from app.train.context import context_length, fit_grpo, fit_sft_length
 
     context = context_length(model.config)
     note = _warner(console, "note")
@@ -259,7 +259,7 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
             if det.reference_field is None:
                 note("dataset has no reference field: GRPO runs without the reference-match component")
             train_ds = to_grpo(train_raw, det, tok, cfg.data.system_prompt)
-            train_ds = fit_grpo_prompts(train_ds, tok, context, cfg.grpo.max_completion_length, note)
+            cfg, train_ds = fit_grpo(cfg, train_ds, tok, context, note)
             trainer = build_grpo_trainer(cfg, model, tok, train_ds, d, info, det.reference_field is not None)
             errors = reward_error_count
         else:
