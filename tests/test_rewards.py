@@ -77,6 +77,9 @@ def test_think_variants():
     ("-3", "−3"), ("18 dollars", "18"), ("x = 18", "18"), ("5 + 13 = 18", "18"), (r"\frac{1}{2}", "0.5"),
     ("0.75", "3/4"), (r"\dfrac{3}{4}", r"\frac{3}{4}"), ("  PARIS  ", "paris"), ("New   York", "new york"),
     (r"\$18", "18"),
+    # multiple choice (ARC answerKey, MMLU index as a letter) and booleans (BoolQ)
+    ("B", "B"), ("(B) Paris", "B"), ("B) Paris", "B"), ("b. Paris", "B"), ("**C**: 42", "C"), ("Option D", "D"),
+    ("(A)", "A"), ("Yes, it is.", "True"), ("false", "no"), ("No.", "False"),
 ])
 def test_answers_match(pred, gold):
     assert answer_mod.answers_match(pred, gold) is True
@@ -85,6 +88,7 @@ def test_answers_match(pred, gold):
 @pytest.mark.parametrize("pred,gold", [
     ("17", "18"), ("18 or 20", "18"), ("1,0001", "1000"), ("0.5", "5"), ("London", "Paris"), (None, "3"),
     (r"\frac{1}{3}", "0.5"), ("It is not Paris", "Paris"),
+    ("(C) Rome", "B"), ("A car", "A"), ("I think B", "I"), ("B12", "B"), ("Yes", "False"), ("Not really", "yes"),
 ])
 def test_answers_do_not_match(pred, gold):
     assert answer_mod.answers_match(pred, gold) is False
@@ -95,6 +99,10 @@ def test_reference_forms():
     assert is_correct("Final answer: 48", GSM) is False  # not the first number of the worked solution
     assert is_correct(r"\boxed{\frac{1}{2}}", r"The result is \boxed{0.5}") is True
     assert is_correct("The capital of France is Paris.", "Paris") is True
+    # a one-line reference that states its answer (MetaMathQA: "The answer is: 72") is judged like a completion
+    assert is_correct("Final answer: 72", "The answer is 72") is True
+    assert is_correct("Final answer: 72", "The answer is: 72") is True
+    assert is_correct("Final answer: 70", "The answer is 72") is False
     assert is_correct("Final answer: 72", None) is None
     assert is_correct("Final answer: 72", "   ") is None
 

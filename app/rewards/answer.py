@@ -205,7 +205,9 @@ def parse_reference(reference) -> str | None:
     if boxed:
         return boxed
     if "\n" not in ref and len(ref) <= 100:
-        return _clean_span(ref) or None
+        # "The answer is 72" (MetaMathQA-style references say so) is judged like a completion; "Paris" is itself
+        said = _FINAL_RE.search(ref) or _ANSWER_IS_RE.search(ref) or _IS_THE_ANSWER_RE.search(ref)
+        return (extract_final_answer(ref) if said else _clean_span(ref)) or None
     # A worked solution as the reference ("... so the answer is 42."): judge it like a completion.
     return extract_final_answer(ref)
 
@@ -297,6 +299,25 @@ def _hedged(pred: str, numbers: list[Decimal]) -> bool:
     return len({n.normalize() for n in numbers}) > 1 and bool(re.search(r"\bor\b|\beither\b|/", pred, re.I))
 
 
+# A multiple-choice answer: "B", "(B)", "B)", "B.", "B: Paris", "(B) Paris", "Option B". "A car" is not the
+# letter A: after the letter comes a bracket, a full stop, a colon or the end.
+_CHOICE_RE = re.compile(r"^(?:(?:option|choice)\s+)?\(?([A-J])(?:\)|[.:](?!\d)|$)", re.IGNORECASE)
+_YES_NO = {"yes": "yes", "true": "yes", "correct": "yes", "no": "no", "false": "no", "incorrect": "no"}
+
+
+def _choice_letter(s: str) -> str | None:
+    m = _CHOICE_RE.match(_MD_RE.sub("", s).strip())
+    return m.group(1).upper() if m else None
+
+
+def _yes_no(s: str, whole: bool) -> str | None:
+    """yes/no of a boolean answer (True/False, yes/no); an answer may go on after its first word ("Yes, since")."""
+    words = re.findall(r"\w+", _norm_text(s))
+    if not words or (whole and len(words) > 1):
+        return None
+    return _YES_NO.get(words[0])
+
+
 def answers_match(pred: str | None, gold: str | None) -> bool | None:
     """Compare an extracted answer with a parsed reference. None = the reference cannot be judged.
 
@@ -306,11 +327,20 @@ def answers_match(pred: str | None, gold: str | None) -> bool | None:
     (True, False, False)
     >>> answers_match(r"\\frac{1}{2}", "0.5"), answers_match("  PARIS ", "paris")
     (True, True)
+    >>> answers_match("(B) Paris", "B"), answers_match("A car", "A"), answers_match("Yes, it is.", "True")
+    (True, False, True)
     """
     if gold is None:
         return None
     if pred is None:
         return False
+    if re.fullmatch(r"\(?[A-Ja-j]\)?", gold.strip()):  # a multiple-choice letter (ARC's answerKey, MMLU's index)
+        letter = _choice_letter(pred)
+        if letter is not None:
+            return letter == _choice_letter(gold)
+    gold_yes = _yes_no(gold, whole=True)
+    if gold_yes is not None and (pred_yes := _yes_no(pred, whole=False)) is not None:
+        return pred_yes == gold_yes
     gold_num = to_number(gold)
     if gold_num is not None:
         pred_num = to_number(pred)
