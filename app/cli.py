@@ -318,21 +318,37 @@ def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.
 
 
 @runs_app.command("list")
-def runs_list(output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")):
+def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
+              output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")):
     """Runs with status, method, model, dataset and final metrics."""
     from rich.table import Table
 
     from app.runs import run_summary
     from app import rundir
 
+    output_dir = folder or output_dir
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"'{folder}' is not a folder; pass the folder your runs are in (default: runs)")
     t = Table(title=f"runs in {output_dir}")
-    for col in ("run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"):
-        t.add_column(col)
+    runs = rundir.list_runs(output_dir)
+    # The run name is what people copy into --resume / compare: whole, never cut to "20261…". A narrow terminal
+    # gets the columns that fit beside it (`runs show RUN` has the rest).
+    name_width = min(max((len(d.name) for d in runs), default=3), 44)
+    cols = ["name", "status", "step", "loss", "reward"]
+    if console.width >= name_width + 90:
+        cols[2:2] = ["method", "model", "dataset"]
+        cols.append("date")
+    for col in cols:
+        t.add_column("run" if col == "name" else col, no_wrap=col in ("name", "status"), overflow="fold",
+                     min_width=name_width if col == "name" else None)
     hints = []
-    for d in rundir.list_runs(output_dir):
+    for d in runs:
         s = run_summary(d)
-        t.add_row(*(str(s.get(k, "") if s.get(k) is not None else "") for k in
-                    ("name", "status", "method", "model", "dataset", "step", "loss", "reward", "date")))
+        # a local path's last part is what tells runs apart; a hub id stays whole
+        short = {k: Path(s[k]).name if s.get(k) and Path(s[k]).is_absolute() else s.get(k)
+                 for k in ("model", "dataset")}
+        row = {**s, **short}
+        t.add_row(*("" if row.get(k) is None else str(row[k]) for k in cols))
         if s["status"] == rundir.CRASHED and s["resume_command"]:
             hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
     console.print(t)

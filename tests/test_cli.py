@@ -122,3 +122,23 @@ def test_doctor_reports_versions_and_device():
     want = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else "fp32"
     assert "transformers" in r.stdout and "compute dtype (auto)" in r.stdout and want in r.stdout
     assert "GRPO fast paths (auto)" in r.stdout and "memory estimate" in r.stdout
+
+
+def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp_path):
+    """The run name is what people copy into --resume: never cut to '20261…' on an 80-column terminal."""
+    import os
+
+    from app import rundir
+
+    name = "20261123-075531-sft-gsm8k-train-jsonl"
+    d = rundir.new_run_dir(tmp_path, name)
+    (d / rundir.CONFIG).write_text(f"method: sft\nmodel:\n  name_or_path: {tmp_path}/models/llama-tiny\n")
+    rundir.write_status(d, rundir.FINISHED, step=2)
+    for width, wide in (("80", False), ("160", True)):
+        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list", str(tmp_path)], capture_output=True,
+                           text=True, env={**os.environ, "COLUMNS": width})
+        assert r.returncode == 0 and name in r.stdout and "finished" in r.stdout, r.stdout
+        assert max(len(line) for line in r.stdout.splitlines()) <= int(width)
+        assert ("llama-tiny" in r.stdout) is wide and str(tmp_path / "models") not in r.stdout  # a path's last part
+    r = cli("runs", "list", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "is not a folder" in r.stderr and "Traceback" not in r.stderr
