@@ -57,6 +57,7 @@ def test_dry_run_prints_resolved_config_without_loading_weights():
     (["compare", "--adapter", "/no/such/run", "--prompt", "hi"], "not found"),
     (["export", "/no/such/run", "--out", "x"], "not found"),
     (["prefetch"], "nothing to prefetch"),
+    (["prefetch", "--model", "Qwen/Qwen2.5-0.5B"], "HF_HUB_OFFLINE is set"),
     (["train", "--dataset", "arith", "--model", "arith-base", "--output-dir", "bad.jsonl/runs", "--max-steps", "1"],
      "cannot create a run directory in"),
     (["train", "--dry-run", "--explain", "--set", "lora.rank=4"], "did you mean 'lora.r'"),
@@ -142,3 +143,24 @@ def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp
         assert ("llama-tiny" in r.stdout) is wide and str(tmp_path / "models") not in r.stdout  # a path's last part
     r = cli("runs", "list", str(tmp_path / "nope"))
     assert r.returncode == 2 and "is not a folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_prefetch_without_a_network_is_one_line(monkeypatch):
+    """No network (or an unknown / gated id) on a machine that is not marked offline: the hub's traceback becomes
+    one line naming the model and the cause."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from app.errors import UserError
+    from app.export import prefetch
+
+    def unreachable(*a, **k):
+        raise LocalEntryNotFoundError("Got: ConnectError: [Errno -2] Name or service not known\nmore lines")
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", unreachable)
+    with pytest.raises(UserError) as e:
+        list(prefetch("org/model", None, None))
+    msg = str(e.value)
+    assert "'org/model'" in msg and "Name or service not known" in msg and "\n" not in msg
