@@ -118,6 +118,16 @@ def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, t
     st = rundir.read_status(d)
     assert st["status"] == rundir.FINISHED and st["step"] == 4
     assert [m["step"] for m in rundir.read_metrics(d)] == [1, 2, 3, 4]
+    # Resuming a run that already reached its end trains nothing (Hugging Face's Trainer would add a step each time)
+    before = sorted(p.name for p in rundir.checkpoints(d))
+    for extra, planned in (([], 2), (["--max-steps", "4"], 4)):
+        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress", *extra],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"error: run '{d.name}' has already trained 4 steps (max_steps {planned}); pass --max-steps N (more than "
+            "4) to train it further"]
+    assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 4
+    assert sorted(p.name for p in rundir.checkpoints(d)) == before and len(rundir.read_metrics(d)) == 4
 
 
 def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, tmp_path):

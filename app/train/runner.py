@@ -92,7 +92,25 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
                         "--output-dir") from None
 
 
-def resume_point(d: Path, console=None) -> Path:
+def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
+    """A run whose checkpoint already reached the planned end has nothing left to train. (Hugging Face's Trainer
+    would still run one more step past max_steps, and again on every such resume.)"""
+    import json
+
+    try:
+        state = json.loads((ckpt / "trainer_state.json").read_text())
+        step, planned = int(state["global_step"]), int(state["max_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # rundir.checkpoint_problem vetted the file; an older layout just trains on
+    t = cfg.training
+    target = t.max_steps if t.max_steps > 0 else (planned if t.num_train_epochs <= state.get("num_train_epochs", 0)
+                                                   else None)
+    if target is not None and step >= target:
+        raise UserError(f"run '{d.name}' has already trained {step} steps (max_steps {target}); pass --max-steps N "
+                        f"(more than {step}) to train it further")
+
+
+def resume_point(d: Path, console=None, cfg: AppConfig | None = None) -> Path:
     """The newest complete checkpoint of run ``d``; torn newer ones are named and skipped, none is a user error.
     metrics.jsonl is cut back to that step, so the steps trained again are logged once."""
     def note(line: str) -> None:
@@ -106,6 +124,8 @@ def resume_point(d: Path, console=None) -> Path:
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
                         + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
                         + "; start a new run instead")
+    if cfg is not None:
+        check_work_left(ckpt, cfg, d)
     step = rundir.checkpoint_step(ckpt)
     dropped = rundir.truncate_metrics(d, step) if is_main() else 0
     if dropped:
@@ -149,7 +169,11 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     d = prepare_run_dir(cfg, resume, run_dir)
     main = is_main()  # only rank 0 writes the run directory; every rank trains
     handler = _setup_logging(d) if main else None
-    ckpt = resume_point(d, console) if resume is not None else None
+    try:
+        ckpt = resume_point(d, console, cfg) if resume is not None else None
+    except UserError:  # nothing to resume: the run is left exactly as it was
+        _close_logging(handler)
+        raise
     try:
         if main:
             if resume is None:
@@ -181,11 +205,15 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
             log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
         raise
     finally:
-        if handler is not None:
-            for name in LOGGERS:
-                logging.getLogger(name).removeHandler(handler)
-            handler.close()
+        _close_logging(handler)
     return d
+
+
+def _close_logging(handler: logging.Handler | None) -> None:
+    if handler is not None:
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
+        handler.close()
 
 
 # How a failed write reads when a library wraps the OSError in its own type: safetensors (SafetensorError "...I/O
