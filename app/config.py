@@ -12,6 +12,7 @@ Only pydantic and yaml are imported at module level: the CLI loads this for ``--
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -78,11 +79,21 @@ class LoraConfig(StrictModel):
     alpha: int | None = _d(None, "LoRA alpha (scale = alpha / r); empty = auto: 32 for GRPO, max(16, r/4) for SFT",
                            gt=0)
     dropout: float = _d(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
-    target_modules: str | list[str] = _d("all-linear", "layers that get an adapter; all-linear (attention and "
-                                                        "MLP) is what LoRA Without Regret recommends")
+    target_modules: str | list[str] = _d("all-linear", "layers that get an adapter: all-linear (attention and "
+                                                        "MLP, what LoRA Without Regret recommends), layer names "
+                                                        "(q_proj,v_proj), or a regex over full module names")
     exclude_modules: list[str] = Field(default_factory=list, description="module names to leave without adapter")
     init_from: str | None = _d(None, "start from an existing adapter (a run folder or adapter folder) instead of a "
                                      "fresh one, e.g. GRPO after SFT; r, alpha and targets then come from it")
+
+    @field_validator("target_modules")
+    @classmethod
+    def _names_are_a_list(cls, v):
+        # PEFT reads a string as a regex that must match the WHOLE module name, so "q_proj" would match nothing
+        # ("model.layers.0.self_attn.q_proj"); plain names, one or comma-separated, are meant as a list.
+        if isinstance(v, str) and v != "all-linear" and re.fullmatch(r"\s*[\w.-]+(\s*,\s*[\w.-]+)*\s*", v):
+            return [name.strip() for name in v.split(",")]
+        return v
 
 
 class DataConfig(StrictModel):
@@ -105,6 +116,13 @@ class TrainingConfig(StrictModel):
                                            "fine-tuning rate)", gt=0)
     num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
     max_steps: int = _d(-1, "optimizer steps to run; -1 = run num_train_epochs", ge=-1)
+
+    @field_validator("max_steps")
+    @classmethod
+    def _not_zero(cls, v: int) -> int:
+        if v == 0:  # Hugging Face's Trainer reads 0 as "unset" and would run a whole epoch
+            raise ValueError("0 steps trains nothing; pass a number of steps >= 1, or -1 to run num_train_epochs")
+        return v
     per_device_train_batch_size: int | None = _d(None, "rows (SFT) or completions (GRPO) per forward pass; empty "
                                                        "= auto: 4 for SFT (1 packed row when packing), "
                                                        "num_generations for GRPO", gt=0)

@@ -244,6 +244,16 @@ def attach_or_describe_lora(model, lc: LoraConfig):
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
 
 
+def linear_layer_names(model) -> list[str]:
+    """The distinct names of the layers LoRA can target (q_proj, c_attn, ...), the LM head left out."""
+    import torch
+
+    from transformers.pytorch_utils import Conv1D
+
+    out = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))}
+    return sorted(out - {"lm_head"})
+
+
 def match_adapter_dtype(model, compute_dtype: str) -> int:
     """TRL casts LoRA weights of a quantized model to bf16 (the QLoRA paper's choice on Ampere GPUs). With fp32
     compute (CPU) that only throws precision away: Adam updates smaller than bf16's ~3 significant digits vanish

@@ -40,6 +40,7 @@ def test_set_errors_suggest(item, needle):
     (["per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.generation_batch_size=6"],
      "6 completions (grpo.generation_batch_size) is not a multiple of grpo.num_generations"),
     (["reward.weights={lenght: 1}"], "did you mean 'length'"),
+    (["max_steps=0"], "0 steps trains nothing; pass a number of steps >= 1, or -1"),
 ])
 def test_invalid_values_are_one_line_errors(sets, needle):
     with pytest.raises(UserError) as e:
@@ -96,3 +97,15 @@ def test_effective_batch_warning_counts_every_process():
     warned = [w for w in warnings_for(resolve(build_config(sets=sets + ["runtime.num_processes=8"])))
               if "effective batch 32 prompts" in w]
     assert warned
+
+
+@pytest.mark.parametrize("value, want", [
+    ("all-linear", "all-linear"), ("q_proj", ["q_proj"]), ("q_proj,v_proj", ["q_proj", "v_proj"]),
+    (" q_proj , self_attn.v_proj ", ["q_proj", "self_attn.v_proj"]), (r".*\.(q|v)_proj", r".*\.(q|v)_proj"),
+    (["q_proj"], ["q_proj"]),
+])
+def test_lora_target_names_become_a_list_and_a_regex_stays(value, want):
+    """PEFT reads a string as a regex over the WHOLE module name: 'q_proj' alone would match no layer."""
+    from app.config import LoraConfig
+
+    assert LoraConfig(target_modules=value).target_modules == want

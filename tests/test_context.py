@@ -172,3 +172,18 @@ def test_the_run_says_when_transformers_quantized_nothing(tiny_model, math_jsonl
                        {"training": {"max_steps": 1}}, ["runtime.device=cpu", "gradient_checkpointing=false"])
     log = (run_training(cfg, progress=False) / rundir.LOG).read_text()
     assert "quantized none of the layers" in log and "4-bit=False" in log
+
+
+@pytest.mark.slow
+def test_lora_targets_that_match_no_layer_name_the_layers_there_are(odd_models, long_jsonl, tmp_path):
+    """GPT-2 names its layers c_attn / c_fc / c_proj: Llama's q_proj,v_proj match nothing there (before: PEFT's
+    traceback)."""
+    from app.config import build_config
+    from app.train.runner import run_training
+
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(odd_models["gpt2"])},
+                        "data": {"dataset": str(long_jsonl)}, "output_dir": str(tmp_path)},
+                       {"training": {"max_steps": 1}}, ["lora.target_modules=q_proj,v_proj", "runtime.device=cpu"])
+    with pytest.raises(UserError, match=r"matches no layer of this model; its linear layers are: c_attn, c_fc, "
+                                        r"c_proj \(or use all-linear\)"):
+        run_training(cfg, progress=False)

@@ -243,6 +243,9 @@ def test_ui_port_in_use_is_a_clean_error():
         r = subprocess.run([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], capture_output=True,
                            text=True, timeout=120)
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "app.cli", "ui", "--port", "99999"], capture_output=True, text=True,
+                       timeout=120)  # before: socket's OverflowError traceback
+    assert r.returncode == 2 and "--port 99999 is not a TCP port" in r.stderr and "Traceback" not in r.stderr
 
 
 # ------------------------------------------------------------------------------------------ slow, real faults

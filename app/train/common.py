@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.config import AppConfig
-from app.models import attach_or_describe_lora, match_adapter_dtype
+from app.errors import UserError
+from app.models import attach_or_describe_lora, linear_layer_names, match_adapter_dtype
 
 
 def make_trainer(trainer_cls, args, cfg: AppConfig, model, tok, train_ds, info: dict, **extra):
@@ -12,9 +13,16 @@ def make_trainer(trainer_cls, args, cfg: AppConfig, model, tok, train_ds, info: 
 
     from app.train.checkpoints import atomic_trainer
 
+    from peft.utils.error import NoMatchingPeftModuleError
+
     model, peft_config = attach_or_describe_lora(model, cfg.lora)
-    trainer = atomic_trainer(trainer_cls)(model=model, args=args, train_dataset=train_ds, processing_class=tok,
-                          peft_config=peft_config, **extra)
+    try:
+        trainer = atomic_trainer(trainer_cls)(model=model, args=args, train_dataset=train_ds, processing_class=tok,
+                                              peft_config=peft_config, **extra)
+    except NoMatchingPeftModuleError:
+        names = ", ".join(linear_layer_names(model)) or "none"
+        raise UserError(f"lora.target_modules={cfg.lora.target_modules!r} matches no layer of this model; its linear "
+                        f"layers are: {names} (or use all-linear)") from None
     match_adapter_dtype(trainer.model, info["compute_dtype"])
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; our progress bar and metrics.jsonl replace it
     return trainer

@@ -80,6 +80,8 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
 
 
 def _check_port_free(host: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port} is not a TCP port; pass one from 1 to 65535 (default 7860)")
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
