@@ -59,6 +59,34 @@ def test_local_formats_all_load(tmp_path):
         assert dd["train"][3] == rows[3], name
 
 
+def test_files_as_spreadsheets_and_windows_editors_write_them(tmp_path):
+    """A byte-order mark (Notepad, Excel's "UTF-8 CSV") and ';' as the delimiter (Excel in many locales): the same
+    rows as a plain file, in training and in inspect. A comma file whose text holds ';' keeps its commas."""
+    import gzip
+
+    import pandas as pd
+
+    from app.data.loading import inspect_detection
+
+    rows = _qa(10)
+    bom = b"\xef\xbb\xbf"
+    lines = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    (tmp_path / "bom.jsonl").write_bytes(bom + lines)
+    with gzip.open(tmp_path / "bom.jsonl.gz", "wb") as f:
+        f.write(bom + lines)
+    (tmp_path / "bom.json").write_bytes(bom + json.dumps(rows).encode())
+    (tmp_path / "bom.csv").write_bytes(bom + pd.DataFrame(rows).to_csv(index=False).encode())
+    pd.DataFrame(rows).to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    for name in ("bom.jsonl", "bom.jsonl.gz", "bom.json", "bom.csv", "semi.csv"):
+        ds = resolve_dataset(str(tmp_path / name))["train"]
+        assert ds.column_names == ["question", "answer"] and ds[3] == rows[3], name
+        det, peeked, _ = inspect_detection(str(tmp_path / name), None, None, None, None, False)
+        assert (det.prompt_field, det.reference_field) == ("question", "answer") and peeked[3] == rows[3], name
+    text = [{"question": f"a; b; c {i}", "answer": f"x;y {i}"} for i in range(5)]
+    pd.DataFrame(text).to_csv(tmp_path / "commas.csv", index=False)
+    assert resolve_dataset(str(tmp_path / "commas.csv"))["train"].to_list() == text
+
+
 def test_wrapped_json_with_split_keys(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps({"train": _qa(6), "test": _qa(3, 100)}))
     dd = resolve_dataset(str(tmp_path / "s.json"))

@@ -51,9 +51,31 @@ def _suffixes(path: Path) -> tuple[str, str | None]:
 
 
 def _open_text(path: Path):
+    # utf-8-sig: a byte-order mark (Windows editors write one) is dropped, a file without one reads the same
     _, comp = _suffixes(path)
-    return OPENERS[comp](path, "rt", encoding="utf-8", errors="replace") if comp else open(
-        path, encoding="utf-8", errors="replace")
+    return OPENERS[comp](path, "rt", encoding="utf-8-sig", errors="replace") if comp else open(
+        path, encoding="utf-8-sig", errors="replace")
+
+
+def _has_bom(path: Path) -> bool:
+    _, comp = _suffixes(path)
+    with (OPENERS[comp](path, "rb") if comp else open(path, "rb")) as f:
+        return f.read(3) == b"\xef\xbb\xbf"
+
+
+def _csv_delimiter(path: Path) -> str:
+    """',' unless the header and first rows say otherwise: spreadsheets in many locales export ';'."""
+    import csv
+
+    with _open_text(path) as f:
+        sample = f.read(65536)
+    try:
+        found = csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
+    except csv.Error:  # one column, or too irregular to tell: the standard comma
+        return ","
+    # Only a header that has no comma but splits on the other character: text with ';' in a comma file stays put.
+    header = next(csv.reader([sample.split("\n", 1)[0]]), [])
+    return found if len(header) == 1 and len(next(csv.reader([header[0]], delimiter=found))) > 1 else ","
 
 
 @contextmanager
@@ -184,8 +206,10 @@ def _load_file(path: Path):
     if path.stat().st_size == 0 or (ext != ".parquet" and not _first_char(path)):
         raise DataError(f"'{path}' is empty; pass a file with at least one row")
     loader, kwargs = LOADERS[ext], {}
-    if ext == ".tsv":
-        kwargs["sep"] = "\t"
+    if ext in (".csv", ".tsv"):
+        kwargs["sep"] = "\t" if ext == ".tsv" else _csv_delimiter(path)
+    elif loader == "json" and _has_bom(path):
+        kwargs["encoding"] = "utf-8-sig"
     if ext == ".json" and _first_char(path) == "{":
         with _open_text(path) as f:
             first, more = f.readline(), f.read(4096).strip()
@@ -378,7 +402,7 @@ def peek(spec: str, config_name: str | None, split: str | None, n: int, local_on
                 raise DataError(f"'{path}' has no rows; pass a file with at least one row")
             return batch.to_pylist(), list(pf.schema_arrow.names), pf.metadata.num_rows, "train"
         if ext in (".csv", ".tsv"):
-            rows, cols, total = _peek_csv(path, n, "\t" if ext == ".tsv" else ",")
+            rows, cols, total = _peek_csv(path, n, "\t" if ext == ".tsv" else _csv_delimiter(path))
             if not rows:
                 raise DataError(f"'{path}' has no rows; pass a file with at least one row")
             return rows, cols, total, "train"
