@@ -5,6 +5,7 @@ import json
 import pytest
 
 from app.config import build_config, resolve
+from app.errors import UserError
 from app.memory import estimate_memory, fit_problem, format_estimate, model_shape, params_from_name
 from app.presets import load_preset
 
@@ -159,3 +160,39 @@ def test_exact_parts_match_real_tensors(tmp_path):
     state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values() if t.dim() > 0)
     used = sum(p.numel() * p.element_size() + p.grad.numel() * p.grad.element_size() for p in trainable) + state
     assert used == pytest.approx(lora_param_count(shape, 8, "all-linear") * lora_bytes_per_param(cuda=False), rel=0.05)
+
+
+def _on_a_gpu(monkeypatch, gb: float) -> None:
+    import app.runtime
+
+    monkeypatch.setattr(app.runtime, "device_facts", lambda device="auto": {
+        "cuda": True, "bf16": True, "gpu": "a test GPU", "vram_gb": gb})
+
+
+def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
+    """GRPO samples several optimizer steps' completions at once on auto; on a GPU without room for that, it
+    samples as many steps' worth as fit instead of refusing the run. An explicit size is the user's: refused."""
+    from app.train.preflight import preflight
+
+    cfg = resolve(build_config({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}},
+                               {}, ["per_device_train_batch_size=2", "gradient_accumulation_steps=8",
+                                    "num_generations=8", "max_completion_length=1024"]))
+    one_step = cfg.model_copy(deep=True)
+    one_step.grpo.generation_batch_size = 16
+    full, least = estimate_memory(cfg)["total_gb"], estimate_memory(one_step)["total_gb"]
+    assert full > least + 1.0  # the generation batch is a real part of this run's memory
+    said = []
+    _on_a_gpu(monkeypatch, (full + least) / 2)
+    pf = preflight(cfg, note=said.append)
+    assert 16 <= pf["fast"].completions_at_once < 64 and pf["estimate"]["total_gb"] <= (full + least) / 2
+    assert f"sampling {pf['fast'].completions_at_once} completions at a time" in said[0]
+    _on_a_gpu(monkeypatch, full + 1)
+    assert preflight(cfg)["fast"].completions_at_once == 64  # room enough: the auto size stands
+    fixed = cfg.model_copy(deep=True)
+    fixed.grpo.generation_batch_size = 64
+    _on_a_gpu(monkeypatch, (full + least) / 2)
+    with pytest.raises(UserError, match="the memory estimate is"):
+        preflight(fixed)
+    _on_a_gpu(monkeypatch, least - 0.5)
+    with pytest.raises(UserError, match="the memory estimate is"):  # not even one step's worth fits
+        preflight(cfg)

@@ -78,6 +78,12 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
         offloaded.training.activation_offloading = True
         if fit_problem(estimate_memory(offloaded, lengths), offloaded, gpu_gb) is None:
             needs_room, problem = True, None
+    if problem and cfg.method == "grpo":
+        smaller = generation_batch_that_fits(cfg, lengths, gpu_gb)
+        if smaller is not None:
+            _say(note, f"sampling {smaller.grpo.generation_batch_size} completions at a time, the most this "
+                       f"{gpu_gb:.0f} GB GPU has room for (grpo.generation_batch_size sets it)")
+            cfg, est, problem = smaller, estimate_memory(smaller, lengths), None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
     copy_fits = False
@@ -97,6 +103,26 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
     if problem:
         _say(note, problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
     return {"estimate": est, "fast": fast, "cuda": cuda, "gpu_gb": gpu_gb, "lengths_known": lengths is not None}
+
+
+def generation_batch_that_fits(cfg, lengths, gpu_gb: float):
+    """On auto, GRPO samples several optimizer steps' completions at once; where that does not fit the GPU, the
+    config sampling the most optimizer steps' worth that does (down to one step's), or None."""
+    from app.train.fastpaths import steps_per_generation
+
+    t = cfg.training
+    if cfg.grpo.generation_batch_size is not None or {"steps_per_generation", "generation_batch_size"} & set(
+            t.extra_args):
+        return None
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    auto_steps = steps_per_generation(t.per_device_train_batch_size, t.gradient_accumulation_steps, None,
+                                      cfg.grpo.num_generations) // t.gradient_accumulation_steps
+    for steps in range(auto_steps - 1, 0, -1):
+        trial = cfg.model_copy(deep=True)
+        trial.grpo.generation_batch_size = per_step * steps
+        if fit_problem(estimate_memory(trial, lengths), trial, gpu_gb) is None:
+            return trial
+    return None
 
 
 def _say(note, line: str) -> None:
