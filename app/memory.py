@@ -60,8 +60,17 @@ def params_from_name(name: str) -> int | None:
     return int(float(num) * (1e9 if unit.lower() == "b" else 1e6))
 
 
+# Families whose MLP is two matrices (up, down) rather than the gated three of Llama / Qwen / Mistral / Gemma.
+UNGATED_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "falcon", "bloom", "phi", "starcoder2", "gpt_bigcode", "codegen"}
+# Older families name the same facts differently (GPT-2 / GPT-J / BLOOM / Falcon / OPT); the first name present wins.
+CONFIG_ALIASES = {"hidden_size": ("n_embd", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
+                  "num_attention_heads": ("n_head",), "intermediate_size": ("n_inner", "ffn_dim")}
+
+
 def _shape_from_config(c: dict) -> dict | None:
     c = c.get("text_config", c)  # multimodal wrappers keep the LM under text_config
+    c = {**{key: next((c[a] for a in aliases if c.get(a) is not None), None) for key, aliases in
+            CONFIG_ALIASES.items()}, **{k: v for k, v in c.items() if v is not None}}
     try:
         h, layers, vocab = int(c["hidden_size"]), int(c["num_hidden_layers"]), int(c["vocab_size"])
     except (KeyError, TypeError, ValueError):
@@ -71,6 +80,7 @@ def _shape_from_config(c: dict) -> dict | None:
         "hidden": h, "intermediate": int(c.get("intermediate_size") or 4 * h), "layers": layers, "heads": heads,
         "kv_heads": int(c.get("num_key_value_heads") or heads), "head_dim": int(c.get("head_dim") or h // heads),
         "vocab": vocab, "tied": bool(c.get("tie_word_embeddings", False)),
+        "gated": c.get("model_type") not in UNGATED_MLP,
     }
 
 
@@ -116,9 +126,10 @@ def model_shape(name_or_path: str) -> tuple[dict | None, int | None, str]:
 
 
 def _linear_sizes(s: dict) -> list[tuple[int, int]]:
-    """(in, out) of each linear layer in one decoder block (attention q/k/v/o + gated MLP)."""
+    """(in, out) of each linear layer in one decoder block (attention q/k/v/o + the MLP, gated or not)."""
     h, i, q, kv = s["hidden"], s["intermediate"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    return [(h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h)]
+    mlp = [(h, i), (h, i), (i, h)] if s.get("gated", True) else [(h, i), (i, h)]
+    return [(h, q), (h, kv), (h, kv), (q, h), *mlp]
 
 
 def _embed_params(s: dict) -> int:

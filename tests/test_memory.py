@@ -196,3 +196,14 @@ def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
     _on_a_gpu(monkeypatch, least - 0.5)
     with pytest.raises(UserError, match="the memory estimate is"):  # not even one step's worth fits
         preflight(cfg)
+
+
+def test_older_config_names_give_a_shape(tmp_path):
+    """GPT-2 / Falcon / OPT name hidden size and layers differently (n_embd, n_layer, ffn_dim): their size is
+    known from config.json too, not 'model size unknown'."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12,
+                                                      "n_head": 12, "n_inner": None, "vocab_size": 50257,
+                                                      "tie_word_embeddings": True}))
+    shape, params, _ = model_shape(str(tmp_path))
+    assert (shape["hidden"], shape["layers"], shape["heads"], shape["intermediate"]) == (768, 12, 12, 3072)
+    assert 0.11e9 < params < 0.14e9  # GPT-2 small: 124M
