@@ -116,13 +116,6 @@ class TrainingConfig(StrictModel):
                                            "fine-tuning rate)", gt=0)
     num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
     max_steps: int = _d(-1, "optimizer steps to run; -1 = run num_train_epochs", ge=-1)
-
-    @field_validator("max_steps")
-    @classmethod
-    def _not_zero(cls, v: int) -> int:
-        if v == 0:  # Hugging Face's Trainer reads 0 as "unset" and would run a whole epoch
-            raise ValueError("0 steps trains nothing; pass a number of steps >= 1, or -1 to run num_train_epochs")
-        return v
     per_device_train_batch_size: int | None = _d(None, "rows (SFT) or completions (GRPO) per forward pass; empty "
                                                        "= auto: 4 for SFT (1 packed row when packing), "
                                                        "num_generations for GRPO", gt=0)
@@ -146,6 +139,13 @@ class TrainingConfig(StrictModel):
     max_grad_norm: float = _d(1.0, "gradient clipping norm", gt=0)
     extra_args: dict[str, Any] = Field(default_factory=dict, description=(
         "passed straight to TRL's SFTConfig / GRPOConfig for knobs not surfaced here; checked against its fields"))
+
+    @field_validator("max_steps")
+    @classmethod
+    def _not_zero(cls, v: int) -> int:
+        if v == 0:  # Hugging Face's Trainer reads 0 as "unset" and would run a whole epoch
+            raise ValueError("0 steps trains nothing; pass a number of steps >= 1, or -1 to run num_train_epochs")
+        return v
 
 
 class GRPOConfig(StrictModel):

@@ -114,7 +114,7 @@ def test_exact_parts_match_real_tensors(tmp_path):
     import sys
 
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     import tiny

@@ -1,7 +1,5 @@
 """Decisions around the CUDA-only parts, tested without a GPU."""
 
-from pathlib import Path
-
 import pytest
 
 from app.errors import UserError

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
-from packaging.version import Version
 
 from app.unsloth_backend import CPU_GRPO_FLOORS, stack_problem
 

@@ -50,16 +50,20 @@ def _suffixes(path: Path) -> tuple[str, str | None]:
     return (sfx[-1] if sfx else ""), comp
 
 
-def _open_text(path: Path):
-    # utf-8-sig: a byte-order mark (Windows editors write one) is dropped, a file without one reads the same
+def _open(path: Path, binary: bool = False):
+    """The file's content, decompressed where its name says so. Text drops a byte-order mark (utf-8-sig: Windows
+    editors write one; a file without one reads the same)."""
     _, comp = _suffixes(path)
-    return OPENERS[comp](path, "rt", encoding="utf-8-sig", errors="replace") if comp else open(
-        path, encoding="utf-8-sig", errors="replace")
+    opener = OPENERS[comp] if comp else open
+    return opener(path, "rb") if binary else opener(path, "rt", encoding="utf-8-sig", errors="replace")
+
+
+def _open_text(path: Path):
+    return _open(path)
 
 
 def _has_bom(path: Path) -> bool:
-    _, comp = _suffixes(path)
-    with (OPENERS[comp](path, "rb") if comp else open(path, "rb")) as f:
+    with _open(path, binary=True) as f:
         return f.read(3) == b"\xef\xbb\xbf"
 
 

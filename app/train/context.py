@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 
 from app.errors import UserError
-from app.models import context_length  # noqa: F401 - the runner takes it from here with the fitters
 
 log = logging.getLogger("qlora_app")
 
@@ -74,9 +73,8 @@ def fit_sft_length(cfg, context: int | None, note=log.warning):
     """cfg with training.max_length no longer than the model's context."""
     if context is None or cfg.training.max_length <= context:
         return cfg
-    line = (f"training.max_length={cfg.training.max_length} is longer than the model's {context}-token context: "
-            f"examples are cut at {context} tokens")
-    note(line)
+    note(f"training.max_length={cfg.training.max_length} is longer than the model's {context}-token context: "
+         f"examples are cut at {context} tokens")
     out = cfg.model_copy(deep=True)
     out.training.max_length = context
     return out

@@ -270,7 +270,8 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     info["fast"] = fast
     log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
              info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
-    from app.train.context import context_length, fit_grpo, fit_sft_length
+    from app.models import context_length
+    from app.train.context import fit_grpo, fit_sft_length
 
     context = context_length(model.config)
     note = _warner(console, "note")
