@@ -54,13 +54,14 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
     can never overwrite a finished one."""
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    candidate = root / run_name
-    n = 2
-    while candidate.exists():
-        candidate = root / f"{run_name}-{n}"
-        n += 1
-    candidate.mkdir()
-    return candidate
+    n = 1
+    while True:
+        candidate = root / (run_name if n == 1 else f"{run_name}-{n}")
+        try:
+            candidate.mkdir()  # atomic: two runs started in the same second (the UI and a CLI) never share one
+            return candidate
+        except FileExistsError:
+            n += 1
 
 
 def write_atomic(path: Path, text: str) -> None:

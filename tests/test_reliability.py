@@ -135,6 +135,28 @@ def _write_many(path, i):
         rundir.write_atomic(path, f"writer {i}\n" * 50)
 
 
+def test_runs_started_at_the_same_moment_each_get_their_own_folder(tmp_path):
+    """The UI and a CLI (or two CLIs) starting runs of the same name in the same second: an exists-then-mkdir check
+    let the second one fail with 'cannot create a run directory'; each must get a folder of its own."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_new_runs, args=(tmp_path, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    made = [results.get(timeout=5) for _ in range(4 * 25)]
+    assert len(set(made)) == 100 and len(list(tmp_path.iterdir())) == 100
+
+
+def _new_runs(root, results):
+    for _ in range(25):
+        results.put(str(rundir.new_run_dir(root, "20261123-090000-grpo-arith")))
+
+
 def test_a_dead_running_run_shows_as_crashed_with_the_resume_command(tmp_path):
     from app.runs import run_summary
     from app.ui.handlers import runs_rows, status_markdown
