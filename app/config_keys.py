@@ -66,6 +66,12 @@ def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
     return rows
 
 
+def changed_keys(old: AppConfig, new: AppConfig) -> list[str]:
+    """'key: old -> new' for every key whose value differs, in config order."""
+    before = {k: v for k, v, _ in explain_rows(old)}
+    return [f"{k}: {before[k]} -> {v}" for k, v, _ in explain_rows(new) if before.get(k) != v]
+
+
 def unknown_key_message(dotted: str) -> str:
     keys = all_leaf_keys()
     sections = [k for k in AppConfig.model_fields]

@@ -120,7 +120,10 @@ def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, t
     assert [m["step"] for m in rundir.read_metrics(d)] == [1, 2, 3, 4]
     # Resuming a run that already reached its end trains nothing (Hugging Face's Trainer would add a step each time)
     before = sorted(p.name for p in rundir.checkpoints(d))
-    for extra, planned in (([], 2), (["--max-steps", "4"], 4)):
+    # config.yaml records the extended plan, so a bare resume (the crashed-run hint) continues the same one
+    assert yaml.safe_load((d / rundir.CONFIG).read_text())["training"]["max_steps"] == 4
+    assert "config.yaml updated for this resume: training.max_steps: 2 -> 4" in (d / rundir.LOG).read_text()
+    for extra, planned in (([], 4), (["--max-steps", "4"], 4)):
         r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress", *extra],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [

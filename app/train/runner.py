@@ -110,6 +110,18 @@ def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
                         f"(more than {step}) to train it further")
 
 
+def _changed_on_resume(d: Path, cfg: AppConfig) -> bool:
+    """Whether a resume changes the run's plan (--max-steps N extends it, --set changes a key). config.yaml then
+    records the plan the run now follows, so a later bare --resume (the crashed-run hint) continues the same one."""
+    from app.config import load_yaml_file, validate
+    from app.config_keys import changed_keys
+
+    changed = changed_keys(validate(load_yaml_file(d / rundir.CONFIG)), cfg)
+    if changed:
+        log.info("config.yaml updated for this resume: %s", "; ".join(changed))
+    return bool(changed)
+
+
 def resume_point(d: Path, console=None, cfg: AppConfig | None = None) -> Path:
     """The newest complete checkpoint of run ``d``; torn newer ones are named and skipped, none is a user error.
     metrics.jsonl is cut back to that step, so the steps trained again are logged once."""
@@ -176,7 +188,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
         raise
     try:
         if main:
-            if resume is None:
+            if resume is None or _changed_on_resume(d, cfg):
                 rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
             rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
                                 model=cfg.model.name_or_path, dataset=cfg.data.dataset,
