@@ -52,18 +52,53 @@ def pick_attention(setting: str, cuda: bool, flash_installed: bool) -> str:
     return setting
 
 
-def pick_packing(setting: bool | None, attention: str, remote_code: bool = False) -> bool:
+def pick_packing(setting: bool | None, attention: str, remote_code: bool = False, kept_apart: bool = True) -> bool:
     """SFT packing (best-fit-decreasing, padding-free: position_ids mark where each example starts). auto = on
     wherever the attention kernel keeps packed examples apart (PACKING_KERNELS), off for the Unsloth backend and
-    for models with their own code; an explicit true where examples would see each other is refused."""
-    ok = attention in PACKING_KERNELS and not remote_code
+    for models with their own code; an explicit true where examples would see each other is refused.
+    ``kept_apart``: what packed_examples_stay_apart measured on the loaded model."""
+    ok = attention in PACKING_KERNELS and not remote_code and kept_apart
     if setting is None:
         return ok
     if setting and not ok:
-        why = "the model's own code (trust_remote_code)" if remote_code else f"the {attention} attention path"
+        why = ("the model's own code (trust_remote_code)" if remote_code else
+               "this architecture (measured: its positions or mask ignore where packed examples start)"
+               if not kept_apart else f"the {attention} attention path")
         raise UserError(f"training.packing=true: with {why} packed examples would attend to each other; leave "
                         "training.packing empty (auto) or set it to false")
     return bool(setting)
+
+
+def packed_examples_stay_apart(model) -> bool:
+    """Measured, not assumed: two short random sequences packed into one row (positions restarting, no mask, no
+    cache: how TRL's padding-free collator feeds training) against the second one alone. Llama, Qwen, Mistral,
+    Gemma, Phi and GPT-2 keep them apart in transformers 5; OPT (positions from the attention mask) and Falcon do
+    not, and packing would let each example read the one before it."""
+    import torch
+
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    first, second = torch.randint(0, vocab, (1, 7), generator=g), torch.randint(0, vocab, (1, 5), generator=g)
+    device = next(model.parameters()).device
+    ids = torch.cat([first, second], dim=1).to(device)
+    positions = torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0).to(device)
+    from bitsandbytes.nn import Linear4bit
+
+    training = model.training
+    model.eval()  # dropout would make the two passes differ for no reason
+    for m in model.modules():
+        # ...but 4-bit layers stay in training mode: an eval forward without grad makes bitsandbytes repack their
+        # weights for its CPU kernel, after which training a layer with a bias fails (seen with OPT)
+        if isinstance(m, Linear4bit):
+            m.train()
+    try:
+        with torch.no_grad():
+            packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, 7:].float()
+            alone = model(input_ids=second.to(device), use_cache=False).logits.float()
+    finally:
+        model.train(training)
+    # bf16 / 4-bit kernels of different shapes differ a little; an example reading another differs by O(1)
+    return bool((packed - alone).abs().max() <= 0.02 * alone.abs().max() + 1e-3)
 
 
 # Where configs keep their context length: Llama/Qwen/Mistral/Gemma, GPT-2, BLOOM-style, ChatGLM/Qwen-1, GPT-J.

@@ -25,6 +25,8 @@ def odd_models(tmp_path_factory) -> dict[str, Path]:
         "gemma2": tiny.build_from_config("gemma2", root / "gemma2", root / "tok", hidden_size=64,
                                          intermediate_size=128, num_key_value_heads=2, head_dim=16,
                                          max_position_embeddings=512, **small),
+        "opt": tiny.build_from_config("opt", root / "opt", root / "tok", hidden_size=64, ffn_dim=128,
+                                      word_embed_proj_dim=64, max_position_embeddings=512, **small),
     }
 
 
@@ -187,3 +189,37 @@ def test_lora_targets_that_match_no_layer_name_the_layers_there_are(odd_models, 
     with pytest.raises(UserError, match=r"matches no layer of this model; its linear layers are: c_attn, c_fc, "
                                         r"c_proj \(or use all-linear\)"):
         run_training(cfg, progress=False)
+
+
+def test_packing_is_measured_on_the_loaded_model(odd_models, tiny_models):
+    """Packing relies on the model keeping packed examples apart; OPT (positions from the attention mask) does not,
+    Llama / Qwen / Gemma 2 / GPT-2 do. Measured on the real 4-bit models, as a run measures it."""
+    from app.config import ModelConfig
+    from app.models import load_base_model, packed_examples_stay_apart
+
+    for path, apart in ((tiny_models["llama"], True), (tiny_models["qwen3"], True), (odd_models["gpt2"], True),
+                        (odd_models["gemma2"], True), (odd_models["opt"], False)):
+        model, _, _ = load_base_model(ModelConfig(name_or_path=str(path)), device="cpu")
+        modes = [m.training for m in model.modules()]
+        assert packed_examples_stay_apart(model) is apart, path.name
+        assert [m.training for m in model.modules()] == modes  # the probe leaves the model as it found it
+
+
+@pytest.mark.slow
+def test_a_model_that_mixes_packed_examples_trains_sft_unpacked(odd_models, long_jsonl, tmp_path):
+    """OPT: auto packing turns off with one line and the run trains (the probe must not leave bitsandbytes' CPU
+    repacking behind: a 4-bit layer with a bias then failed in backward); packing forced on is refused."""
+    from app import rundir
+    from app.config import build_config
+    from app.train.runner import run_training
+
+    def cfg(*sets):
+        return build_config({"method": "sft", "model": {"name_or_path": str(odd_models["opt"])},
+                             "data": {"dataset": str(long_jsonl)}, "output_dir": str(tmp_path)},
+                            {"training": {"max_steps": 2}}, ["runtime.device=cpu", "training.max_length=256", *sets])
+
+    d = run_training(cfg(), progress=False)
+    assert rundir.read_status(d)["status"] == rundir.FINISHED
+    assert "packing is off: OPTForCausalLM lets packed examples attend to each other" in (d / rundir.LOG).read_text()
+    with pytest.raises(UserError, match="packing=true: with this architecture \\(measured"):
+        run_training(cfg("training.packing=true"), progress=False)

@@ -64,13 +64,15 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
 
 
 def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
-               fsdp_layers: list[str] | None = None, attention: str = "sdpa", fast: FastPaths | None = None) -> dict:
+               fsdp_layers: list[str] | None = None, attention: str = "sdpa", fast: FastPaths | None = None,
+               kept_apart: bool = True) -> dict:
+    """``kept_apart``: whether the loaded model keeps packed examples apart (app.models.packed_examples_stay_apart)."""
     from app.models import pick_packing
 
     kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
     kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
     kw.update(max_length=cfg.training.max_length, packing=pick_packing(cfg.training.packing, attention,
-                                                                             cfg.model.trust_remote_code))
+                                                                             cfg.model.trust_remote_code, kept_apart))
     return _with_extra(kw, cfg, "SFTConfig")
 
 

@@ -308,7 +308,7 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
 
             train_ds = to_sft(train_raw, det, tok, cfg.data.system_prompt)
             cfg = fit_sft_length(cfg, context, note)
-            trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info)
+            trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info, note)
             errors = lambda: 0  # noqa: E731 - SFT has no reward
         if main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
