@@ -216,6 +216,19 @@ def test_nothing_to_compare(run_dir):
         run_comparison(run_dir, prompts=["  "])
 
 
+def test_a_dataset_too_small_to_hold_rows_out_says_so(run_dir, tmp_path):
+    """3 rows: none are held out; '--num-samples 5' must not be told to pass --num-samples."""
+    import json
+
+    from app.eval.compare import run_comparison
+
+    small = tmp_path / "three.jsonl"
+    small.write_text("".join(json.dumps({"question": f"What is {i}+1?", "answer": str(i + 1)}) + "\n"
+                             for i in range(3)))
+    with pytest.raises(UserError, match="has no held-out rows to compare on .*; pass --prompt TEXT"):
+        run_comparison(run_dir, dataset=str(small), num_samples=5)
+
+
 def _tags(html: str) -> list[tuple[str, list]]:
     from html.parser import HTMLParser
 

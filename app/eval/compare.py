@@ -115,6 +115,10 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
         for ex in heldout_examples(dc, num_samples, seed, local_only, split_seed=split_seed,
                                    system_prompt=system_prompt):
             items.append({**ex, "source": "heldout"})
+        if not items and not any(p and p.strip() for p in prompts):
+            raise UserError(f"'{dc.dataset}' has no held-out rows to compare on (too few rows to hold any out, or "
+                            "data.heldout_size=0); pass --prompt TEXT, or --dataset FILE with rows the adapter did "
+                            "not train on")
     for p in prompts:
         if p and p.strip():
             msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
