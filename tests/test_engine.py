@@ -237,3 +237,25 @@ finally:
     (d,) = (tmp_path / "runs").iterdir()
     assert rundir.read_status(d)["status"] == rundir.FINISHED
     assert "step 1/1" in (d / rundir.LOG).read_text()
+
+
+def test_grpo_on_a_few_rows_trains_and_a_run_that_cannot_step_says_so(tiny_model, tmp_path, monkeypatch):
+    """3 prompts: the auto generation batch (8 prompts) would give TRL no full batch, and the run 'finished' at step 0
+    with an untrained adapter. Now it samples what the data holds and trains; a run that still steps nothing (TRL's
+    own knobs set too big) is a one-line error, not 'finished'."""
+    import json as _json
+
+    from app.errors import UserError
+
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(_json.dumps({"question": f"What is {i}+1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(3)))
+    cfg = _cfg(tiny_model, data, tmp_path, "grpo", steps=2, extra=["gradient_accumulation_steps=2"])
+    d = run_training(cfg, progress=False)
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED and st["step"] == 2
+    assert "the training data has 3 prompts: sampling 2 at a time" in (d / rundir.LOG).read_text()
+    stuck = _cfg(tiny_model, data, tmp_path, "grpo", steps=2,
+                 extra=["gradient_accumulation_steps=2", "training.extra_args={steps_per_generation: 8}"])
+    with pytest.raises(UserError, match="no training step ran: the 3 training rows gave no full batch"):
+        run_training(stuck, progress=False)

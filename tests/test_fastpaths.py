@@ -100,3 +100,29 @@ def test_auto_can_be_typed_as_well_as_left_empty():
             cfg.training.activation_offloading) == (None, None, None, None)
     with pytest.raises(UserError, match="grpo.use_vllm"):
         build_config(sets=["grpo.use_vllm=sometimes"])
+
+
+def test_generation_batch_fits_the_data():
+    """TRL drops an incomplete generation batch: with fewer prompts than one batch nothing trains (it logs "not a
+    single sample" and the run 'finished' at step 0). The auto batch shrinks to the data; one step too big is an
+    error; an explicit size is the user's to lower."""
+    from app.train.fastpaths import fit_generation_to_data
+
+    cfg = _cfg("per_device_train_batch_size=4", "gradient_accumulation_steps=2", "num_generations=4")
+    fp = decide(cfg, Env(cuda=False))
+    assert fp.optimizer_steps_per_generation == 4 and fp.steps_per_generation == 8  # 8 prompts at a time
+    said = []
+    small = fit_generation_to_data(fp, cfg, 5, note=said.append)  # 2 prompts per optimizer step
+    assert (small.steps_per_generation, small.optimizer_steps_per_generation, small.completions_at_once) == (4, 2, 16)
+    assert "has 5 prompts: sampling 4 at a time (2 optimizer step(s)' worth), not 8" in said[0]
+    assert fit_generation_to_data(fp, cfg, 8) == fp and fit_generation_to_data(fp, cfg, 2).steps_per_generation == 2
+    assert fit_generation_to_data(fp, cfg, 4, world=2).steps_per_generation == 2  # two processes: 4 prompts a step
+    with pytest.raises(UserError, match="one GRPO step takes 2 prompts .* the training data has 1"):
+        fit_generation_to_data(fp, cfg, 1)
+    fixed = _cfg("per_device_train_batch_size=4", "gradient_accumulation_steps=2", "num_generations=4",
+                 "grpo.generation_batch_size=32")
+    with pytest.raises(UserError, match="grpo.generation_batch_size=32 samples 8 prompts at a time and the training"):
+        fit_generation_to_data(decide(fixed, Env(cuda=False)), fixed, 5)
+    trl_own = _cfg("training.extra_args={steps_per_generation: 8}")
+    fp = decide(trl_own, Env(cuda=False))
+    assert fit_generation_to_data(fp, trl_own, 3) is fp  # TRL's own knobs: passed through as set

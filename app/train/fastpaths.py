@@ -18,7 +18,7 @@ Decisions are pure functions of (config, Env) so they are unit-tested on a machi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.errors import UserError
 from app.runtime import installed
@@ -139,6 +139,33 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> 
                      offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
                      steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen,
                      sampler=sampler, cuda=env.cuda)
+
+
+def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1, note=None) -> FastPaths:
+    """TRL samples whole generation batches of distinct prompts and drops an incomplete one, so a dataset with
+    fewer prompts than one batch trains nothing at all (and says only "not a single sample", then "finished").
+    The auto batch shrinks to what the data holds (down to one optimizer step's); a single optimizer step that needs
+    more prompts than there are is a user error."""
+    t, g = cfg.training, cfg.grpo
+    per_micro = t.per_device_train_batch_size * world  # completions per micro-batch, all processes together
+    step_prompts = per_micro * t.gradient_accumulation_steps // g.num_generations
+    if step_prompts > num_prompts:
+        raise UserError(f"one GRPO step takes {step_prompts} prompts (per_device_train_batch_size x processes x "
+                        f"gradient_accumulation_steps / num_generations) and the training data has {num_prompts}; "
+                        "lower training.gradient_accumulation_steps or per_device_train_batch_size, or add rows")
+    if fp.steps_per_generation is None or per_micro * fp.steps_per_generation // g.num_generations <= num_prompts:
+        return fp
+    if g.generation_batch_size is not None:
+        raise UserError(f"grpo.generation_batch_size={g.generation_batch_size} samples "
+                        f"{per_micro * fp.steps_per_generation // g.num_generations} prompts at a time and the training "
+                        f"data has {num_prompts}; lower it or leave it empty (auto)")
+    steps = max(k for k in range(1, fp.optimizer_steps_per_generation + 1) if step_prompts * k <= num_prompts)
+    spg = t.gradient_accumulation_steps * steps
+    if note:
+        note(f"the training data has {num_prompts} prompts: sampling {step_prompts * steps} at a time "
+             f"({steps} optimizer step(s)' worth), not {per_micro * fp.steps_per_generation // g.num_generations}")
+    return replace(fp, steps_per_generation=spg, completions_at_once=t.per_device_train_batch_size * spg,
+                               optimizer_steps_per_generation=steps)
 
 
 def trl_kwargs(fp: FastPaths, cfg) -> dict:

@@ -301,6 +301,10 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
                 note("dataset has no reference field: GRPO runs without the reference-match component")
             train_ds = to_grpo(train_raw, det, tok, cfg.data.system_prompt)
             cfg, train_ds = fit_grpo(cfg, train_ds, tok, context, note)
+            from app.train.fastpaths import fit_generation_to_data
+
+            if fast is not None:
+                info["fast"] = fit_generation_to_data(fast, cfg, len(train_ds), world_size(), note if main else None)
             trainer = build_grpo_trainer(cfg, model, tok, train_ds, d, info, det.reference_field is not None)
             errors = reward_error_count
         else:
@@ -320,6 +324,9 @@ def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress:
     finally:
         bar.close()
         stop.uninstall()
+    if trainer.state.global_step == 0 and not stop.requested:  # TRL / HF say "not a single sample", then finish
+        raise UserError(f"no training step ran: the {len(train_ds)} training rows gave no full batch; lower "
+                        "training.per_device_train_batch_size or gradient_accumulation_steps, or add rows")
     if watch.nonfinite:
         if main:
             rundir.write_status(d, rundir.FAILED, step=trainer.state.global_step)
