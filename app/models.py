@@ -75,6 +75,7 @@ def packed_examples_stay_apart(model) -> bool:
     Gemma, Phi and GPT-2 keep them apart in transformers 5; OPT (positions from the attention mask) and Falcon do
     not, and packing would let each example read the one before it."""
     import torch
+    from bitsandbytes.nn import Linear4bit
 
     vocab = model.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
@@ -82,8 +83,6 @@ def packed_examples_stay_apart(model) -> bool:
     device = next(model.parameters()).device
     ids = torch.cat([first, second], dim=1).to(device)
     positions = torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0).to(device)
-    from bitsandbytes.nn import Linear4bit
-
     training = model.training
     model.eval()  # dropout would make the two passes differ for no reason
     for m in model.modules():

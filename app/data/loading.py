@@ -58,10 +58,6 @@ def _open(path: Path, binary: bool = False):
     return opener(path, "rb") if binary else opener(path, "rt", encoding="utf-8-sig", errors="replace")
 
 
-def _open_text(path: Path):
-    return _open(path)
-
-
 def _has_bom(path: Path) -> bool:
     with _open(path, binary=True) as f:
         return f.read(3) == b"\xef\xbb\xbf"
@@ -71,7 +67,7 @@ def _csv_delimiter(path: Path) -> str:
     """',' unless the header and first rows say otherwise: spreadsheets in many locales export ';'."""
     import csv
 
-    with _open_text(path) as f:
+    with _open(path) as f:
         sample = f.read(65536)
     try:
         found = csv.Sniffer().sniff(sample, delimiters=",;\t|").delimiter
@@ -144,7 +140,7 @@ def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool 
 
 def _first_char(path: Path) -> str:
     """First non-whitespace character ('' for an empty file); stops reading as soon as it finds one."""
-    with _open_text(path) as f:
+    with _open(path) as f:
         while chunk := f.read(65536):
             stripped = chunk.lstrip()
             if stripped:
@@ -154,7 +150,7 @@ def _first_char(path: Path) -> str:
 
 def _jsonl_objects(path: Path):
     """Yield each non-blank line's JSON object; the first bad line raises DataError naming its number."""
-    with _open_text(path) as f:
+    with _open(path) as f:
         for i, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -183,7 +179,7 @@ def _wrapped_json(path: Path):
     """A .json file holding one object: {"train": [...], "test": [...]} or {"data": [...]} -> DatasetDict."""
     from datasets import Dataset, DatasetDict
 
-    with _open_text(path) as f:
+    with _open(path) as f:
         try:
             obj = json.load(f)
         except json.JSONDecodeError as e:
@@ -215,7 +211,7 @@ def _load_file(path: Path):
     elif loader == "json" and _has_bom(path):
         kwargs["encoding"] = "utf-8-sig"
     if ext == ".json" and _first_char(path) == "{":
-        with _open_text(path) as f:
+        with _open(path) as f:
             first, more = f.readline(), f.read(4096).strip()
         try:
             obj = json.loads(first)

@@ -153,19 +153,21 @@ def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1,
         raise UserError(f"one GRPO step takes {step_prompts} prompts (per_device_train_batch_size x processes x "
                         f"gradient_accumulation_steps / num_generations) and the training data has {num_prompts}; "
                         "lower training.gradient_accumulation_steps or per_device_train_batch_size, or add rows")
-    if fp.steps_per_generation is None or per_micro * fp.steps_per_generation // g.num_generations <= num_prompts:
+    if fp.steps_per_generation is None:  # TRL's own knobs in training.extra_args: as the user set them
+        return fp
+    gen_prompts = per_micro * fp.steps_per_generation // g.num_generations
+    if gen_prompts <= num_prompts:
         return fp
     if g.generation_batch_size is not None:
-        raise UserError(f"grpo.generation_batch_size={g.generation_batch_size} samples "
-                        f"{per_micro * fp.steps_per_generation // g.num_generations} prompts at a time and the training "
-                        f"data has {num_prompts}; lower it or leave it empty (auto)")
+        raise UserError(f"grpo.generation_batch_size={g.generation_batch_size} samples {gen_prompts} prompts at a "
+                        f"time and the training data has {num_prompts}; lower it or leave it empty (auto)")
     steps = max(k for k in range(1, fp.optimizer_steps_per_generation + 1) if step_prompts * k <= num_prompts)
     spg = t.gradient_accumulation_steps * steps
     if note:
         note(f"the training data has {num_prompts} prompts: sampling {step_prompts * steps} at a time "
-             f"({steps} optimizer step(s)' worth), not {per_micro * fp.steps_per_generation // g.num_generations}")
+             f"({steps} optimizer step(s)' worth), not {gen_prompts}")
     return replace(fp, steps_per_generation=spg, completions_at_once=t.per_device_train_batch_size * spg,
-                               optimizer_steps_per_generation=steps)
+                   optimizer_steps_per_generation=steps)
 
 
 def trl_kwargs(fp: FastPaths, cfg) -> dict:
