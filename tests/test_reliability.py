@@ -484,3 +484,16 @@ def test_a_disk_full_before_the_run_starts_is_one_line(tiny_model, math_jsonl, s
     assert r.returncode == 1 and "Traceback" not in r.stderr and len(lines) == 1, r.stderr[-3000:]
     assert lines[0].startswith("error: the disk is full (") and "start the run again" in lines[0]
     assert not [p for p in out.rglob("*.tmp")]  # no half-written temporary left behind
+
+
+@pytest.mark.slow
+def test_checkpoints_rotate_by_step_without_noise(tiny_model, math_jsonl, tmp_path):
+    """Saves under a second apart (a small model's steps): rotation keeps the newest steps, as --resume reads them,
+    and prints nothing (Hugging Face's mtime ordering printed "mtime may not be reliable" on stderr)."""
+    out = tmp_path / "runs"
+    r = subprocess.run(_train_argv(tiny_model, math_jsonl, out, 5, ["save_steps=1", "save_total_limit=2"]),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "mtime" not in r.stderr, r.stderr[-3000:]
+    d = _only_run(out)
+    assert [p.name for p in rundir.checkpoints(d)] == ["checkpoint-5", "checkpoint-4"]

@@ -100,8 +100,11 @@ def atomic_trainer(trainer_cls):
                 publish(staging / name, run_dir / name)
                 # TRL also writes a model card (README.md) into output_dir on every save: not part of a checkpoint.
                 shutil.rmtree(staging, ignore_errors=True)
+                # By step number, as --resume picks the newest (rundir.last_checkpoint). Hugging Face's default,
+                # mtime, prints "mtime may not be reliable" whenever two saves land within a second (fast steps on
+                # a small model), which broke the one-line error contract of a run on a full disk.
                 rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
-                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+                                   best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
 
     AtomicCheckpoints.__name__ = AtomicCheckpoints.__qualname__ = f"Atomic{trainer_cls.__name__}"
     return AtomicCheckpoints
