@@ -40,26 +40,11 @@ def build_tokenizer(out: Path):
 
 
 def build_model(arch: str, out: Path, tok_dir: Path) -> Path:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    tok = AutoTokenizer.from_pretrained(tok_dir)
-    common = dict(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
-        tie_word_embeddings=False,
-    )
-    model_type = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[arch]
+    """The suite's Llama / Qwen2 / Qwen3 fixtures: 2 layers, hidden 64, grouped-query attention."""
     extra = {"head_dim": 16} if arch == "qwen3" else {}
-    cfg = AutoConfig.for_model(model_type, **common, **extra)
-    model = AutoModelForCausalLM.from_config(cfg)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return build_from_config({"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[arch], out, tok_dir,
+                             hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False, **extra)
 
 
 def build_from_config(model_type: str, out: Path, tok_dir: Path, **config) -> Path:

@@ -29,7 +29,10 @@ def _rendered(tok, prompt) -> tuple[str, bool]:
 
 
 def prompt_tokens(tok, prompt) -> int:
-    text, add_special = _rendered(tok, prompt)
+    return _count(tok, *_rendered(tok, prompt))
+
+
+def _count(tok, text: str, add_special: bool) -> int:
     return len(tok(text, add_special_tokens=add_special)["input_ids"])
 
 
@@ -53,9 +56,9 @@ def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log
     room = context - max_completion_length
     too_long = []
     for i, prompt in enumerate(ds["prompt"]):
-        text, _ = _rendered(tok, prompt)
+        text, add_special = _rendered(tok, prompt)
         # Every token covers at least one byte of its text, so most prompts need no tokenizing.
-        if len(text.encode()) + SPECIAL_TOKEN_ROOM > room and prompt_tokens(tok, prompt) > room:
+        if len(text.encode()) + SPECIAL_TOKEN_ROOM > room and _count(tok, text, add_special) > room:
             too_long.append(i)
     if not too_long:
         return ds

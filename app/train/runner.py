@@ -125,12 +125,7 @@ def _changed_on_resume(d: Path, cfg: AppConfig) -> bool:
 def resume_point(d: Path, console=None, cfg: AppConfig | None = None) -> Path:
     """The newest complete checkpoint of run ``d``; torn newer ones are named and skipped, none is a user error.
     metrics.jsonl is cut back to that step, so the steps trained again are logged once."""
-    def note(line: str) -> None:
-        log.warning(line)
-        if console:
-            console.print(f"[yellow]note:[/] {line}")
-
-    ckpt = rundir.last_checkpoint(d, note=note if is_main() else None)
+    ckpt = rundir.last_checkpoint(d, note=_warner(console, "note") if is_main() else None)
     if ckpt is None:
         torn = [p.name for p in rundir.checkpoints(d)]
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
@@ -195,9 +190,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
                                 step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size(),
                                 memory_estimate_gb=pf["estimate"]["total_gb"], fast_paths=pf["fast"].describe())
             for w in warnings_for(cfg):
-                log.warning(w)
-                if console:
-                    console.print(f"[yellow]note:[/] {w}")
+                _warner(console, "note")(w)
             log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method,
                      cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
             log.info(describe(pf).replace("\n", "; "))
