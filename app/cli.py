@@ -13,7 +13,29 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
+from app import rundir
+from app.config import build_config, load_yaml_file, validate
+from app.data.inspect_cmd import run_inspect
+from app.demo.run import run_demo
+from app.doctor import report
 from app.errors import UserError
+from app.eval.cli import run_compare_cli
+from app.export import export_adapter
+from app.export import prefetch as do_prefetch
+from app.presets import list_presets, load_preset, preset_path
+from app.report import print_plan, print_run_summary
+from app.rewards.score_cmd import run_score
+from app.runs import run_summary
+from app.runtime import apply_local_only, quiet_library_noise
+from app.train.launch import (
+    check_same_world,
+    is_main,
+    is_worker,
+    launch_run,
+    wants_launcher,
+)
+from app.train.runner import run_training
+from app.ui.launch import launch
 
 app = typer.Typer(
     name="qlora-app",
@@ -66,18 +88,12 @@ def train(
                                       help="Train even when the memory estimate says the run cannot fit the GPU."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
-    from app.runtime import apply_local_only
-
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
-    from app.config import build_config, load_yaml_file, resolve, validate, warnings_for
-    from app.presets import load_preset
 
     if resume is not None and (preset or config):
         raise UserError("--resume reuses the run's own config.yaml; drop --preset/--config (use --set to change keys)")
     base: dict = {}
     if resume is not None:
-        from app import rundir
-
         base = load_yaml_file(rundir.require_run_dir(resume) / rundir.CONFIG)
     elif config is not None:
         base = load_yaml_file(config)
@@ -99,92 +115,18 @@ def train(
     if explain and not dry_run:
         raise UserError("--explain goes with --dry-run: qlora-app train --dry-run --explain [your options]")
     if dry_run:
-        resolved = resolve(cfg)
-        if explain:
-            _print_explained(resolved)
-        else:
-            sys.stdout.write(resolved.to_yaml())
-        for w in warnings_for(resolved):
-            err_console.print(f"[yellow]note:[/] {w}")
-        _print_preflight(resolved)
+        print_plan(cfg, explain, console, err_console)
         return
-    from app.train.launch import check_same_world, is_main, is_worker, wants_launcher
 
     if resume is not None:
         check_same_world(validate(base).runtime, cfg.runtime)
     if wants_launcher(cfg.runtime):
-        from app.train.launch import launch_run
-
         d = launch_run(cfg, resume, run_dir, list(set_ or []), max_steps, console)
     else:
-        from app.train.runner import run_training
-
         d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
                          console=console)
     if is_main() and not is_worker():  # a worker's summary would be printed twice: the launcher prints it
-        _print_run_summary(d)
-
-
-def _print_preflight(cfg) -> None:
-    """The memory estimate and fast paths on stderr (stdout stays the YAML): from the data's token lengths when the
-    dataset is local or built in, from max_length otherwise (a dry run downloads nothing)."""
-    from app.train.preflight import describe, preflight
-
-    rows = det = None
-    try:
-        from app.data import build_splits
-
-        rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
-    except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: estimate without it
-        pass
-    try:
-        err_console.print(describe(preflight(cfg, rows, det)))
-    except UserError as e:
-        err_console.print(f"[red]would be refused:[/] {e}")
-
-
-def _print_explained(cfg) -> None:
-    from rich.table import Table
-
-    from app.config_keys import explain_rows
-
-    t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
-    t.add_column("key", no_wrap=True, style="bold")
-    t.add_column("value", overflow="fold", max_width=40)
-    t.add_column("what it does", overflow="fold", ratio=1)
-    for key, value, text in explain_rows(cfg):
-        t.add_row(key, value, text)
-    console.print(t)
-
-
-def _print_run_summary(d: Path) -> None:
-    from rich.table import Table
-
-    from app import rundir
-    from app.plots import curve_keys, series, sparkline
-    from app.runs import run_summary
-
-    st = run_summary(d)
-    recs = rundir.read_metrics(d)
-    t = Table(title=f"run {d.name}: {st['status']}", show_header=True)
-    t.add_column("metric")
-    t.add_column("last", justify="right")
-    t.add_column("curve")
-    for k in curve_keys(recs):
-        _, ys = series(recs, k)
-        t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
-    t.add_row("steps", str(st.get("step")), "")
-    if st.get("peak_memory"):
-        est = st.get("memory_estimate_gb")
-        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est else ""), "")
-    if st.get("fast_paths"):
-        t.add_row("fast paths", st["fast_paths"], "")
-    t.add_row("adapter", str(d / rundir.ADAPTER), "")
-    if st.get("error"):
-        t.add_row("error", st["error"], "")
-    console.print(t)
-    if st.get("resume_command"):
-        console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)
+        print_run_summary(d, console)
 
 
 # ---------------------------------------------------------------------------------------------- data and reward
@@ -201,10 +143,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ):
     """Show which fields will be used as prompt / reference, with reasons and sample rows."""
-    from app.runtime import apply_local_only
-
     apply_local_only(local_only)
-    from app.data.inspect_cmd import run_inspect
 
     raise typer.Exit(run_inspect(dataset, dataset_config, split, prompt_field, reference_field, local_only, as_json))
 
@@ -218,8 +157,6 @@ def score(
     set_: Optional[List[str]] = SetOpt,
 ):
     """Score completions with the shaped reward and explain each component."""
-    from app.rewards.score_cmd import run_score
-
     raise typer.Exit(run_score(completion, reference, file, as_json, list(set_ or [])))
 
 
@@ -244,10 +181,7 @@ def compare(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
-    from app.runtime import apply_local_only
-
     apply_local_only(local_only)
-    from app.eval.cli import run_compare_cli
 
     raise typer.Exit(run_compare_cli(
         adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
@@ -264,10 +198,7 @@ def demo(
     seed: int = typer.Option(42, help="One seed for training (both phases), sampling and evaluation."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO on built-in arithmetic, then base vs adapter."""
-    from app.runtime import apply_local_only
-
     apply_local_only(True)  # the demo never needs the network, and must not try
-    from app.demo.run import run_demo
 
     run_demo(output_dir, quick=quick, console=console, seed=seed)
 
@@ -282,10 +213,7 @@ def ui(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
-    from app.runtime import apply_local_only
-
     apply_local_only(local_only)
-    from app.ui.launch import launch
 
     launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only)
 
@@ -297,8 +225,6 @@ def ui(
 def presets_list():
     """All presets with their method, model and dataset."""
     from rich.table import Table
-
-    from app.presets import list_presets
 
     t = Table(title="presets", show_lines=True)
     for col in ("name", "method", "model", "dataset"):
@@ -312,8 +238,6 @@ def presets_list():
 @presets_app.command("show")
 def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.")):
     """Print a preset's YAML."""
-    from app.presets import preset_path
-
     sys.stdout.write(preset_path(name).read_text())
 
 
@@ -322,9 +246,6 @@ def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (s
               output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")):
     """Runs with status, method, model, dataset and final metrics."""
     from rich.table import Table
-
-    from app.runs import run_summary
-    from app import rundir
 
     output_dir = folder or output_dir
     if folder is not None and not folder.is_dir():
@@ -359,12 +280,10 @@ def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (s
 @runs_app.command("show")
 def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
     """A run's config, status and curves."""
-    from app import rundir
-
     d = rundir.require_run_dir(run)
     console.print(f"[bold]{d}[/]")
     sys.stdout.write((d / rundir.CONFIG).read_text())
-    _print_run_summary(d)
+    print_run_summary(d, console)
 
 
 # ------------------------------------------------------------------------------------------- export and setup
@@ -378,10 +297,7 @@ def export(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Copy the adapter, or merge it into a 16-bit copy of the base model."""
-    from app.runtime import apply_local_only
-
     apply_local_only(local_only)
-    from app.export import export_adapter
 
     p = export_adapter(run, out, merge=merge, local_only=local_only)
     console.print(f"[green]exported[/] to {p}")
@@ -394,8 +310,6 @@ def prefetch(
     dataset_config: Optional[str] = typer.Option(None, "--dataset-config"),
 ):
     """Download a model and/or dataset on a connected machine, for later --local-only runs."""
-    from app.export import prefetch as do_prefetch
-
     if not model and not dataset:
         raise UserError("nothing to prefetch; pass --model ID and/or --dataset ID")
     for line in do_prefetch(model, dataset, dataset_config):
@@ -405,15 +319,11 @@ def prefetch(
 @app.command()
 def doctor():
     """What this machine can do: GPU, bf16, libraries, offline settings."""
-    from app.doctor import report
-
     report(console)
 
 
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
-    from app.runtime import quiet_library_noise
-
     quiet_library_noise()
     try:
         app()

@@ -10,7 +10,7 @@ import difflib
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from app.config import AppConfig
+from app.config_schema import AppConfig
 from app.errors import UserError
 
 
@@ -66,10 +66,15 @@ def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
     return rows
 
 
+def differences(old: AppConfig, new: AppConfig) -> list[tuple[str, str, str]]:
+    """(key, old value, new value) as YAML for every key whose value differs, in config order."""
+    before = {k: v for k, v, _ in explain_rows(old)}
+    return [(k, before.get(k), v) for k, v, _ in explain_rows(new) if before.get(k) != v]
+
+
 def changed_keys(old: AppConfig, new: AppConfig) -> list[str]:
     """'key: old -> new' for every key whose value differs, in config order."""
-    before = {k: v for k, v, _ in explain_rows(old)}
-    return [f"{k}: {before[k]} -> {v}" for k, v, _ in explain_rows(new) if before.get(k) != v]
+    return [f"{k}: {was} -> {now}" for k, was, now in differences(old, new)]
 
 
 def unknown_key_message(dotted: str) -> str:

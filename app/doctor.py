@@ -6,52 +6,48 @@ import importlib.metadata as md
 import os
 import shutil
 
+from rich.table import Table
 
-def _default_fast_paths() -> str:
-    """What `qlora-app train --dataset gsm8k` would pick here: sampler, vLLM, kernels, and its memory estimate."""
-    from app.config import build_config, resolve
-    from app.errors import UserError
-    from app.train.preflight import describe, preflight
+from app.config import build_config
+from app.errors import UserError
+from app.train.plan import make_plan
 
+
+def _default_plan() -> tuple:
+    """(plan, None) for what `qlora-app train --dataset gsm8k` would do here (device, dtype, backend, sampler,
+    vLLM, kernels, memory estimate), decided by the run plan itself; (None, why) when it would be refused."""
     try:
-        return describe(preflight(resolve(build_config({"data": {"dataset": "gsm8k"}})))).replace("\n", "; ")
+        return make_plan(build_config({"data": {"dataset": "gsm8k"}}), offline=True).plan, None
     except UserError as e:
-        return f"the default run would be refused here: {e}"
+        return None, str(e)
 
 
 def report(console) -> None:
-    from rich.table import Table
-
-    from app.models import pick_backend, pick_compute_dtype
-    from app.runtime import device_facts
-
     t = Table(title="qlora-app doctor")
     t.add_column("check")
     t.add_column("value")
-    for pkg in ("torch", "transformers", "trl", "peft", "bitsandbytes", "datasets", "accelerate", "gradio",
+    for pkg in ("qlora-app", "torch", "transformers", "trl", "peft", "bitsandbytes", "datasets", "accelerate", "gradio",
                 "math-verify", "trackio"):
         try:
             t.add_row(pkg, md.version(pkg))
         except md.PackageNotFoundError:
             t.add_row(pkg, "[red]not installed[/]")
-    f = device_facts()
-    t.add_row("GPU", f["gpu"] or "none (CPU: works, slowly; 4-bit via bitsandbytes CPU kernels)")
-    if f["vram_gb"]:
-        t.add_row("VRAM", f"{f['vram_gb']:.1f} GB")
-    t.add_row("compute dtype (auto)", pick_compute_dtype("auto", f["cuda"], f["bf16"]))
-    try:
-        md.version("unsloth")
-        unsloth = True
-    except md.PackageNotFoundError:
-        unsloth = False
-    t.add_row("backend (auto)", pick_backend("auto", f["cuda"], unsloth))
+    plan, refused = _default_plan()
+    if plan is not None:
+        w = plan.where
+        t.add_row("GPU", w.gpu or "none (CPU: works, slowly; 4-bit via bitsandbytes CPU kernels)")
+        if w.vram_gb:
+            t.add_row("VRAM", f"{w.vram_gb:.1f} GB")
+        t.add_row("compute dtype (auto)", w.compute_dtype)
+        t.add_row("backend (auto)", plan.backend)
     for pkg, why in (("flash-attn", "packed SFT without masks"), ("vllm", "GRPO sampling in colocate mode"),
                      ("liger-kernel", "fused kernels")):
         try:
             t.add_row(pkg, f"{md.version(pkg)} ({why})")
         except md.PackageNotFoundError:
             t.add_row(pkg, f"not installed (optional, CUDA: {why})")
-    t.add_row("GRPO fast paths (auto)", _default_fast_paths())
+    t.add_row("GRPO fast paths (auto)", plan.describe().replace("\n", "; ") if plan is not None
+              else f"the default run would be refused here: {refused}")
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
     console.print(t)

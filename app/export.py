@@ -6,7 +6,9 @@ import shutil
 from pathlib import Path
 
 from app import rundir
+from app.data import resolve_dataset
 from app.errors import UserError
+from app.eval.compare import resolve_target
 
 
 def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool = False) -> Path:
@@ -20,8 +22,6 @@ def export_adapter(run: Path, out: Path, merge: bool = False, local_only: bool =
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from app.eval.compare import resolve_target
 
     # The same rule compare uses: the run's config names the base as the user gave it, else adapter_config.json.
     base_name = resolve_target(adapter)[2].name_or_path
@@ -51,7 +51,5 @@ def prefetch(model: str | None, dataset: str | None, dataset_config: str | None)
                             "the network (prefetch runs on a connected machine)") from None
         yield f"model {model} -> {path}"
     if dataset:
-        from app.data import resolve_dataset
-
         dd = resolve_dataset(dataset, dataset_config, local_only=False)
         yield f"dataset {dataset}: " + ", ".join(f"{k}={len(v)}" for k, v in dd.items())

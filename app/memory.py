@@ -27,6 +27,8 @@ import math
 import re
 from pathlib import Path
 
+from app.batching import steps_per_generation
+
 GB = 1024**3
 GPU_SIZES_GB = (8, 12, 24)
 CUDA_CONTEXT_GB = 0.6  # CUDA context + cuBLAS workspace + allocator slack on a fresh process
@@ -223,8 +225,6 @@ def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, pa
 
     gen_phase = sampler_copy = 0.0
     if cfg.method == "grpo":
-        from app.train.fastpaths import steps_per_generation
-
         spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
             batch, t.gradient_accumulation_steps or 1, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
         seqs = t.extra_args.get("generation_batch_size") or batch * spg

@@ -8,11 +8,15 @@ CPU too (slowly), so tests exercise it for real on tiny models.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from app import runtime
 from app.config import LoraConfig, ModelConfig
 from app.errors import UserError
-from app.runtime import device_facts, installed, quiet_library_noise
+from app.rundir import find_adapter
+from app.runtime import installed, quiet_library_noise
+
 
 def looks_local(name: str) -> bool:
     """A path the user meant as local: it exists, or it is spelled like a path (./x, /x, ~/x, x\\y)."""
@@ -30,7 +34,6 @@ def pick_compute_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
     return "bf16" if bf16_supported else "fp16"
 
 
-FLASH_ATTENTION = ("flash_attention_2",)
 # Kernels that keep packed examples apart. flash_attention_2 reads the example boundaries from position_ids
 # (varlen); with sdpa and eager, transformers >= 5 builds a block-diagonal causal mask from position_ids when the
 # batch has no attention_mask and no KV cache, which is how TRL's padding-free collator feeds training (it sets
@@ -119,23 +122,19 @@ def flash_attn_installed() -> bool:
     return installed("flash_attn")
 
 
-def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
-    """Unsloth only runs on CUDA; 'auto' uses it when it can and falls back to plain HF otherwise."""
-    if setting == "unsloth":
-        if not cuda:
-            raise UserError("runtime.backend=unsloth needs a CUDA GPU; use runtime.backend=hf (or auto) on this machine")
-        if not unsloth_installed:
-            raise UserError("runtime.backend=unsloth but unsloth is not installed; pip install 'qlora-app[unsloth]'")
-        return "unsloth"
-    if setting == "auto" and cuda and unsloth_installed:
-        return "unsloth"
-    return "hf"
-
-
 def torch_dtype(name: str):
     import torch
 
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def model_on_disk(name: str) -> bool:
+    """Whether the model's config is at hand without the network: a local folder, or the hub id in the HF cache."""
+    if looks_local(name):
+        return (Path(name).expanduser() / "config.json").is_file()
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
 
 
 def check_model_source(name: str, local_only: bool) -> None:
@@ -147,21 +146,13 @@ def check_model_source(name: str, local_only: bool) -> None:
         if not (p / "config.json").is_file():
             raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
         return
-    if local_only:
-        from huggingface_hub import try_to_load_from_cache
-
-        hit = try_to_load_from_cache(name, "config.json")
-        if not isinstance(hit, str):
-            raise UserError(
-                f"model '{name}' is not in the local HF cache and --local-only forbids downloads; "
-                f"run 'qlora-app prefetch --model {name}' on a connected machine or pass a local folder"
-            )
+    if local_only and not model_on_disk(name):
+        raise UserError(f"model '{name}' is not in the local HF cache and --local-only forbids downloads; run "
+                        f"'qlora-app prefetch --model {name}' on a connected machine or pass a local folder")
 
 
 def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
     from transformers import BitsAndBytesConfig
-
-    from app.train.fsdp import quant_storage
 
     return BitsAndBytesConfig(
         load_in_4bit=True,
@@ -170,6 +161,12 @@ def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
         bnb_4bit_compute_dtype=torch_dtype(dtype),
         **({"bnb_4bit_quant_storage": quant_storage(dtype)} if fsdp else {}),
     )
+
+
+def quant_storage(compute_dtype: str) -> str:
+    """bnb_4bit_quant_storage under FSDP (app/train/fsdp.py): the 4-bit weights packed in the compute dtype, so
+    FSDP can flatten and shard them together with the LoRA weights."""
+    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[compute_dtype]
 
 
 def load_tokenizer(mc: ModelConfig, local_only: bool = False):
@@ -183,17 +180,37 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False):
     return tok
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a model runs and in what precision: decided once per process (app.train.plan for a run, the
+    comparison for inference) from the config and this machine."""
+
+    cuda: bool
+    bf16: bool  # the GPU supports it
+    gpu: str | None
+    vram_gb: float | None
+    compute_dtype: str  # bf16 | fp16 | fp32
+    attention: str  # the kernel asked for (the model may fall back, see load_base_model)
+
+
+def placement(mc: ModelConfig, device: str = "auto") -> Placement:
+    facts = runtime.device_facts(device)
+    return Placement(cuda=facts["cuda"], bf16=facts["bf16"], gpu=facts["gpu"], vram_gb=facts["vram_gb"],
+                     compute_dtype=pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"]),
+                     attention=pick_attention(mc.attn_implementation, facts["cuda"], flash_attn_installed()))
+
+
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
-                    fsdp: bool = False):
+                    fsdp: bool = False, where: Placement | None = None, tok=None):
     """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
-    runtime.device (auto / cpu / cuda)."""
+    runtime.device (auto / cpu / cuda), used when ``where`` (the decided placement) is not given; ``tok``: the
+    tokenizer when the caller has loaded it already."""
     import torch
     from transformers import AutoModelForCausalLM
 
     check_model_source(mc.name_or_path, local_only)
-    facts = device_facts(device)
-    dtype = pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"])
-    attention = pick_attention(mc.attn_implementation, facts["cuda"], flash_attn_installed())
+    where = where or placement(mc, device)
+    dtype, attention = where.compute_dtype, where.attention
     kwargs = dict(
         attn_implementation=attention,
         revision=mc.revision,
@@ -207,18 +224,18 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
     # under FSDP the Trainer places (and shards) the model itself.
     if not fsdp:
-        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if facts["cuda"] else {"": "cpu"}
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
     quiet_library_noise()
     model = _from_pretrained(AutoModelForCausalLM, mc, kwargs)
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
-    tok = load_tokenizer(mc, local_only)
+    tok = tok if tok is not None else load_tokenizer(mc, local_only)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     if not for_training:
         model.eval()
     torch.manual_seed(0)
-    info = {"compute_dtype": dtype, "cuda": facts["cuda"], "gpu": facts["gpu"],
+    info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
     return model, tok, info
 
@@ -272,8 +289,6 @@ def attach_or_describe_lora(model, lc: LoraConfig):
     if not lc.init_from:
         return model, peft_lora_config(lc)
 
-    from app.rundir import find_adapter
-
     # Same preparation TRL gives a fresh adapter (it handles quantized bases itself), so both paths match.
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
 
@@ -281,7 +296,6 @@ def attach_or_describe_lora(model, lc: LoraConfig):
 def linear_layer_names(model) -> list[str]:
     """The distinct names of the layers LoRA can target (q_proj, c_attn, ...), the LM head left out."""
     import torch
-
     from transformers.pytorch_utils import Conv1D
 
     out = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))}
@@ -302,30 +316,3 @@ def match_adapter_dtype(model, compute_dtype: str) -> int:
             p.data = p.data.to(torch.float32)
             n += 1
     return n
-
-
-def unsloth_installed() -> bool:
-    return installed("unsloth")
-
-
-def load_for_training(cfg):
-    """(model, tokenizer, info) through the backend runtime.backend picks: HF + bitsandbytes, or Unsloth on CUDA."""
-    facts = device_facts(cfg.runtime.device)
-    backend = pick_backend(cfg.runtime.backend, facts["cuda"], unsloth_installed())
-    if backend == "unsloth":
-        from app.unsloth_backend import load_with_unsloth
-
-        dtype = pick_compute_dtype(cfg.model.compute_dtype, facts["cuda"], facts["bf16"])
-        model, tok = load_with_unsloth(cfg, dtype)
-        return model, tok, {"compute_dtype": dtype, "cuda": True, "gpu": facts["gpu"], "4bit": True,
-                            "backend": "unsloth"}
-    from app.train.fsdp import check_fsdp
-
-    check_fsdp(cfg.runtime, facts["cuda"])
-    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device,
-                                       fsdp=cfg.runtime.fsdp)
-    return model, tok, {**info, "backend": "hf"}
-
-
-def param_count_b(model) -> float:
-    return sum(p.numel() for p in model.parameters()) / 1e9

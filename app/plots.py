@@ -34,8 +34,7 @@ def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 def curve_keys(records: list[dict]) -> list[str]:
     """loss, reward, then each reward component's mean, in a stable order."""
     keys = [k for k in ("loss", "reward") if any(r.get(k) is not None for r in records)]
-    comps = sorted({k for r in records for k in r if k.startswith("rewards/") and k.endswith("/mean")})
-    return keys + comps
+    return keys + rundir.component_keys(records)
 
 
 def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
@@ -55,7 +54,8 @@ def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
     for ax, key in zip(axes.flat, keys):
         xs, ys = series(records, key)
         ax.plot(xs, ys, marker="." if len(xs) < 40 else None)
-        ax.set_title(key.replace("rewards/", "").replace("/mean", " (reward)"))
+        comp = rundir.component_of(key)
+        ax.set_title(f"{comp} (reward)" if comp else key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:

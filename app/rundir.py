@@ -38,6 +38,31 @@ STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
 # Never written: what readers show for a status.json that says running while its process is gone (kill -9, a
 # power cut, an OOM kill), so a dead run never looks alive.
 CRASHED = "crashed"
+# What readers show for a folder with no status.json yet (made, nothing written: the UI's pre-created folder).
+CREATED = "created"
+
+# TRL logs each reward function's batch mean under this key (the function's __name__ is the component's name).
+COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
+
+
+def component_key(name: str) -> str:
+    return f"{COMPONENT_PREFIX}{name}{COMPONENT_SUFFIX}"
+
+
+def component_of(key: str) -> str | None:
+    """'rewards/format/mean' -> 'format'; None for any other metric."""
+    if not (key.startswith(COMPONENT_PREFIX) and key.endswith(COMPONENT_SUFFIX)):
+        return None
+    return key[len(COMPONENT_PREFIX):-len(COMPONENT_SUFFIX)] or None
+
+
+def component_keys(records: list[dict]) -> list[str]:
+    """The reward-component metric keys present in metrics.jsonl rows, sorted."""
+    return sorted({k for r in records for k in r if component_of(k)})
+
+
+# Peak memory fields, in status.json (the running peak) and in metrics.jsonl rows (app/train/peakmem.py writes them).
+PEAK_ALLOCATED, PEAK_RESERVED, PEAK_DEVICE = "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_mem_device"
 
 
 def _slug(text: str) -> str:
@@ -62,6 +87,23 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
             return candidate
         except FileExistsError:
             n += 1
+
+
+def create_run_dir(output_dir: str | Path, run_name: str | None, method: str, dataset: str | None,
+                   run_dir: str | Path | None = None) -> Path:
+    """The run directory of a new run, the one way one is made (CLI, torchrun launcher, UI): ``run_dir`` when the
+    caller names one (it must not hold a run yet), else a fresh <output_dir>/<run_name or date-method-dataset>."""
+    if run_dir is not None:
+        d = Path(run_dir)
+        if read_status(d) is not None:
+            raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten)")
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+    try:
+        return new_run_dir(output_dir, run_name or default_run_name(method, dataset))
+    except OSError as e:
+        raise UserError(f"cannot create a run directory in '{output_dir}' ({e.strerror or e}); pass a writable "
+                        "--output-dir") from None
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -98,6 +140,11 @@ def write_status(run_dir: Path, status: str, **fields) -> dict:
     return data
 
 
+def update_status(run_dir: Path, **fields) -> dict:
+    """write_status keeping the status word as it is (a running run's plan changed mid-run)."""
+    return write_status(run_dir, (read_status(run_dir) or {}).get("status", RUNNING), **fields)
+
+
 def read_status(run_dir: Path) -> dict | None:
     p = Path(run_dir) / STATUS
     try:
@@ -126,6 +173,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 TRAINER_STATE = "trainer_state.json"  # inside checkpoint-N/ (transformers' names)
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: what makes a folder an adapter
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 OPTIMIZER = "optimizer.pt"
 
@@ -243,15 +291,20 @@ def list_runs(output_dir: str | Path) -> list[Path]:
     return sorted(runs, key=lambda p: p.stat().st_mtime, reverse=True)
 
 
+def has_adapter(run_dir: Path) -> bool:
+    """Whether the run has saved its final adapter (a run that failed before its end has none)."""
+    return (Path(run_dir) / ADAPTER / ADAPTER_CONFIG).is_file()
+
+
 def find_adapter(path: str | Path) -> Path:
     """Accept a run directory or an adapter directory; return the adapter directory."""
     p = Path(path)
-    if (p / ADAPTER / "adapter_config.json").is_file():
+    if has_adapter(p):
         return p / ADAPTER
-    if (p / "adapter_config.json").is_file():
+    if (p / ADAPTER_CONFIG).is_file():
         return p
     if not p.exists():
         raise UserError(f"adapter '{p}' not found; pass a run directory or a PEFT adapter directory")
     raise UserError(
-        f"'{p}' holds no PEFT adapter (adapter_config.json); pass a finished run directory or its adapter/ folder"
+        f"'{p}' holds no PEFT adapter ({ADAPTER_CONFIG}); pass a finished run directory or its adapter/ folder"
     )

@@ -18,7 +18,7 @@ def run_summary(d: Path) -> dict:
     except (OSError, yaml.YAMLError):
         cfg = {}
     st = rundir.read_status(d) or {}
-    status = st.get("status", "created")
+    status = st.get("status", rundir.CREATED)
     if status == rundir.RUNNING and not pid_alive(st.get("pid")):
         status = rundir.CRASHED
     # polled by the UI: check the checkpoint's structure, not every byte of its optimizer state
@@ -41,11 +41,12 @@ def run_summary(d: Path) -> dict:
         "reward": _fmt(last.get("reward")),
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
-        # the running peak status.json holds (app/train/peakmem.py), or the last logged one for a crashed run
         "fast_paths": st.get("fast_paths"),
+        "adjustments": st.get("adjustments") or [],
         "memory_estimate_gb": st.get("memory_estimate_gb"),
-        "peak_memory": peak_memory_text({**last, **{k: v for k, v in st.items() if k.startswith("peak_mem")}}),
-        "adapter": str(d / rundir.ADAPTER) if (d / rundir.ADAPTER / "adapter_config.json").is_file() else None,
+        # the running peak status.json holds, or the last logged one for a crashed run
+        "peak_memory": peak_memory_text({**last, **st}),
+        "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
@@ -53,10 +54,14 @@ def run_summary(d: Path) -> dict:
     }
 
 
-def peak_memory_text(fields: dict) -> str | None:
-    from app.train.peakmem import describe
-
-    return describe(fields)
+def peak_memory_text(st: dict) -> str | None:
+    """'5.71 GiB reserved (5.20 allocated) on the GPU' from status.json / metrics fields, or None when not recorded."""
+    reserved, allocated = st.get(rundir.PEAK_RESERVED), st.get(rundir.PEAK_ALLOCATED)
+    if reserved is None:
+        return None
+    if st.get(rundir.PEAK_DEVICE) == "cuda":
+        return f"{reserved:.2f} GiB reserved ({allocated:.2f} GiB allocated) on the GPU"
+    return f"{reserved:.2f} GiB peak RSS (CPU)"
 
 
 def _fmt(v):

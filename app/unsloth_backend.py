@@ -4,7 +4,13 @@ functions so they are tested on machines without a GPU."""
 
 from __future__ import annotations
 
+import logging
+import sys
+
 from app.config import AppConfig, LoraConfig
+from app.errors import UserError
+from app.rundir import find_adapter
+from app.runtime import installed, use_cuda
 
 # Unsloth wants explicit projection names; "all-linear" means every attention and MLP projection.
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -30,6 +36,24 @@ def unsloth_peft_kwargs(lc: LoraConfig, seed: int) -> dict:
                 use_gradient_checkpointing="unsloth", random_state=seed)
 
 
+def unsloth_installed() -> bool:
+    return installed("unsloth")
+
+
+def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
+    """Unsloth only runs on CUDA; 'auto' uses it when it can and falls back to plain HF otherwise."""
+    if setting == "unsloth":
+        if not cuda:
+            raise UserError("runtime.backend=unsloth needs a CUDA GPU; use runtime.backend=hf (or auto) on this machine")
+        if not unsloth_installed:
+            raise UserError("runtime.backend=unsloth but unsloth is not installed; pip install 'qlora-app[unsloth]'")
+        return "unsloth"
+    if setting == "auto" and cuda and unsloth_installed:
+        return "unsloth"
+    return "hf"
+
+
+
 # The versions whose GRPO runs on a CPU (trl 1.15 + transformers 5.17, which current Unsloth pins, fail there).
 CPU_GRPO_FLOORS = {"trl": "1.16", "transformers": "5.23"}
 
@@ -38,11 +62,6 @@ def import_first(backend: str, device: str) -> bool:
     """Import Unsloth before transformers / trl / peft when the run's backend resolves to it: Unsloth patches those
     libraries at import, and patches applied after they are loaded are partly lost (it warns so). Call it first
     in a training process; returns whether Unsloth was imported."""
-    import sys
-
-    from app.models import pick_backend, unsloth_installed
-    from app.runtime import use_cuda
-
     if backend == "hf" or not unsloth_installed():
         return False
     import torch
@@ -53,8 +72,6 @@ def import_first(backend: str, device: str) -> bool:
     import unsloth  # noqa: F401 - for its patches
 
     if late:
-        import logging
-
         logging.getLogger("qlora_app").warning("unsloth imported after %s: some of its patches may be missing",
                                                ", ".join(late))
     return True
@@ -81,14 +98,12 @@ def stack_problem(method: str, cuda: bool, versions: dict[str, str] | None = Non
 
 
 def load_with_unsloth(cfg: AppConfig, dtype: str):
-    """Returns (peft_model, tokenizer). Only reached on CUDA with unsloth installed (see models.pick_backend)."""
+    """Returns (peft_model, tokenizer). Only reached on CUDA with unsloth installed (see pick_backend)."""
     from unsloth import FastLanguageModel  # noqa: import only here: unsloth refuses to import without a GPU
 
     model, tok = FastLanguageModel.from_pretrained(**unsloth_load_kwargs(cfg, dtype))
     if cfg.lora.init_from:
         from peft import PeftModel
-
-        from app.rundir import find_adapter
 
         model = PeftModel.from_pretrained(model, str(find_adapter(cfg.lora.init_from)), is_trainable=True)
     else:

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from app.assets import shipped_dir
 from app.data import arith
 from app.demo import build_base, recipe
 
@@ -84,7 +85,7 @@ def test_shipped_model_loads_offline_and_speaks_the_chat_template():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = recipe.base_model_path(build_if_missing=False)
-    assert path == recipe.assets_dir(), "app/assets/arith-base is missing; run python -m app.demo.build_base"
+    assert path == shipped_dir(), "app/assets/arith-base is missing; run python -m app.demo.build_base"
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     assert (path / "model.safetensors").stat().st_size < 5_000_000
@@ -108,7 +109,7 @@ def test_shipped_model_loads_in_4bit_on_cpu():
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(recipe.assets_dir(), quantization_config=q, dtype=torch.float32,
+    model = AutoModelForCausalLM.from_pretrained(shipped_dir(), quantization_config=q, dtype=torch.float32,
                                                  device_map={"": "cpu"})  # explicit: on a GPU machine too
     assert type(model.model.layers[0].mlp.up_proj).__name__ == "Linear4bit"
     assert torch.isfinite(model(input_ids=torch.tensor([[1, 5, 6, 7]])).logits).all()

@@ -92,7 +92,7 @@ def test_presets_list_and_show():
 
 def test_every_preset_is_valid_and_starts_with_its_command():
     from app.config import resolve, validate
-    from app.presets import list_presets, preset_path, load_preset
+    from app.presets import list_presets, load_preset, preset_path
 
     names = [p["name"] for p in list_presets()]
     assert len(names) >= 8

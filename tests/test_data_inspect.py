@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.data import DataError
-from app.data import loading
+from app.data import DataError, loading
 from app.data.inspect_cmd import run_inspect
 
 CORPUS = Path(__file__).parent / "data_schemas"

@@ -13,8 +13,8 @@ import pytest
 
 from app.config import DataConfig
 from app.data import DataError, build_splits, resolve_dataset
-from app.eval.heldout import heldout_examples
 from app.errors import UserError
+from app.eval.heldout import heldout_examples
 
 CORPUS = Path(__file__).parent / "data_schemas"
 
@@ -103,15 +103,13 @@ def test_save_to_disk_dataset_and_datasetdict(tmp_path):
     assert sorted(resolve_dataset(str(tmp_path / "two"))) == ["test", "train"]
 
 
-def test_builtin_arith_is_lazy_and_used(monkeypatch):
-    import sys
-    import types
-
+def test_builtin_arith_is_used(monkeypatch):
     from datasets import Dataset, DatasetDict
 
-    fake = types.ModuleType("app.data.arith")
-    fake.arith_dataset = lambda final_answer=False: DatasetDict({"train": Dataset.from_list(_qa(8)), "test": Dataset.from_list(_qa(2, 9))})
-    monkeypatch.setitem(sys.modules, "app.data.arith", fake)
+    from app.data import loading
+
+    monkeypatch.setattr(loading, "arith_dataset", lambda final_answer=False: DatasetDict(
+        {"train": Dataset.from_list(_qa(8)), "test": Dataset.from_list(_qa(2, 9))}))
     dd = resolve_dataset("arith")
     assert {k: len(v) for k, v in dd.items()} == {"train": 8, "test": 2}
 

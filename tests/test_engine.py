@@ -167,17 +167,18 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
     """TRL casts a quantized model's LoRA weights to bf16; on CPU that stalled learning (the demo lost its lift)."""
     import torch
 
-    from app.data import build_splits, to_grpo
-    from app.models import load_for_training
+    from app.data import build_splits
     from app.train.grpo import build_grpo_trainer
+    from app.train.plan import load_model, make_plan
 
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo")
     from app.config import resolve
 
     cfg = resolve(cfg)
     train, _, det = build_splits(cfg.data, 0)
-    model, tok, info = load_for_training(cfg)
-    trainer = build_grpo_trainer(cfg, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", info, True)
+    planned = make_plan(cfg, train, det)
+    loaded = load_model(planned.plan, planned.tokenizer)
+    trainer = build_grpo_trainer(planned.plan, loaded.model, loaded.tokenizer, planned.train_ds, tmp_path / "r", True)
     dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
     assert dtypes == {torch.float32}
 

@@ -3,11 +3,11 @@ translation into TRL's own arguments (accepted by GRPOConfig / SFTConfig)."""
 
 import pytest
 
+from app.batching import AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, steps_per_generation
 from app.config import build_config, resolve
 from app.errors import UserError
 from app.train.args import grpo_kwargs, sft_kwargs
-from app.train.fastpaths import (AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, Env, decide,
-                                 steps_per_generation)
+from app.train.fastpaths import Env, decide
 
 GPU_ALL = Env(cuda=True, vllm=True, liger=True)
 GPU_BARE = Env(cuda=True)

@@ -172,7 +172,10 @@ def _on_a_gpu(monkeypatch, gb: float) -> None:
 def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
     """GRPO samples several optimizer steps' completions at once on auto; on a GPU without room for that, it
     samples as many steps' worth as fit instead of refusing the run. An explicit size is the user's: refused."""
-    from app.train.preflight import preflight
+    from app.train.plan import make_plan
+
+    def preflight(c, note=None):
+        return make_plan(c, note=note, offline=True).plan
 
     cfg = resolve(build_config({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}},
                                {}, ["per_device_train_batch_size=2", "gradient_accumulation_steps=8",
@@ -183,11 +186,15 @@ def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
     assert full > least + 1.0  # the generation batch is a real part of this run's memory
     said = []
     _on_a_gpu(monkeypatch, (full + least) / 2)
-    pf = preflight(cfg, note=said.append)
-    assert 16 <= pf["fast"].completions_at_once < 64 and pf["estimate"]["total_gb"] <= (full + least) / 2
-    assert f"sampling {pf['fast'].completions_at_once} completions at a time" in said[0]
+    plan = preflight(cfg, note=said.append)
+    assert 16 <= plan.fast.completions_at_once < 64 and plan.estimate["total_gb"] <= (full + least) / 2
+    assert f"sampling {plan.fast.completions_at_once} completions at a time" in said[0]
+    # the run records the size it samples at, with the reason: config.yaml re-runs the same
+    assert plan.cfg.grpo.generation_batch_size == plan.fast.completions_at_once
+    assert [a.key for a in plan.adjustments] == ["grpo.generation_batch_size"]
+    assert "completions at a time" in plan.adjustments[0].reason and "grpo.generation_batch_size" in plan.config_yaml()
     _on_a_gpu(monkeypatch, full + 1)
-    assert preflight(cfg)["fast"].completions_at_once == 64  # room enough: the auto size stands
+    assert preflight(cfg).fast.completions_at_once == 64  # room enough: the auto size stands
     fixed = cfg.model_copy(deep=True)
     fixed.grpo.generation_batch_size = 64
     _on_a_gpu(monkeypatch, (full + least) / 2)

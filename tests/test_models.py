@@ -3,7 +3,8 @@
 import pytest
 
 from app.errors import UserError
-from app.models import check_model_source, pick_backend, pick_compute_dtype
+from app.models import check_model_source, pick_compute_dtype
+from app.unsloth_backend import pick_backend
 
 
 @pytest.mark.parametrize("setting, cuda, bf16, want", [

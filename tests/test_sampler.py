@@ -41,6 +41,7 @@ def test_the_copy_counts_in_the_fit_check():
 def test_dequantize_reads_weights_bitsandbytes_repacked_for_the_cpu():
     """bitsandbytes repacks a 4-bit weight for its CPU kernel at the first no-grad eval forward (on CPUs with
     AVX512-BF16); the sampler must still read the same matrix, and must leave the layer as it found it."""
+
     import bitsandbytes as bnb
     import torch
 
@@ -63,6 +64,7 @@ def test_dequantize_reads_weights_bitsandbytes_repacked_for_the_cpu():
 
 
 def _logprobs(model, ids, n_prompt):
+
     import torch
 
     with torch.no_grad():
@@ -76,13 +78,15 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     """A real GRPO run (4-bit base + LoRA, CPU) sampling from the merged copy: the copy was refreshed for every
     optimizer step that sampled, and after training its log-probs of a completion match the trainer's own to 1e-3,
     while a copy left at the start would be off by far more: the refresh is what keeps sampling on-policy."""
+    from dataclasses import replace
+
     import torch
 
     from app.config import build_config, resolve
-    from app.data import build_splits, to_grpo
-    from app.models import load_for_training
+    from app.data import build_splits
     from app.train.fastpaths import Env, decide
     from app.train.grpo import build_grpo_trainer
+    from app.train.plan import load_model, make_plan
     from app.train.sampler import MergedSampler
 
     cfg = resolve(build_config(
@@ -92,10 +96,12 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
                "learning_rate=5e-3", "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu",
                f"model.load_in_4bit={str(four_bit).lower()}"]))
     train, _, det = build_splits(cfg.data, 0)
-    model, tok, info = load_for_training(cfg)
-    info["fast"] = fast = decide(cfg, Env(cuda=False), copy_fits=True)
-    assert fast.sampler == "merged"
-    trainer = build_grpo_trainer(cfg, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", info, True)
+    planned = make_plan(cfg, train, det)
+    plan = replace(planned.plan, fast=decide(planned.plan.cfg, Env(cuda=False), copy_fits=True))
+    assert plan.fast.sampler == "merged"
+    loaded = load_model(plan, planned.tokenizer)
+    model, tok = loaded.model, loaded.tokenizer
+    trainer = build_grpo_trainer(plan, model, tok, planned.train_ds, tmp_path / "r", True)
     sampler = trainer.merged_sampler
     assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
     base = trainer.model.get_base_model()  # embeddings and LM head are shared, not copied

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from app import reward_registry as registry
 from app.errors import UserError
-from app.rewards import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
@@ -32,7 +32,7 @@ def test_only_the_registry_lists_the_reward_components():
     names = set(registry.NAMES)
     # The modules that used to carry their own lists of names or weights.
     # (app/data is left out: its column-name vocabulary has words like "length" and "format" as column names)
-    readers = [p for p in APP.rglob("*.py") if p.name != "registry.py" and "data" not in p.parts]
+    readers = [p for p in APP.rglob("*.py") if p.name != "reward_registry.py" and "data" not in p.parts]
     assert len(readers) > 40
     for path in readers:
         lists = _name_lists(path, names)
@@ -107,13 +107,12 @@ def test_runtime_device_decides_where_a_run_goes(monkeypatch):
 def test_runtime_device_cpu_keeps_a_run_on_cpu(tiny_model, monkeypatch):
     """A GPU that torch reports (patched here) is not used when the config says cpu: the 4-bit model loads on the
     CPU with fp32 compute, and the trainer arguments say use_cpu."""
+    import bitsandbytes  # noqa: F401 - picks its backends at import, before the GPU is faked below
     import torch
 
     from app.config import ModelConfig, build_config
     from app.models import load_base_model
     from app.train.args import common_kwargs
-
-    import bitsandbytes  # noqa: F401 - picks its backends at import, before the GPU is faked below
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: pytest.fail("queried the GPU"))

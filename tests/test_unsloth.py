@@ -4,10 +4,10 @@ CPU refuses what that stack cannot run, and Unsloth is imported before transform
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 
 from app.unsloth_backend import CPU_GRPO_FLOORS, stack_problem

@@ -19,7 +19,7 @@ _CORPUS = [
 
 
 def build_tokenizer(out: Path):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     lines = [t.format(a=a, b=b, c=a + b) for a in range(30) for b in range(0, 30, 7) for t in _CORPUS]

@@ -12,7 +12,14 @@ from __future__ import annotations
 import json
 import logging
 
-from app.data.detect import CHOICE_WORDS, PASSAGE_WORDS, Detection, name_words, value_kind
+from app.data.detect import (
+    CHOICE_WORDS,
+    PASSAGE_WORDS,
+    DataError,
+    Detection,
+    name_words,
+    value_kind,
+)
 
 log = logging.getLogger("app.data")
 
@@ -189,8 +196,6 @@ def _drop_empty(ds, column: str, what: str):
     if len(ds) < before:
         log.warning("dropped %d of %d rows with an empty %s", before - len(ds), before, what)
     if len(ds) == 0:
-        from app.data.detect import DataError
-
         raise DataError(f"every row has an empty {what}; check the fields with `qlora-app inspect` and pass "
                         "--prompt-field / --reference-field")
     return ds

@@ -20,7 +20,14 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.data.detect import DataError, Detection, detect_nested, flatten_row, spread_sample
+from app.data.arith import arith_dataset
+from app.data.detect import (
+    DataError,
+    Detection,
+    detect_nested,
+    flatten_row,
+    spread_sample,
+)
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
@@ -128,8 +135,6 @@ def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool 
     spec = str(spec).strip()
     kind = source_kind(spec)
     if kind == "builtin":
-        from app.data.arith import arith_dataset  # lazy: written by another module, heavy imports inside
-
         return arith_dataset(final_answer=spec == "arith-sft")
     if kind == "file":
         return _load_file(Path(spec).expanduser())

@@ -2,9 +2,9 @@
 from the GPU defaults) and where the shipped base model lives.
 
 ``qlora-app demo`` runs one real GRPO run through the normal engine on the built-in ``arith`` data, straight from
-the tiny shipped base model (the built-in model name ``arith-base``) with the shaped reward, then base vs adapter,
+the tiny shipped base model (app.assets) with the shaped reward, then base vs adapter,
 greedy, on the whole held-out test split. Measured numbers and timings over 5 seeds are in docs/performance.md
-(``python bench/run.py --only demo``). Standard library and app.config only (pydantic, yaml).
+(``python bench/run.py --only demo``).
 """
 
 from __future__ import annotations
@@ -12,27 +12,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ASSET_NAME = "arith-base"  # also the built-in model name a config may use (app.config.resolve maps it here)
+from app.assets import builtin_model_path, cache_dir
+from app.demo.build_base import build
+from app.presets import load_preset
+
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
 EVAL_MAX_NEW_TOKENS = 48  # answers are ~25 tokens; anything longer is already wrong
 
 
 def grpo_preset(model_path: str | Path | None = None) -> dict:
     """The demo's GRPO run as an AppConfig-shaped dict (pass to ``app.config.build_config(preset=...)``)."""
-    from app.presets import load_preset
-
     d = load_preset("demo-grpo")
     d["model"]["name_or_path"] = str(model_path or base_model_path())
     return d
-
-
-def assets_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "assets" / ASSET_NAME
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "qlora-app" / ASSET_NAME
 
 
 def base_model_path(build_if_missing: bool = True) -> Path:
@@ -40,14 +32,10 @@ def base_model_path(build_if_missing: bool = True) -> Path:
 
     Building takes ~3 minutes on 2 CPU cores. It is written to a temporary sibling and renamed, so an interrupted
     build never leaves a half-written model that a later run would trust."""
-    shipped = assets_dir()
-    if (shipped / "model.safetensors").is_file():
-        return shipped
+    found = builtin_model_path()
+    if (found / "model.safetensors").is_file() or not build_if_missing:
+        return found
     cached = cache_dir()
-    if (cached / "model.safetensors").is_file() or not build_if_missing:
-        return cached
-    from app.demo.build_base import build
-
     tmp = cached.with_name(cached.name + f".tmp-{os.getpid()}")
     build(tmp, log_every=0)
     tmp.rename(cached)

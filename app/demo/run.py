@@ -15,7 +15,15 @@ import os
 import time
 from pathlib import Path
 
+from rich.console import Console
+
 from app import rundir
+from app.config import build_config
+from app.demo.recipe import EVAL_MAX_NEW_TOKENS, EVAL_SIZE, base_model_path, grpo_preset
+from app.eval.compare import run_comparison
+from app.eval.render import print_result
+from app.plots import series, sparkline
+from app.train.runner import run_training
 
 # --quick: the same path with a budget small enough for a test (about 25 s on 2 cores).
 QUICK = {"grpo_steps": 2, "eval": 12}
@@ -41,15 +49,6 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
 
     ``seed`` is the one seed of the whole demo: training.seed (data order, LoRA init, GRPO's sampling) and the
     comparison's seed (evaluation is greedy on the whole held-out split)."""
-    from rich.console import Console
-
-    from app.eval.compare import run_comparison
-    from app.eval.render import print_result
-    from app.config import build_config
-    from app.demo.recipe import EVAL_MAX_NEW_TOKENS, EVAL_SIZE, base_model_path, grpo_preset
-    from app.plots import series, sparkline
-    from app.train.runner import run_training
-
     console = console or Console()
     show = console.is_terminal if progress is None else progress
     output_dir = Path(output_dir)
@@ -77,9 +76,9 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     first_q, last_q = quarter_means(reward)
     if reward:
         console.print(f"   reward {sparkline(reward, 40)}  first quarter {first_q:.3f} -> last quarter {last_q:.3f}")
-    for key in sorted({k for r in recs for k in r if k.startswith("rewards/") and k.endswith("/mean")}):
+    for key in rundir.component_keys(recs):
         _, ys = series(recs, key)
-        console.print(f"   {key.split('/')[1]:<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
+        console.print(f"   {rundir.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
 
     n_eval = QUICK["eval"] if quick else EVAL_SIZE
     console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy)")

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from app.errors import UserError
+from app.eval.compare import run_comparison
+from app.eval.render import page_html, print_result
 
 
 def _write_new(path: Path, text: str) -> None:
@@ -23,9 +25,6 @@ def run_compare_cli(adapter, model=None, dataset=None, num_samples=0, prompts=()
     """Run, print the side-by-side table and summary, write --json / --html. Returns 0."""
     from rich.console import Console
     from rich.progress import Progress
-
-    from app.eval.compare import run_comparison
-    from app.eval.render import page_html, print_result
 
     console = console or Console()
     for p in (json_out, html_out):  # fail before minutes of generation, not after

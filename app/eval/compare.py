@@ -20,28 +20,30 @@ from pathlib import Path
 from typing import Callable
 
 from app import rundir
+from app.config import DataConfig, ModelConfig, TrainingConfig, load_yaml_file, validate
 from app.errors import UserError
+from app.eval.heldout import heldout_examples
 from app.eval.result import Cell, Comparison, Row
-
+from app.models import check_model_source, context_length, load_base_model
+from app.rewards import is_correct, score_completion
+from app.runtime import apply_local_only
 
 # ---------------------------------------------------------------------------------------------- what to compare
 
 
 def _read_adapter_base(adapter_dir: Path) -> str | None:
     try:
-        data = json.loads((adapter_dir / "adapter_config.json").read_text())
+        data = json.loads((adapter_dir / rundir.ADAPTER_CONFIG).read_text())
     except (OSError, ValueError):
-        raise UserError(f"'{adapter_dir}/adapter_config.json' is not valid JSON; pass an adapter saved by PEFT") \
+        raise UserError(f"'{adapter_dir / rundir.ADAPTER_CONFIG}' is not valid JSON; pass an adapter saved by PEFT") \
             from None
     if not isinstance(data, dict) or "peft_type" not in data:
-        raise UserError(f"'{adapter_dir}' has an adapter_config.json without peft_type; it is not a PEFT adapter")
+        raise UserError(f"'{adapter_dir}' has an {rundir.ADAPTER_CONFIG} without peft_type; it is not a PEFT adapter")
     return data.get("base_model_name_or_path")
 
 
 def _find_run_config(adapter_dir: Path):
     """The AppConfig of the run that produced this adapter: <run>/adapter or <run>/checkpoints/checkpoint-N."""
-    from app.config import load_yaml_file, validate
-
     if adapter_dir.name == rundir.ADAPTER:
         run = adapter_dir.parent
     elif adapter_dir.parent.name == rundir.CHECKPOINTS:
@@ -66,8 +68,6 @@ def _same_model(a: str, b: str) -> bool:
 def resolve_target(adapter: str | Path, model: str | None = None):
     """(adapter_dir, run config or None, ModelConfig of the base to load, the base it was trained on or None).
     Raises UserError when --model names a different base than the one the adapter was trained on."""
-    from app.config import ModelConfig
-
     adapter_dir = rundir.find_adapter(adapter)
     adapter_base = _read_adapter_base(adapter_dir)
     run_cfg = _find_run_config(adapter_dir)
@@ -83,8 +83,6 @@ def resolve_target(adapter: str | Path, model: str | None = None):
 
 
 def _data_config(run_cfg, dataset, prompt_field, reference_field):
-    from app.config import DataConfig
-
     base = run_cfg.data if run_cfg else DataConfig()
     if dataset is not None and dataset != base.dataset:
         # A different dataset: the run's split / field names do not apply to it; its system prompt still does,
@@ -101,9 +99,6 @@ def _data_config(run_cfg, dataset, prompt_field, reference_field):
 
 def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, reference_field, seed, local_only):
     """[{prompt, reference, source, messages, plain}]: seeded held-out rows first, then the user's prompts."""
-    from app.config import TrainingConfig
-    from app.eval.heldout import heldout_examples
-
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
     items: list[dict] = []
     if num_samples > 0:
@@ -143,8 +138,6 @@ def format_prompt(tok, item: dict) -> str:
 
 def prompt_room(model, max_new_tokens: int) -> int | None:
     """How many prompt tokens fit beside max_new_tokens in the model's context (None: the config does not say)."""
-    from app.models import context_length
-
     context = context_length(model.config)
     if context is None:
         return None
@@ -202,8 +195,6 @@ def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = 
     """(PeftModel, tokenizer): the base loaded once in 4-bit and wrapped with the adapter (inference only)."""
     from peft import PeftModel
 
-    from app.models import load_base_model
-
     base, tok, _ = load_base_model(mc, local_only=local_only, for_training=False, device=device)
     try:
         model = PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=False)
@@ -224,8 +215,6 @@ def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = 
 
 def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
     """A generated answer ({text, tokens}) scored with the run's shaped reward, as training scored it."""
-    from app.rewards import is_correct, score_completion
-
     s = score_completion(out["text"], reference, reward_cfg)
     # A component that failed on this text scores None (as in training); keep it None, the means skip it.
     comps = {k: None if v is None else float(v) for k, v in s["components"].items()}
@@ -248,13 +237,10 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1 (got {batch_size})")
     if local_only:
-        from app.runtime import apply_local_only
-
         apply_local_only(True)
     adapter_dir, run_cfg, mc, trained_on = resolve_target(adapter, model)
     if num_samples <= 0 and not any(p and p.strip() for p in prompts):
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
-    from app.models import check_model_source
 
     check_model_source(mc.name_or_path, local_only)  # a missing base fails in a second, before any data loads
     items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import random
 
+from app.data import build_splits
+from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
+
 
 def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, split_seed: int,
                      system_prompt: str | None = None) -> list[dict]:
@@ -16,9 +19,6 @@ def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, s
 
     ``messages`` / ``plain`` are the prompt exactly as training built it (app.data's GRPO conversion with the
     run's system prompt); which one a model sees depends on whether its tokenizer has a chat template."""
-    from app.data import build_splits
-    from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
-
     _, heldout, det = build_splits(data_cfg, split_seed, local_only)
     idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
     rows = heldout.select(idx).to_list() if idx else []

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
+from app.reward_registry import BOILERPLATE
+
 SIDES = ("base", "adapter")
 TIE_EPS = 1e-6  # rewards closer than this count as a tie (float noise, identical texts)
 
@@ -85,8 +87,8 @@ def _side_summary(cells: list[Cell]) -> SideSummary:
         mean_length=_mean(len(c.text) for c in cells),
         mean_tokens=_mean(c.tokens for c in cells),
         # The boilerplate component is 0 for a clean answer and a penalty (< 0) otherwise.
-        boilerplate_rate=_mean(None if c.components.get("boilerplate") is None
-                               else float(c.components["boilerplate"] < 0) for c in cells),
+        boilerplate_rate=_mean(None if c.components.get(BOILERPLATE) is None
+                               else float(c.components[BOILERPLATE] < 0) for c in cells),
     )
 
 

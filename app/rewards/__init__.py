@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from app.config_schema import RewardConfig
 from app.errors import UserError
+from app.reward_registry import BY_NAME, COMPONENTS
 from app.rewards.answer import extract_final_answer, is_correct
 from app.rewards.components import (
     AccuracyReward,
@@ -27,7 +29,6 @@ from app.rewards.components import (
     _record_error,
     reward_error_count,
 )
-from app.rewards.registry import BY_NAME, COMPONENTS
 
 __all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
            "reward_error_count", "effective_weights"]
@@ -39,8 +40,6 @@ _CLASSES: dict[str, type[Component]] = {c.name: c for c in (LengthReward, Format
 
 def _cfg(reward_cfg):
     if reward_cfg is None:
-        from app.config import RewardConfig
-
         return RewardConfig()
     return reward_cfg
 

@@ -271,7 +271,12 @@ class AccuracyReward(Component):
     name = "accuracy"
 
     def score(self, text, reference):
-        from math_verify import LatexExtractionConfig, LatexNormalizationConfig, parse, verify
+        from math_verify import (
+            LatexExtractionConfig,
+            LatexNormalizationConfig,
+            parse,
+            verify,
+        )
 
         gold = A.parse_reference(reference)
         if gold is None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.config import build_config
 from app.errors import UserError
+from app.rewards import explain_completion
 
 
 def _read_rows(file: str) -> list[tuple[object, str | None]]:
@@ -47,9 +49,6 @@ def _read_rows(file: str) -> list[tuple[object, str | None]]:
 
 def run_score(completion: str | None, reference: str | None, file: str | None, as_json: bool,
               sets: list[str]) -> int:
-    from app.config import build_config
-    from app.rewards import explain_completion
-
     if file and completion is not None:
         raise UserError("pass either --completion or --file, not both")
     if not file and completion is None:

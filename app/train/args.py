@@ -12,7 +12,9 @@ from pathlib import Path
 from app import rundir
 from app.config import AppConfig
 from app.errors import UserError
+from app.models import pick_packing
 from app.train.fastpaths import Env, FastPaths, decide, trl_kwargs
+from app.train.fsdp import fsdp_training_args
 
 
 def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
@@ -57,22 +59,20 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
         trackio_static_space_id=False,
     )
     if cfg.runtime.fsdp:
-        from app.train.fsdp import fsdp_training_args
-
         kw.update(fsdp_training_args(fsdp_layers, t.gradient_checkpointing))
     return kw
 
 
 def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
                fsdp_layers: list[str] | None = None, attention: str = "sdpa", fast: FastPaths | None = None,
-               kept_apart: bool = True) -> dict:
-    """``kept_apart``: whether the loaded model keeps packed examples apart (app.models.packed_examples_stay_apart)."""
-    from app.models import pick_packing
-
+               packing: bool | None = None) -> dict:
+    """``packing``: the run plan's decision (app.train.plan.decide_packing); None decides from the config for the
+    ``attention`` kernel (what unit tests want)."""
     kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
     kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
-    kw.update(max_length=cfg.training.max_length, packing=pick_packing(cfg.training.packing, attention,
-                                                                             cfg.model.trust_remote_code, kept_apart))
+    if packing is None:
+        packing = pick_packing(cfg.training.packing, attention, cfg.model.trust_remote_code)
+    kw.update(max_length=cfg.training.max_length, packing=packing)
     return _with_extra(kw, cfg, "SFTConfig")
 
 

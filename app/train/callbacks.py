@@ -191,7 +191,13 @@ class TerminalProgress:
     def start(self, total: int, done: int):
         if not self.enabled:
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self._progress = Progress(
             TextColumn(f"[bold]{self.method}[/]"), BarColumn(), MofNCompleteColumn(),

@@ -76,8 +76,10 @@ def atomic_trainer(trainer_cls):
 
     class AtomicCheckpoints(trainer_cls):
         def _save_checkpoint(self, model, trial):
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-            from transformers.trainer_utils import rotate_checkpoints
+            from transformers.trainer_utils import (
+                PREFIX_CHECKPOINT_DIR,
+                rotate_checkpoints,
+            )
 
             run_dir = Path(self._get_output_dir(trial=trial))
             staging = run_dir / PARTIAL

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from app.config import AppConfig
 from app.errors import UserError
 from app.models import attach_or_describe_lora, linear_layer_names, match_adapter_dtype
+from app.train.checkpoints import atomic_trainer
 
 
-def make_trainer(trainer_cls, args, cfg: AppConfig, model, tok, train_ds, info: dict, **extra):
-    """Build a TRL trainer on the 4-bit base with the configured LoRA adapter, then apply our fix-ups."""
+def make_trainer(trainer_cls, args, plan, model, tok, train_ds, **extra):
+    """Build a TRL trainer on the 4-bit base with the plan's LoRA adapter, then apply our fix-ups."""
+    from peft.utils.error import (
+        NoMatchingPeftModuleError,  # heavy: imported when a trainer is built
+    )
     from transformers import PrinterCallback
 
-    from app.train.checkpoints import atomic_trainer
-
-    from peft.utils.error import NoMatchingPeftModuleError
+    cfg = plan.cfg
 
     model, peft_config = attach_or_describe_lora(model, cfg.lora)
     try:
@@ -23,6 +24,6 @@ def make_trainer(trainer_cls, args, cfg: AppConfig, model, tok, train_ds, info: 
         names = ", ".join(linear_layer_names(model)) or "none"
         raise UserError(f"lora.target_modules={cfg.lora.target_modules!r} matches no layer of this model; its linear "
                         f"layers are: {names} (or use all-linear)") from None
-    match_adapter_dtype(trainer.model, info["compute_dtype"])
+    match_adapter_dtype(trainer.model, plan.where.compute_dtype)
     trainer.remove_callback(PrinterCallback)  # it prints raw log dicts; our progress bar and metrics.jsonl replace it
     return trainer

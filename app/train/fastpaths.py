@@ -20,15 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from app.batching import steps_per_generation
 from app.errors import UserError
 from app.runtime import installed
-
-# Completions sampled at once by auto: the measured knee on an H100 (issue #16: 64 sequences per decode step cost
-# 120 ms vs 96 ms for 8) and, on CPU, where the per-step Python overhead stops dominating (docs/performance.md).
-AUTO_GENERATION_SEQUENCES = 64
-# How many optimizer steps one generation batch may serve: a conservative cap on staleness for the clipped importance
-# ratio (measured: the demo's reward curve holds at 2 steps per generation, docs/performance.md; 4 is not measured).
-MAX_STEPS_PER_GENERATION = 4
+from app.train.sampler import pick_sampler
 
 
 @dataclass(frozen=True)
@@ -78,23 +73,6 @@ def pick_offloading(setting: bool | None, method: str, env: Env, needs_room: boo
     return _pick(setting, "training.activation_offloading", env, "torch", True)
 
 
-def steps_per_generation(batch: int, accumulation: int, setting: int | None, num_generations: int) -> int:
-    """TRL's steps_per_generation for a generation batch of ``setting`` completions (auto: about
-    AUTO_GENERATION_SEQUENCES, at most MAX_STEPS_PER_GENERATION optimizer steps' worth). Always a whole number of
-    micro-batches and of optimizer steps, so every optimizer step sees fresh groups in the same order."""
-    if setting is not None:
-        if setting % batch:
-            raise UserError(f"grpo.generation_batch_size={setting} must be a multiple of "
-                            f"training.per_device_train_batch_size ({batch}); try {max(batch, setting // batch * batch)}")
-        if setting % num_generations:
-            raise UserError(f"grpo.generation_batch_size={setting} must be a multiple of grpo.num_generations "
-                            f"({num_generations}); change one so it divides")
-        return setting // batch
-    per_step = batch * accumulation
-    steps = max(1, min(MAX_STEPS_PER_GENERATION, AUTO_GENERATION_SEQUENCES // per_step))
-    return accumulation * steps
-
-
 @dataclass(frozen=True)
 class FastPaths:
     vllm: bool
@@ -105,10 +83,12 @@ class FastPaths:
     optimizer_steps_per_generation: int | None = None
     sampler: str = "plain"  # GRPO: "merged" = a dense copy with LoRA merged (app/train/sampler.py)
     cuda: bool = False
+    compiled: bool = False  # the merged copy samples through torch.compile (CUDA)
 
     def describe(self) -> str:
-        """One line for doctor, --dry-run and the run log."""
-        merged = "sampling from a merged " + ("16-bit copy, compiled" if self.cuda else "dense copy")
+        """One line for doctor, --dry-run, the run log and status.json."""
+        merged = "sampling from a merged " + ("16-bit copy" if self.cuda else "dense copy") + (
+            ", compiled" if self.compiled else "")
         on = [n for n, v in (("vLLM colocate generation", self.vllm), (merged, self.sampler == "merged"),
                              ("Liger kernels", self.liger), ("activation offloading", self.offloading)) if v]
         gen = (f"; {self.completions_at_once} completions sampled at once for {self.optimizer_steps_per_generation} "
@@ -119,8 +99,6 @@ class FastPaths:
 def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> FastPaths:
     """Every fast-path decision for a resolved AppConfig on this machine. ``copy_fits``: whether a dense copy of
     the weights for the merged sampler fits (the caller's memory check)."""
-    from app.train.sampler import pick_sampler
-
     t, g = cfg.training, cfg.grpo
     vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
     if cfg.method == "sft" and g.use_vllm:
@@ -138,7 +116,7 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> 
     return FastPaths(vllm=vllm, liger=pick_liger(t.use_liger_kernel, env),
                      offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
                      steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen,
-                     sampler=sampler, cuda=env.cuda)
+                     sampler=sampler, cuda=env.cuda, compiled=sampler == "merged" and env.cuda)
 
 
 def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1, note=None) -> FastPaths:

@@ -22,11 +22,6 @@ def check_fsdp(runtime, cuda: bool) -> None:
         raise UserError("runtime.fsdp needs at least 2 processes; add --num-processes N (one per GPU)")
 
 
-def quant_storage(compute_dtype: str) -> str:
-    """bnb_4bit_quant_storage: the dtype FSDP sees the packed 4-bit weights as (the LoRA weights' dtype)."""
-    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[compute_dtype]
-
-
 def fsdp_training_args(layer_classes: list[str] | None, gradient_checkpointing: bool) -> dict:
     """TrainingArguments keyword arguments for FSDP + QLoRA."""
     if not layer_classes:

@@ -9,33 +9,34 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.config import AppConfig
+from app.models import torch_dtype
+from app.rewards import build_reward_funcs
 from app.train.args import grpo_kwargs
 from app.train.common import make_trainer
+from app.train.plan import RunPlan
+from app.train.sampler import MergedSampler, sampling_trainer
 
 log = logging.getLogger("qlora_app")
 
 
-def build_grpo_trainer(cfg: AppConfig, model, tok, train_ds, run_dir: Path, info: dict, has_reference: bool):
-    from trl import GRPOConfig, GRPOTrainer
+def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_reference: bool,
+                       on_sampler_change=None):
+    """``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used."""
+    from trl import GRPOConfig, GRPOTrainer  # heavy: imported when a trainer is built
 
-    from app.rewards import build_reward_funcs
-
-    from app.train.sampler import MergedSampler, sampling_trainer
-
+    cfg, where = plan.cfg, plan.where
     funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
-    args = GRPOConfig(**grpo_kwargs(cfg, run_dir, info["compute_dtype"], info["cuda"], weights,
-                                    fsdp_layers=getattr(model, "_no_split_modules", None),
-                                    fast=info.get("fast")))
-    trainer = make_trainer(sampling_trainer(GRPOTrainer), args, cfg, model, tok, train_ds, info, reward_funcs=funcs)
-    fast = info.get("fast")
-    if fast is not None and fast.sampler == "merged":
-        from app.models import torch_dtype
-
+    args = GRPOConfig(**grpo_kwargs(cfg, run_dir, where.compute_dtype, where.cuda, weights,
+                                    fsdp_layers=getattr(model, "_no_split_modules", None), fast=plan.fast))
+    trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=funcs)
+    trainer.on_sampler_change = on_sampler_change
+    if plan.fast.sampler == "merged":
         try:
-            trainer.merged_sampler = MergedSampler(trainer.model, torch_dtype(info["compute_dtype"]),
-                                                   compile=info["cuda"])
+            trainer.merged_sampler = MergedSampler(trainer.model, torch_dtype(where.compute_dtype),
+                                                   compile=plan.fast.compiled)
         except Exception as e:  # noqa: BLE001 - out of memory, an architecture it cannot mirror: the plain path
-            log.warning("no merged copy for sampling (%s: %s); sampling with the training model",
-                        type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            log.warning("no merged copy for sampling (%s); sampling with the training model", reason)
+            if on_sampler_change:
+                on_sampler_change(None, reason)
     return trainer

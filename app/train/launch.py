@@ -18,7 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.errors import UserError
+from app import rundir
+from app.config import with_absolute_paths
+from app.errors import RunFailed, UserError
 from app.runtime import descendants
 
 WORKER_ENV = "QLORA_APP_WORKER"  # set in every worker: a worker never launches again
@@ -103,10 +105,6 @@ def launch_run(cfg, resume: Path | None, run_dir: Path | None, sets: list[str], 
                console) -> Path:
     """`qlora-app train` with more than one process: make the run directory and its config.yaml (a new run), then
     run the same config on runtime.num_processes x runtime.nnodes workers through torchrun. Returns the run dir."""
-    from app import rundir
-    from app.config import with_absolute_paths
-    from app.errors import RunFailed
-
     rt = cfg.runtime
     if resume is not None:
         d = rundir.require_run_dir(resume).resolve()

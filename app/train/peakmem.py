@@ -10,8 +10,11 @@ from __future__ import annotations
 import resource
 import sys
 
+from app.rundir import PEAK_ALLOCATED as ALLOCATED
+from app.rundir import PEAK_DEVICE as DEVICE
+from app.rundir import PEAK_RESERVED as RESERVED
+
 GIB = 2**30
-ALLOCATED, RESERVED, DEVICE = "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_mem_device"
 
 
 def reset(cuda: bool) -> None:
@@ -34,12 +37,3 @@ def sample(cuda: bool) -> dict:
                 RESERVED: round(torch.cuda.max_memory_reserved() / GIB, 3), DEVICE: "cuda"}
     rss = round(peak_rss_bytes() / GIB, 3)
     return {ALLOCATED: rss, RESERVED: rss, DEVICE: "cpu (peak RSS)"}
-
-
-def describe(st: dict) -> str | None:
-    """'5.71 GiB reserved (5.20 allocated) on cuda' from status.json fields, or None when not recorded."""
-    if st.get(RESERVED) is None:
-        return None
-    if st.get(DEVICE) == "cuda":
-        return f"{st[RESERVED]:.2f} GiB reserved ({st[ALLOCATED]:.2f} GiB allocated) on the GPU"
-    return f"{st[RESERVED]:.2f} GiB peak RSS (CPU)"

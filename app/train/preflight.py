@@ -1,20 +1,25 @@
-"""Before the model loads (and before any model download): will the run fit this GPU, and which fast paths it takes.
+"""Memory before the model loads (and before any model download): will the run fit this GPU, and what it must give
+up to fit. Called by app.train.plan, which owns every decision; these are its memory steps.
 
 The memory estimate uses the data's own token lengths (tokenized with the model's tokenizer when it is already on
 disk, else about 4 characters per token), and on a GPU a run the estimate says cannot fit is refused with the knobs
 that would make it fit (runtime.fit_check=false / --no-fit-check tries anyway). vLLM needs a 16-bit copy of the
 weights beside the 4-bit base: when auto picked it and that copy does not fit, the run says so and samples with the
-4-bit model instead. SFT activation offloading turns on by itself when only it makes the run fit.
+4-bit model instead. SFT activation offloading turns on by itself when only it makes the run fit, and GRPO's auto
+generation batch shrinks to what the GPU holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from dataclasses import dataclass
 
+from app.batching import steps_per_generation
+from app.data.convert import completion_text, prompt_text
 from app.errors import UserError
 from app.memory import estimate_memory, fit_problem
-from app.train.fastpaths import decide, detect_env
+from app.train.fastpaths import Env
 from app.train.sampler import cpu_copy_fits
 
 log = logging.getLogger("qlora_app")
@@ -26,8 +31,6 @@ def token_lengths(cfg, rows, det) -> list[int] | None:
     """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO."""
     if rows is None or det is None or not len(rows):
         return None
-    from app.data.convert import completion_text, prompt_text
-
     n = min(len(rows), LENGTH_SAMPLE)
     texts = []
     for i in range(n):
@@ -45,7 +48,9 @@ def token_lengths(cfg, rows, det) -> list[int] | None:
 
 def _local_tokenizer(cfg):
     try:
-        from transformers import AutoTokenizer
+        from transformers import (
+            AutoTokenizer,  # heavy: only when a run is being planned
+        )
 
         return AutoTokenizer.from_pretrained(cfg.model.name_or_path, local_files_only=True,
                                              revision=cfg.model.revision, trust_remote_code=False)
@@ -53,23 +58,19 @@ def _local_tokenizer(cfg):
         return None
 
 
-def preflight(cfg, rows=None, det=None, note=None) -> dict:
-    """{'estimate', 'fast', 'cuda', 'gpu_gb'} for a resolved config; raises UserError when it cannot fit."""
-    from app.models import pick_backend, unsloth_installed
-    from app.runtime import device_facts
+@dataclass(frozen=True)
+class MemoryFit:
+    cfg: object  # the config after what fitting changed (a smaller generation batch, offloading on)
+    estimate: dict
+    env: Env  # vLLM dropped where its copy would not fit
+    needs_room: bool  # SFT: only activation offloading makes it fit
+    copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
 
-    facts = device_facts(cfg.runtime.device)
-    cuda, gpu_gb = facts["cuda"], facts["vram_gb"]
-    backend = pick_backend(cfg.runtime.backend, cuda, unsloth_installed())
-    env = detect_env(cuda, backend)
-    from app.unsloth_backend import stack_problem
 
-    stack = stack_problem(cfg.method, cuda)
-    if stack:
-        raise UserError(stack)
-    lengths = token_lengths(cfg, rows, det)
-    # GPU memory by definition (on a CPU run: what the same config would need on a GPU; the CPU's own peak is
-    # recorded as it trains)
+def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
+    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changed. ``say(line)`` hears
+    each change."""
+    cuda = env.cuda
     est = estimate_memory(cfg, lengths)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
@@ -78,11 +79,15 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
         offloaded.training.activation_offloading = True
         if fit_problem(estimate_memory(offloaded, lengths), offloaded, gpu_gb) is None:
             needs_room, problem = True, None
+            if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already
+                say("activation offloading is on: only with it does the run fit this "
+                    f"{gpu_gb:.0f} GB GPU (training.activation_offloading sets it)")
+                cfg, est = offloaded, estimate_memory(offloaded, lengths)
     if problem and cfg.method == "grpo":
         smaller = generation_batch_that_fits(cfg, lengths, gpu_gb)
         if smaller is not None:
-            _say(note, f"sampling {smaller.grpo.generation_batch_size} completions at a time, the most this "
-                       f"{gpu_gb:.0f} GB GPU has room for (grpo.generation_batch_size sets it)")
+            say(f"sampling {smaller.grpo.generation_batch_size} completions at a time, the most this "
+                f"{gpu_gb:.0f} GB GPU has room for (grpo.generation_batch_size sets it)")
             cfg, est, problem = smaller, estimate_memory(smaller, lengths), None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
@@ -92,24 +97,21 @@ def preflight(cfg, rows=None, det=None, note=None) -> dict:
             with_vllm = estimate_memory(cfg, lengths, weight_copy="vllm")
             if fit_problem(with_vllm, cfg, gpu_gb):
                 env = dataclasses.replace(env, vllm=False)
-                _say(note, f"vLLM is installed but its 16-bit copy of the weights would not fit "
-                           f"({with_vllm['total_gb']:.1f} GB estimated on a {gpu_gb:.0f} GB GPU): not using it")
+                say(f"vLLM is installed but its 16-bit copy of the weights would not fit "
+                    f"({with_vllm['total_gb']:.1f} GB estimated on a {gpu_gb:.0f} GB GPU): not using it")
         with_copy = estimate_memory(cfg, lengths, weight_copy="merged")
         copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
         if cuda and not copy_fits and cfg.grpo.sampler == "auto" and not env.vllm:
-            _say(note, f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
-                       f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
-    fast = decide(cfg, env, needs_room, copy_fits=copy_fits)
+            say(f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
+                f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
     if problem:
-        _say(note, problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
-    return {"estimate": est, "fast": fast, "cuda": cuda, "gpu_gb": gpu_gb, "lengths_known": lengths is not None}
+        say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
+    return MemoryFit(cfg=cfg, estimate=est, env=env, needs_room=needs_room, copy_fits=copy_fits)
 
 
 def generation_batch_that_fits(cfg, lengths, gpu_gb: float):
     """On auto, GRPO samples several optimizer steps' completions at once; where that does not fit the GPU, the
     config sampling the most optimizer steps' worth that does (down to one step's), or None."""
-    from app.train.fastpaths import steps_per_generation
-
     t = cfg.training
     if cfg.grpo.generation_batch_size is not None or {"steps_per_generation", "generation_batch_size"} & set(
             t.extra_args):
@@ -123,18 +125,3 @@ def generation_batch_that_fits(cfg, lengths, gpu_gb: float):
         if fit_problem(estimate_memory(trial, lengths), trial, gpu_gb) is None:
             return trial
     return None
-
-
-def _say(note, line: str) -> None:
-    log.warning(line)
-    if note:
-        note(line)
-
-
-def describe(pf: dict) -> str:
-    """Two short lines for --dry-run and the run log."""
-    est = pf["estimate"]
-    where = f"on this {pf['gpu_gb']:.0f} GB GPU" if pf["gpu_gb"] else "for a GPU (this run is on the CPU)"
-    basis = "the data's token lengths" if pf["lengths_known"] else "max_length (data not read)"
-    return (f"memory estimate {where}: {est['summary']} (from {basis})\n"
-            f"fast paths: {pf['fast'].describe()}")

@@ -6,19 +6,33 @@ The CLI, the UI (through a CLI subprocess) and the demo all come through `run_tr
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
 import time
 import traceback
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from app import rundir
-from app.config import AppConfig, resolve, warnings_for, with_absolute_paths
+from app.config import AppConfig, load_yaml_file, resolve, validate, warnings_for
+from app.config_keys import changed_keys
+from app.data import build_splits
 from app.errors import RunFailed, UserError
-from app.runtime import apply_local_only, pid_alive, quiet_library_noise
-from app.train.launch import is_main, world_size
+from app.models import check_model_source
+from app.plots import save_curves
+from app.rewards import reward_error_count
+from app.runs import peak_memory_text
+from app.runtime import apply_local_only, installed, pid_alive, quiet_library_noise
+from app.train import peakmem
+from app.train.checkpoints import save_adapter
+from app.train.grpo import build_grpo_trainer
+from app.train.launch import is_main
+from app.train.plan import RunPlan, decide_packing, load_model, make_plan
+from app.train.sft import build_sft_trainer
+from app.unsloth_backend import import_first
 
 log = logging.getLogger("qlora_app")
 
@@ -60,8 +74,6 @@ TRACKERS = ("trackio", "tensorboard", "wandb", "mlflow", "comet_ml", "clearml", 
 
 
 def missing_trackers(report_to: list[str]) -> list[str]:
-    from app.runtime import installed
-
     def absent(name: str) -> bool:
         alternatives = (name, "tensorboardX") if name == "tensorboard" else (name,)
         return not any(installed(m) for m in alternatives)
@@ -78,27 +90,15 @@ def prepare_run_dir(cfg: AppConfig, resume: Path | None, run_dir: Path | None) -
         if st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
             raise UserError(f"run '{d.name}' is still running; stop it before resuming")
         return d
-    if run_dir is not None:  # the UI pre-creates the folder and writes config.yaml into it
-        d = Path(run_dir)
-        if rundir.read_status(d) is not None:
-            raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten)")
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-    try:
-        return rundir.new_run_dir(cfg.output_dir,
-                                  cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
-    except OSError as e:
-        raise UserError(f"cannot create a run directory in '{cfg.output_dir}' ({e.strerror or e}); pass a writable "
-                        "--output-dir") from None
+    # run_dir: the UI and the torchrun launcher pre-create the folder and write config.yaml into it
+    return rundir.create_run_dir(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.dataset, run_dir)
 
 
 def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
     """A run whose checkpoint already reached the planned end has nothing left to train. (Hugging Face's Trainer
     would still run one more step past max_steps, and again on every such resume.)"""
-    import json
-
     try:
-        state = json.loads((ckpt / "trainer_state.json").read_text())
+        state = json.loads((ckpt / rundir.TRAINER_STATE).read_text())
         step, planned = int(state["global_step"]), int(state["max_steps"])
     except (OSError, ValueError, KeyError, TypeError):
         return  # rundir.checkpoint_problem vetted the file; an older layout just trains on
@@ -113,9 +113,6 @@ def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
 def _changed_on_resume(d: Path, cfg: AppConfig) -> bool:
     """Whether a resume changes the run's plan (--max-steps N extends it, --set changes a key). config.yaml then
     records the plan the run now follows, so a later bare --resume (the crashed-run hint) continues the same one."""
-    from app.config import load_yaml_file, validate
-    from app.config_keys import changed_keys
-
     changed = changed_keys(validate(load_yaml_file(d / rundir.CONFIG)), cfg)
     if changed:
         log.info("config.yaml updated for this resume: %s", "; ".join(changed))
@@ -125,7 +122,7 @@ def _changed_on_resume(d: Path, cfg: AppConfig) -> bool:
 def resume_point(d: Path, console=None, cfg: AppConfig | None = None) -> Path:
     """The newest complete checkpoint of run ``d``; torn newer ones are named and skipped, none is a user error.
     metrics.jsonl is cut back to that step, so the steps trained again are logged once."""
-    ckpt = rundir.last_checkpoint(d, note=_warner(console, "note") if is_main() else None)
+    ckpt = rundir.last_checkpoint(d, note=_say(console, "note") if is_main() else None)
     if ckpt is None:
         torn = [p.name for p in rundir.checkpoints(d)]
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
@@ -140,10 +137,8 @@ def resume_point(d: Path, console=None, cfg: AppConfig | None = None) -> Path:
     return ckpt
 
 
-def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | None = None,
-                 progress: bool = True, console=None) -> Path:
-    """Train and return the run directory. Raises UserError for bad input (nothing written is lost)."""
-    apply_local_only(cfg.runtime.local_only)
+def check_request(cfg: AppConfig) -> None:
+    """What is wrong with the request itself, before any data or model is read."""
     if cfg.runtime.local_only:
         remote = [r for r in cfg.runtime.report_to if r not in ("trackio", "tensorboard", "none")]
         if remote:
@@ -155,46 +150,34 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     if not cfg.data.dataset:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
-    from app.unsloth_backend import import_first
 
+def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | None = None,
+                 progress: bool = True, console=None) -> Path:
+    """Train and return the run directory: plan, run directory, train, record. Raises UserError for bad input
+    (nothing written is lost)."""
+    apply_local_only(cfg.runtime.local_only)
+    check_request(cfg)
     import_first(cfg.runtime.backend, cfg.runtime.device)  # before anything imports transformers / trl / peft
-    from app.models import check_model_source
-
     quiet_library_noise()
     check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only)  # fail fast, before data
     # Data first: a wrong column name should fail in a second, not after the model has loaded.
-    from app.data import build_splits
-
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
-    # Absolute paths in config.yaml: a resume (or the UI) started from another folder reads the same files.
-    cfg = resolve(with_absolute_paths(cfg, Path.cwd()), num_rows=len(train_raw))
-    from app.train.preflight import describe, preflight
-
-    # Before the model loads (or downloads): refuse a run that cannot fit this GPU, pick the fast paths.
-    pf = preflight(cfg, train_raw, det, note=(lambda line: console.print(f"[yellow]note:[/] {line}"))
-                   if console and is_main() else None)
-    d = prepare_run_dir(cfg, resume, run_dir)
-    main = is_main()  # only rank 0 writes the run directory; every rank trains
+    main = is_main()  # only rank 0 writes the run directory and speaks; every rank trains
+    planned = make_plan(cfg, train_raw, det)  # its notes are said once the run directory (and its log) exists
+    plan = planned.plan
+    d = prepare_run_dir(plan.cfg, resume, run_dir)
     handler = _setup_logging(d) if main else None
     try:
-        ckpt = resume_point(d, console, cfg) if resume is not None else None
+        ckpt = resume_point(d, console, plan.cfg) if resume is not None else None
     except UserError:  # nothing to resume: the run is left exactly as it was
         _close_logging(handler)
         raise
     try:
         if main:
-            if resume is None or _changed_on_resume(d, cfg):
-                rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
-            rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=cfg.method,
-                                model=cfg.model.name_or_path, dataset=cfg.data.dataset,
-                                step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, world_size=world_size(),
-                                memory_estimate_gb=pf["estimate"]["total_gb"], fast_paths=pf["fast"].describe())
-            for w in warnings_for(cfg):
-                _warner(console, "note")(w)
-            log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, cfg.method,
-                     cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
-            log.info(describe(pf).replace("\n", "; "))
-        _train(cfg, d, train_raw, det, ckpt, progress and main, console if main else None, main, pf["fast"])
+            _record_start(d, plan, resume, ckpt, console)
+            log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, plan.cfg.method,
+                     plan.cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
+        _train(plan, d, planned, det.reference_field is not None, ckpt, progress and main, console if main else None)
     except BaseException as e:
         failed_write = write_failure(e)
         if failed_write is not None:  # a full disk, or any other failure to write the run's files
@@ -212,6 +195,28 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     finally:
         _close_logging(handler)
     return d
+
+
+def _record_start(d: Path, plan: RunPlan, resume: Path | None, ckpt: Path | None, console) -> None:
+    """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
+    if resume is None or _changed_on_resume(d, plan.cfg):
+        rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
+    fields = plan.status_fields()
+    if resume is not None and not plan.adjustments:
+        fields.pop("adjustments")  # the first start's reasons stay on record
+    rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
+                        model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
+                        step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, **fields)
+    for line in warnings_for(plan.cfg) + list(plan.notes):
+        _say(console, "note")(line)
+    log.info(plan.describe().replace("\n", "; "))
+
+
+def _record_plan_change(d: Path, plan: RunPlan, main: bool) -> None:
+    """A decision taken after loading (SFT packing) changed the plan: config.yaml and status.json follow."""
+    if main:
+        rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
+        rundir.update_status(d, adjustments=[a.line() for a in plan.adjustments])
 
 
 def _close_logging(handler: logging.Handler | None) -> None:
@@ -264,85 +269,84 @@ def _record_failure(d: Path, reason: str) -> None:
         pass
 
 
-def _train(cfg: AppConfig, d: Path, train_raw, det, ckpt: Path | None, progress: bool, console,
-           main: bool = True, fast=None) -> None:
-    from app.data import to_grpo, to_sft
-    from app.models import load_for_training
+def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | None, progress: bool,
+           console) -> None:
+    # heavy (transformers), and only after import_first: Unsloth must patch transformers before it loads
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
-    from app.train.checkpoints import save_adapter
 
-    model, tok, info = load_for_training(cfg)
-    info["fast"] = fast
-    log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", cfg.model.name_or_path, info["4bit"],
-             info["compute_dtype"], info["gpu"] or "CPU", info["backend"])
-    from app.models import context_length
-    from app.train.context import fit_grpo, fit_sft_length
-
-    context = context_length(model.config)
-    note = _warner(console, "note")
-    if cfg.model.load_in_4bit and not info["4bit"]:  # a user sizing a GPU must hear it in plain words
-        note(f"transformers quantized none of the layers of {type(model).__name__} (its architecture is not "
-             "covered by its 4-bit loader): the model trains unquantized, at full size")
+    main = is_main()
+    say = _say(console, "note")
+    loaded = load_model(plan, planned.tokenizer)
+    model, tok = loaded.model, loaded.tokenizer
+    log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", plan.cfg.model.name_or_path,
+             loaded.quantized, plan.where.compute_dtype, plan.where.gpu or "CPU", plan.backend)
+    if plan.cfg.model.load_in_4bit and not loaded.quantized:  # a user sizing a GPU must hear it in plain words
+        say(f"transformers quantized none of the layers of {type(model).__name__} (its architecture is not "
+            "covered by its 4-bit loader): the model trains unquantized, at full size")
+    packed = decide_packing(plan, loaded, say if main else None)
+    if packed.cfg != plan.cfg:
+        _record_plan_change(d, packed, main)
+    plan = packed
     stop = StopFlag().install()
-    bar = TerminalProgress(cfg.method, enabled=progress)
+    bar = TerminalProgress(plan.cfg.method, enabled=progress)
     try:
-        if cfg.method == "grpo":
-            from app.rewards import reward_error_count
-            from app.train.grpo import build_grpo_trainer
-
-            if det.reference_field is None:
-                note("dataset has no reference field: GRPO runs without the reference-match component")
-            train_ds = to_grpo(train_raw, det, tok, cfg.data.system_prompt)
-            cfg, train_ds = fit_grpo(cfg, train_ds, tok, context, note)
-            from app.train.fastpaths import fit_generation_to_data
-
-            if fast is not None:
-                info["fast"] = fit_generation_to_data(fast, cfg, len(train_ds), world_size(), note if main else None)
-            trainer = build_grpo_trainer(cfg, model, tok, train_ds, d, info, det.reference_field is not None)
+        if plan.cfg.method == "grpo":
+            trainer = build_grpo_trainer(plan, model, tok, planned.train_ds, d, has_reference,
+                                         on_sampler_change=_sampler_recorder(d, plan, main))
             errors = reward_error_count
         else:
-            from app.train.sft import build_sft_trainer
-
-            train_ds = to_sft(train_raw, det, tok, cfg.data.system_prompt)
-            cfg = fit_sft_length(cfg, context, note)
-            trainer = build_sft_trainer(cfg, model, tok, train_ds, d, info, note)
+            trainer = build_sft_trainer(plan, model, tok, planned.train_ds, d)
             errors = lambda: 0  # noqa: E731 - SFT has no reward
         if main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         base_errors = errors()
-        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_warner(console), write=main,
-                               cuda=info["cuda"])
+        watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_say(console), write=main,
+                               cuda=plan.where.cuda)
         trainer.add_callback(watch)
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()
         stop.uninstall()
-    if trainer.state.global_step == 0 and not stop.requested:  # TRL / HF say "not a single sample", then finish
-        raise UserError(f"no training step ran: the {len(train_ds)} training rows gave no full batch; lower "
+    _record_end(d, plan, trainer, tok, watch, stop, main, len(planned.train_ds))
+
+
+def _sampler_recorder(d: Path, plan: RunPlan, main: bool):
+    """status.json's fast paths follow the sampler that samples: a fallback is recorded with its step."""
+    changes: list[dict] = []
+
+    def record(sampler, reason: str) -> None:
+        fast = replace(plan.fast, sampler="merged" if sampler is not None else "plain",
+                       compiled=sampler is not None and sampler.compile)
+        changes.append({"fast_paths": fast.describe(), "reason": reason})
+        if main:
+            rundir.update_status(d, fast_paths=fast.describe(), fast_path_changes=changes)
+    return record
+
+
+def _record_end(d: Path, plan: RunPlan, trainer, tok, watch, stop, main: bool, n_rows: int) -> None:
+    step = trainer.state.global_step
+    if step == 0 and not stop.requested:  # TRL / HF say "not a single sample", then finish
+        raise UserError(f"no training step ran: the {n_rows} training rows gave no full batch; lower "
                         "training.per_device_train_batch_size or gradient_accumulation_steps, or add rows")
     if watch.nonfinite:
         if main:
-            rundir.write_status(d, rundir.FAILED, step=trainer.state.global_step)
-        raise RunFailed(nonfinite_message(watch.nonfinite, cfg, d))
+            rundir.write_status(d, rundir.FAILED, step=step)
+        raise RunFailed(nonfinite_message(watch.nonfinite, plan.cfg, d))
     if not main:
         return
     adapter_dir = save_adapter(trainer.model, tok, d)
-    from app.train import peakmem
-
-    peak = peakmem.sample(info["cuda"])
-    log.info("peak memory: %s", peakmem.describe(peak))
+    peak = peakmem.sample(plan.where.cuda)
+    log.info("peak memory: %s", peak_memory_text(peak))
     if stop.requested:
-        rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=trainer.state.global_step, **peak)
-        log.info("stopped at step %d; checkpoint saved, resume with --resume %s", trainer.state.global_step, d)
+        rundir.write_status(d, rundir.INTERRUPTED, ended=time.time(), step=step, **peak)
+        log.info("stopped at step %d; checkpoint saved, resume with --resume %s", step, d)
     else:
-        rundir.write_status(d, rundir.FINISHED, ended=time.time(), step=trainer.state.global_step, **peak)
-        log.info("finished at step %d; adapter in %s", trainer.state.global_step, adapter_dir)
-    from app.plots import save_curves
-
+        rundir.write_status(d, rundir.FINISHED, ended=time.time(), step=step, **peak)
+        log.info("finished at step %d; adapter in %s", step, adapter_dir)
     save_curves(d)
 
 
-def _warner(console, label: str = "warning"):
+def _say(console, label: str = "warning"):
     def warn(line: str) -> None:
         log.warning(line)
         if console:

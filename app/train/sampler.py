@@ -169,6 +169,9 @@ def sampling_trainer(cls):
 
     class SamplingTrainer(cls):
         merged_sampler: MergedSampler | None = None
+        # called with the sampler left (None: TRL's own path) and the reason, when the fast path steps down, so
+        # the run directory can record the plan that now runs (app.train.runner)
+        on_sampler_change = None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
@@ -183,6 +186,8 @@ def sampling_trainer(cls):
                 return s.generate(prompt_ids, self.generation_config, tok.pad_token_id, list(self.eos_token_ids)), None
             except Exception as e:  # noqa: BLE001 - any failure of the optional path: step down, keep training
                 self.merged_sampler = fall_back(s, e)
+                if self.on_sampler_change:
+                    self.on_sampler_change(self.merged_sampler, f"{type(e).__name__} at step {self.state.global_step}")
                 return self._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                   has_tool_images)
 

@@ -6,11 +6,12 @@ from pathlib import Path
 
 from app import rundir
 from app.errors import UserError
+from app.eval.compare import run_comparison
 
 
 def compare_choices(runs_dir: str | Path) -> list[str]:
     """Runs that have an adapter to compare, newest first."""
-    return [d.name for d in rundir.list_runs(runs_dir) if (d / rundir.ADAPTER / "adapter_config.json").is_file()]
+    return [d.name for d in rundir.list_runs(runs_dir) if rundir.has_adapter(d)]
 
 
 def _ending(jobs) -> bool:
@@ -36,7 +37,6 @@ def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_sampl
     n = int(num_samples or 0)
     if not prompts and n <= 0:
         raise UserError("type a prompt or choose a number of held-out rows to sample")
-    from app.eval.compare import run_comparison
 
     return run_comparison(d, num_samples=n, prompts=prompts, max_new_tokens=int(max_new_tokens or 128),
                           local_only=bool(local_only), progress=progress)

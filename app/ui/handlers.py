@@ -13,10 +13,23 @@ import shutil
 from pathlib import Path
 
 from app import rundir
-from app.config import AppConfig, build_config, resolve
+from app.config import (
+    AppConfig,
+    RewardConfig,
+    build_config,
+    resolve,
+    with_absolute_paths,
+)
+from app.data import prompt_text, reference_text, resolve_dataset
+from app.data.loading import detect_dataset
 from app.errors import UserError
-from app.rewards.registry import NAMES as REWARD_COMPONENTS
-from app.ui.jobs import BUSY_MESSAGE
+from app.memory import estimate_memory, format_estimate
+from app.plots import curve_keys, series
+from app.presets import load_preset, presets_dir
+from app.reward_registry import NAMES as REWARD_COMPONENTS
+from app.rewards import effective_weights
+from app.runs import run_summary
+from app.ui.jobs import BUSY_MESSAGE, running_elsewhere
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
@@ -105,14 +118,11 @@ def _fmt(v) -> str:
 def _load_preset(preset: str | None) -> dict:
     if not preset or preset == NO_PRESET:
         return {}
-    from app.presets import load_preset
 
     return load_preset(preset)
 
 
 def preset_choices() -> list[str]:
-    from app.presets import presets_dir
-
     return [NO_PRESET, *sorted(p.stem for p in presets_dir().glob("*.yaml"))]
 
 
@@ -124,8 +134,6 @@ def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
     for name, (key, _) in FORM.items():
         out[name] = _get(data, key)
     out["local_only"] = bool(out["local_only"] or local_only)
-    from app.config import RewardConfig
-    from app.rewards import effective_weights
 
     weights = effective_weights(RewardConfig.model_validate(data["reward"]))
     for name, comp in WEIGHTS.items():
@@ -173,8 +181,6 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
             argv += [flag] if v is True else [flag, str(v)]
         else:
             sets.append(f"{key}={_fmt(v)}")
-    from app.config import RewardConfig
-    from app.rewards import effective_weights
 
     weights = effective_weights(RewardConfig.model_validate(base["reward"]))
     for name, comp in WEIGHTS.items():
@@ -204,8 +210,6 @@ def cli_preview(form: dict, runs_dir: str | Path) -> str:
 
 
 def memory_markdown(form: dict, runs_dir: str | Path) -> str:
-    from app.memory import estimate_memory, format_estimate
-
     try:
         cfg = resolve(config_from_form(form, runs_dir))
     except UserError as e:
@@ -240,8 +244,6 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
     dataset = _clean(dataset)
     if not dataset:
         raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
-    from app.data import prompt_text, reference_text, resolve_dataset
-    from app.data.loading import detect_dataset
 
     dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
     split = "train" if "train" in dd else next(iter(dd))
@@ -282,9 +284,6 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     """Validate, create a fresh run directory with config.yaml, start `qlora-app train` on it. Paths typed in the
     form are relative to the folder the UI was started in; config.yaml gets them absolute, so the run (and any
     later resume) reads the same files wherever it is started from."""
-    from app.config import with_absolute_paths
-    from app.ui.jobs import running_elsewhere
-
     cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
@@ -315,8 +314,6 @@ def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
 
 def run_status(d: Path) -> dict:
     """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
-    from app.runs import run_summary
-
     return run_summary(d)
 
 
@@ -335,8 +332,6 @@ def runs_rows(runs_dir: str | Path) -> list[list]:
 
 def curves(run_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     """(loss, reward, reward components) as long-format records {step, value, series} for line plots."""
-    from app.plots import curve_keys, series
-
     if run_dir is None:
         return [], [], []
     recs = rundir.read_metrics(run_dir)
@@ -344,7 +339,7 @@ def curves(run_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
     for key in curve_keys(recs):
         xs, ys = series(recs, key)
         bucket = key if key in ("loss", "reward") else "comp"
-        name = key.removeprefix("rewards/").removesuffix("/mean")
+        name = rundir.component_of(key) or key
         out[bucket] += [{"step": x, "value": y, "series": name} for x, y in zip(xs, ys)]
     return out["loss"], out["reward"], out["comp"]
 
@@ -395,8 +390,6 @@ def progress_html(s: dict | None) -> str:
 
 def live_status(jobs, runs_dir: str | Path) -> dict:
     """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
-    from app.ui.jobs import running_elsewhere
-
     d = jobs.run_dir or running_elsewhere(Path(runs_dir))
     if d is None or not Path(d).is_dir():
         return {"run_dir": None, "status": None, "markdown": "No run started yet.", "progress": "", "log": ""}

@@ -14,6 +14,8 @@ import socket
 from pathlib import Path
 
 from app.errors import UserError
+from app.ui.app import build_app
+from app.ui.handlers import UPLOAD_DIR
 
 MAX_UPLOAD = "200mb"  # a dataset file; anything bigger belongs on disk, passed as a path
 
@@ -49,8 +51,6 @@ def check_exposure(host: str, share: bool, auth: str | None) -> None:
 
 def launch_kwargs(host: str, port: int, share: bool, auth: str | None, runs_dir: Path) -> dict:
     """Everything passed to Blocks.launch (separate so tests can check the safe defaults)."""
-    from app.ui.handlers import UPLOAD_DIR
-
     check_exposure(host, share, auth)
     runs_dir = Path(runs_dir).resolve()
     return dict(
@@ -68,7 +68,6 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     # Before gradio is imported: it reads these at import time.
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ.setdefault("DO_NOT_TRACK", "1")
-    from app.ui.app import build_app
 
     kwargs = launch_kwargs(host, port, share, auth, runs_dir)
     _check_port_free(host, port)  # before the app is built: Gradio's own error is a long traceback

@@ -5,8 +5,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.config_keys import field_help
 from app.errors import UserError
-from app.rewards.registry import COMPONENTS
+from app.reward_registry import COMPONENTS
 
 log = logging.getLogger("qlora_app.ui")
 PLOT_COLUMNS = ["step", "value", "series"]
@@ -65,6 +66,4 @@ def plots(ids: str):
 
 def config_help(dotted: str) -> str | None:
     """The config field's description: the same text `qlora-app train --dry-run --explain` prints."""
-    from app.config_keys import field_help
-
     return field_help().get(dotted) or None

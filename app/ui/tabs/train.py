@@ -3,7 +3,7 @@ memory estimate, the equivalent CLI command, Start / Stop and the live view of t
 
 from app.config import DEFAULT_GRPO_MODEL
 from app.errors import UserError
-from app.rewards.registry import BY_NAME
+from app.reward_registry import BY_NAME
 from app.ui import handlers as h
 from app.ui.widgets import Context, components_frame, config_help, err, frame, plots
 

@@ -22,6 +22,8 @@ class ComponentSpec:
     description: str
 
 
+BOILERPLATE = "boilerplate"  # the penalty component: compare reports the share of answers it penalised
+
 COMPONENTS: tuple[ComponentSpec, ...] = (
     ComponentSpec("length", 0.25, -1.0, 0.0, False, True, "#1f77b4",
                   "compact answers: a gentle slope to -0.1 at reward.length_target characters, down to -0.6 at "
@@ -32,7 +34,7 @@ COMPONENTS: tuple[ComponentSpec, ...] = (
     ComponentSpec("reference", 2.0, 0.0, 1.0, True, True, "#2ca02c",
                   "1 when the final answer matches the reference (numbers after normalisation, LaTeX through "
                   "math-verify, else text), 0 otherwise"),
-    ComponentSpec("boilerplate", 1.0, -1.0, 0.0, False, True, "#d62728",
+    ComponentSpec(BOILERPLATE, 1.0, -1.0, 0.0, False, True, "#d62728",
                   "refusals and AI disclaimers cost 1, uncertainty 0.5, filler and hedges 0.25 (each phrase once, "
                   "capped at -1); 0 for a clean answer"),
     ComponentSpec("accuracy", 1.0, 0.0, 1.0, True, False, "#9467bd",

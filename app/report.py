@@ -1,0 +1,83 @@
+"""What the CLI prints about a run: its plan (`train --dry-run`) and its outcome (end of `train`, `runs show`).
+rich only at module level: the CLI loads this for ``--help``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.table import Table
+
+from app import rundir
+from app.config import resolve, warnings_for
+from app.config_keys import explain_rows
+from app.config_schema import AppConfig
+from app.data import build_splits
+from app.errors import UserError
+from app.plots import curve_keys, series, sparkline
+from app.runs import run_summary
+from app.train.plan import make_plan
+
+
+def print_plan(cfg: AppConfig, explain: bool, console, err_console) -> None:
+    """The config that would train, as the run plan fits it (stdout: YAML, or the --explain table), and the plan
+    itself on stderr: memory estimate, fast paths, what it adjusted and why. The data's token lengths are used
+    when the dataset is local or built in; nothing is downloaded and no weights are loaded."""
+    rows = det = None
+    try:
+        rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
+    except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: plan without it
+        pass
+    notes: list[str] = []
+    try:
+        plan = make_plan(cfg, rows, det, note=notes.append, offline=True).plan
+    except UserError as e:
+        plan, refused = None, str(e)
+    shown = plan.cfg if plan is not None else resolve(cfg)
+    if explain:
+        _print_explained(shown, console)
+    else:
+        sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
+    for w in warnings_for(shown) + notes:
+        err_console.print(f"[yellow]note:[/] {w}", highlight=False)
+    if plan is None:
+        err_console.print(f"[red]would be refused:[/] {refused}", highlight=False)
+    else:
+        err_console.print(plan.describe(), highlight=False)
+
+
+def _print_explained(cfg: AppConfig, console) -> None:
+    t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
+    t.add_column("key", no_wrap=True, style="bold")
+    t.add_column("value", overflow="fold", max_width=40)
+    t.add_column("what it does", overflow="fold", ratio=1)
+    for key, value, text in explain_rows(cfg):
+        t.add_row(key, value, text)
+    console.print(t)
+
+
+def print_run_summary(d: Path, console) -> None:
+    st = run_summary(d)
+    recs = rundir.read_metrics(d)
+    t = Table(title=f"run {d.name}: {st['status']}", show_header=True)
+    t.add_column("metric")
+    t.add_column("last", justify="right")
+    t.add_column("curve")
+    for k in curve_keys(recs):
+        _, ys = series(recs, k)
+        t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
+    t.add_row("steps", str(st.get("step")), "")
+    if st.get("peak_memory"):
+        est = st.get("memory_estimate_gb")
+        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est else ""), "")
+    if st.get("fast_paths"):
+        t.add_row("fast paths", st["fast_paths"], "")
+    for line in st.get("adjustments") or []:
+        t.add_row("adjusted", line, "")
+    if st.get("adapter"):
+        t.add_row("adapter", st["adapter"], "")
+    if st.get("error"):
+        t.add_row("error", st["error"], "")
+    console.print(t)
+    if st.get("resume_command"):
+        console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)

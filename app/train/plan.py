@@ -1,0 +1,257 @@
+"""The run plan: every decision of a training run, made once, before the trainer is built, and then only read.
+
+``make_plan`` takes the config as the user gave it, the training rows and this machine, and decides, in order:
+  1. the resolved config with absolute paths (app.config.resolve);
+  2. where it runs: device, compute dtype, attention kernel (app.models.placement), backend, world size;
+  3. memory, before any model download: the estimate from the data's token lengths, the fit check, and what
+     fitting gave up (a smaller GRPO generation batch, SFT activation offloading, vLLM) (app.train.preflight);
+  4. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
+     halved, prompts that leave no room are dropped, SFT's max_length is cut to it (app.train.context);
+  5. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are
+     (app.train.fastpaths).
+The SFT packing check needs the loaded model: ``decide_packing`` is the one decision taken after loading.
+
+Every value the plan changed from the config is an ``Adjustment`` with its reason: ``RunPlan.cfg`` holds the
+changed value, so the run directory's config.yaml (``config_yaml``) is what trained and re-runs the same, and
+status.json and train.log carry the reasons. Nothing downstream decides again: the trainer builders read the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from app.config import AppConfig, resolve, with_absolute_paths
+from app.config_keys import differences
+from app.data import to_grpo, to_sft
+from app.errors import UserError
+from app.memory import estimate_memory
+from app.models import (
+    PACKING_KERNELS,
+    Placement,
+    context_length,
+    load_base_model,
+    load_tokenizer,
+    model_on_disk,
+    packed_examples_stay_apart,
+    pick_packing,
+    placement,
+)
+from app.train.context import fit_grpo, fit_sft_length
+from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
+from app.train.fsdp import check_fsdp
+from app.train.launch import world_size
+from app.train.preflight import fit_memory, token_lengths
+from app.unsloth_backend import (
+    load_with_unsloth,
+    pick_backend,
+    stack_problem,
+    unsloth_installed,
+)
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """A config value the plan changed, and why."""
+
+    key: str
+    was: str  # as YAML
+    now: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.key}: {self.was} -> {self.now} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    cfg: AppConfig  # resolved, absolute paths, every adjustment applied: what trains and what config.yaml says
+    where: Placement
+    backend: str  # hf | unsloth
+    world_size: int
+    estimate: dict  # app.memory.estimate_memory of cfg
+    lengths_known: bool  # the estimate used the data's token lengths (else max_length)
+    fast: FastPaths
+    context: int | None = None  # the model's context in tokens; None: its config does not say, or not on disk
+    dropped_prompts: int = 0  # GRPO rows whose prompt left no room for a completion
+    packing: bool | None = None  # SFT, after decide_packing
+    adjustments: tuple[Adjustment, ...] = ()
+    notes: tuple[str, ...] = ()  # every line the plan said, adjustments' reasons included
+
+    def describe(self) -> str:
+        """A few short lines for --dry-run and the run log."""
+        est = self.estimate
+        where = (f"on this {self.where.vram_gb:.0f} GB GPU" if self.where.vram_gb
+                 else "for a GPU (this run is on the CPU)")
+        basis = "the data's token lengths" if self.lengths_known else "max_length (data not read)"
+        lines = [f"memory estimate {where}: {est['summary']} (from {basis})",
+                 f"fast paths: {self.fast.describe()}",
+                 f"runs on {self.where.gpu or 'the CPU'}, {self.where.compute_dtype}, backend {self.backend}, "
+                 f"{self.world_size} process(es)"]
+        lines += [f"adjusted {a.line()}" for a in self.adjustments]
+        return "\n".join(lines)
+
+    def status_fields(self) -> dict:
+        """What status.json records of the plan (fast_paths is updated if a fallback changes it mid-run)."""
+        return {"memory_estimate_gb": self.estimate["total_gb"], "fast_paths": self.fast.describe(),
+                "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
+                "adjustments": [a.line() for a in self.adjustments]}
+
+    def config_yaml(self) -> str:
+        """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
+        head = "".join(f"# {a.line()}\n" for a in self.adjustments)
+        if head:
+            head = "# qlora-app adjusted these values to fit this run (the values below are what trained):\n" + head
+        return head + self.cfg.to_yaml()
+
+
+@dataclass
+class Planned:
+    """make_plan's result: the plan, and what it prepared on the way (None where not at hand)."""
+
+    plan: RunPlan
+    train_ds: Any = None  # the rows in TRL's format, fitted to the context
+    tokenizer: Any = None
+
+
+@dataclass
+class _Steps:
+    """Collects what each planning step changed, paired with the lines it said."""
+
+    note: Any = None
+    said: list[str] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
+    _mark: int = 0
+
+    def say(self, line: str) -> None:
+        self.said.append(line)
+        if self.note:
+            self.note(line)
+
+    def record(self, before: AppConfig, after: AppConfig) -> None:
+        reason = "; ".join(self.said[self._mark:]) or "fitted by the plan"
+        self._mark = len(self.said)
+        self.adjustments += [Adjustment(k, was, now, reason) for k, was, now in differences(before, after)]
+
+
+def make_plan(cfg: AppConfig, rows=None, det=None, *, note=None, base: str | Path | None = None,
+              offline: bool = False) -> Planned:
+    """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det``.
+    ``note(line)`` hears each change as it is made; ``offline``: read the model's files only from disk and never
+    fail for their absence (--dry-run, doctor). Raises UserError for a run that cannot go ahead here."""
+    steps = _Steps(note)
+    cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
+    where = placement(cfg.model, cfg.runtime.device)
+    backend = pick_backend(cfg.runtime.backend, where.cuda, unsloth_installed())
+    check_fsdp(cfg.runtime, where.cuda)
+    stack = stack_problem(cfg.method, where.cuda)
+    if stack:
+        raise UserError(stack)
+    world = world_size()
+    lengths = token_lengths(cfg, rows, det)
+
+    fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say)
+    steps.record(cfg, fit.cfg)
+    cfg = fit.cfg
+
+    tok, context = _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
+    if tok is None and offline:
+        steps.say("the model's context was not checked: its files are not on disk yet")
+    train_ds, dropped = None, 0
+    if tok is not None and rows is not None:
+        fitted = cfg
+        if cfg.method == "grpo":
+            if det.reference_field is None:
+                steps.say("dataset has no reference field: GRPO runs without the reference-match component")
+            train_ds = to_grpo(rows, det, tok, cfg.data.system_prompt)
+            fitted, fit_ds = fit_grpo(cfg, train_ds, tok, context, steps.say)
+            dropped, train_ds = len(train_ds) - len(fit_ds), fit_ds
+        else:
+            fitted = fit_sft_length(cfg, context, steps.say)
+            train_ds = to_sft(rows, det, tok, cfg.data.system_prompt)
+        steps.record(cfg, fitted)
+        cfg = fitted
+
+    fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
+    if cfg.method == "grpo" and train_ds is not None:
+        fitted_fast = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
+        if fitted_fast != fast:  # recorded as the explicit size it now is, so a re-run samples the same
+            fitted = cfg.model_copy(deep=True)
+            fitted.grpo.generation_batch_size = fitted_fast.completions_at_once
+            steps.record(cfg, fitted)
+            cfg = fitted
+            fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
+    estimate = estimate_memory(cfg, lengths)  # of the config that trains
+    plan = RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate=estimate,
+                   lengths_known=lengths is not None, fast=fast, context=context, dropped_prompts=dropped,
+                   adjustments=tuple(steps.adjustments), notes=tuple(steps.said))
+    return Planned(plan, train_ds, tok)
+
+
+def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
+    """(tokenizer, context length) from the model's small files; (None, None) when ``quiet`` and they cannot be
+    read. The weights are not touched."""
+    mc = cfg.model
+    if quiet and not model_on_disk(mc.name_or_path):
+        return None, None
+    from transformers import AutoConfig  # heavy: only when a run is being planned
+
+    try:
+        tok = load_tokenizer(mc, local_only)
+        config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
+                                            trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
+    except (OSError, ValueError) as e:
+        if quiet:
+            return None, None
+        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+    return tok, context_length(config)
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    attention: str  # the kernel the model really runs ("unsloth": Unsloth's own)
+    quantized: bool  # 4-bit layers were made (transformers quantizes none for some architectures)
+
+
+def load_model(plan: RunPlan, tok=None) -> Loaded:
+    """The base model as the plan placed it: HF + bitsandbytes, or Unsloth on CUDA."""
+    cfg = plan.cfg
+    if plan.backend == "unsloth":
+        model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
+        return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit)
+    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device,
+                                       fsdp=cfg.runtime.fsdp, where=plan.where, tok=tok)
+    return Loaded(model, tok, info["attention"], info["4bit"])
+
+
+def decide_packing(plan: RunPlan, loaded: Loaded, note=None) -> RunPlan:
+    """SFT packing, measured on the loaded model (app.models.packed_examples_stay_apart): where packed examples
+    would read each other, auto turns packing off (an adjustment) and an explicit true is refused."""
+    cfg = plan.cfg
+    if cfg.method != "sft":
+        return plan
+    kept_apart, why = True, ""
+    # FSDP shards the model only inside the trainer: before that it cannot run a forward to measure
+    if (cfg.training.packing is not False and loaded.attention in PACKING_KERNELS and not cfg.model.trust_remote_code
+            and not cfg.runtime.fsdp):
+        name = type(loaded.model).__name__
+        try:
+            kept_apart = packed_examples_stay_apart(loaded.model)
+            why = f"{name} lets packed examples attend to each other (measured)"
+        except Exception as e:  # noqa: BLE001 - a forward with restarting positions failed: packing would too
+            kept_apart, why = False, f"a packed forward failed on {name} ({type(e).__name__})"
+    packing = pick_packing(cfg.training.packing, loaded.attention, cfg.model.trust_remote_code, kept_apart)
+    if kept_apart or cfg.training.packing is not None:
+        return replace(plan, packing=packing)
+    line = f"packing is off: {why}, so each example trains in its own padded row"
+    if note:
+        note(line)
+    off = cfg.model_copy(deep=True)
+    off.training.packing = False
+    steps = _Steps(said=[line])
+    steps.record(cfg, off)
+    return replace(plan, cfg=off, packing=False, adjustments=plan.adjustments + tuple(steps.adjustments),
+                   notes=plan.notes + (line,))

@@ -1,0 +1,184 @@
+"""The import graph of app/: layered, without cycles, function-local imports counted.
+
+Every `import` and `from ... import` is parsed, including those inside functions (they hide the real graph), and
+importing `app.a.b` counts as importing the package `app.a` too (Python runs its __init__ first). A function-local
+import of `app.*` is allowed only where it keeps a heavy library (torch, transformers, trl, peft, gradio, datasets,
+...) out of the importing module, and says why in a comment.
+"""
+
+import ast
+import functools
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = ROOT / "app"
+HEAVY = {"torch", "transformers", "trl", "peft", "gradio", "datasets", "matplotlib", "bitsandbytes", "accelerate",
+         "math_verify", "numpy", "pandas", "pyarrow", "huggingface_hub", "safetensors", "trackio", "unsloth",
+         "vllm"}
+
+# Lowest first. A module may import its own layer and the ones below, never one above.
+LAYERS = (
+    ("app.errors", "app.assets", "app.reward_registry", "app.batching", "app.rundir", "app.runtime"),
+    ("app.config_schema", "app.config_keys", "app.config", "app.presets"),
+    ("app.data", "app.rewards", "app.memory", "app.models", "app.unsloth_backend", "app.plots", "app.runs"),
+    ("app.train", "app.eval", "app.export", "app.doctor", "app.report"),
+    ("app.demo", "app.ui"),
+    ("app.cli",),
+)
+
+
+def _name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in APP.rglob("*.py")}
+
+
+def _resolve(name: str) -> str:
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def imports(module: str) -> list[tuple[str, bool, int, str, bool]]:
+    """(imported app module, inside a function?, line, the statement's text with the line above it, whether it is
+    only a package that the import runs first)."""
+    path = MODULES[module]
+    text = path.read_text()
+    lines = text.splitlines()
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = []
+
+    def visit(node, local: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                if isinstance(child, ast.ImportFrom):
+                    base = child.module or ""
+                    if child.level:
+                        parts = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                        base = ".".join(parts + ([base] if base else []))
+                    names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in child.names]
+                else:
+                    names = [a.name for a in child.names]
+                where = "\n".join(lines[max(0, child.lineno - 2): child.end_lineno])
+                for n in names:
+                    if n.split(".")[0] != "app":
+                        continue
+                    target = _resolve(n)
+                    parents = [".".join(target.split(".")[:i]) for i in range(2, target.count(".") + 1)]
+                    for t in [*parents, target]:
+                        # a package this module sits in is already running its __init__: no edge to it
+                        if t != module and not module.startswith(t + "."):
+                            out.append((t, local, child.lineno, where, t != target))
+            visit(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(text), False)
+    return out
+
+
+def _top_level(node):
+    """The nodes that run when the module is imported: everything but function bodies."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        yield child
+        yield from _top_level(child)
+
+
+@functools.lru_cache(maxsize=None)
+def heavy_at_import(module: str) -> frozenset[str]:
+    """The heavy libraries that importing ``module`` loads: its top-level imports, then those of the app modules
+    it imports (the graph has no cycle: test_no_import_cycle_counting_function_local_imports)."""
+    libs = set()
+    for node in _top_level(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            libs |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            libs.add(node.module.split(".")[0])
+    heavy = libs & HEAVY
+    for target, local, *_ in imports(module):
+        if not local:
+            heavy |= heavy_at_import(target)
+    return frozenset(heavy)
+
+
+def layer(module: str) -> int:
+    for i, names in enumerate(LAYERS):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/test_architecture.py: place it")
+
+
+def test_every_module_has_a_layer():
+    for m in MODULES:
+        if m != "app":
+            layer(m)
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = [f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}"
+              for m in MODULES if m != "app" for t, _, line, _, _ in imports(m) if layer(t) > layer(m)]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycle_counting_function_local_imports():
+    graph = {m: {t for t, *_ in imports(m)} for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def strongconnect(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            strongconnect(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_function_local_app_imports_only_keep_heavy_libraries_out():
+    bad, count = [], 0
+    for m in MODULES:
+        for target, local, line, where, parent in imports(m):
+            if not local or parent:
+                continue
+            count += 1
+            at = f"{MODULES[m].relative_to(ROOT)}:{line}"
+            if not heavy_at_import(target):
+                bad.append(f"{at} imports {target} inside a function, yet it loads no heavy library: import at the top")
+            elif "#" not in where:
+                bad.append(f"{at}: say in a comment why {target} is imported inside a function")
+    assert not bad, "\n".join(bad)
+    assert count <= 5, f"{count} function-local app imports"
+
+
+def test_the_graph_checks_see_hidden_imports(tmp_path, monkeypatch):
+    """A function-local upward import is seen, with the package it runs first, and is flagged as upward."""
+    heavy_at_import.cache_clear()
+    src = tmp_path / "rundir.py"
+    src.write_text("def f():\n    from app.train.runner import run_training\n")
+    monkeypatch.setitem(MODULES, "app.rundir", src)
+    found = {(t, local, parent) for t, local, _, _, parent in imports("app.rundir")}
+    assert found == {("app.train.runner", True, False), ("app.train", True, True)}
+    assert layer("app.train.runner") > layer("app.rundir")
+    monkeypatch.undo()
+    heavy_at_import.cache_clear()
+    assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.runner")
