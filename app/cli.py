@@ -181,8 +181,6 @@ def compare(
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
-    apply_local_only(local_only)
-
     raise typer.Exit(run_compare_cli(
         adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
         prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
@@ -195,7 +193,7 @@ def compare(
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
     quick: bool = typer.Option(False, "--quick", help="A reduced budget (about 25 s on 2 cores) to check the path."),
-    seed: int = typer.Option(42, help="One seed for training (both phases), sampling and evaluation."),
+    seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO on built-in arithmetic, then base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try

@@ -11,7 +11,8 @@ from app import rundir
 from app.runtime import pid_alive
 
 
-def run_summary(d: Path) -> dict:
+def run_summary(d: Path, records: list[dict] | None = None) -> dict:
+    """``records``: the run's metrics.jsonl rows when the caller has read them already."""
     d = Path(d)
     try:
         cfg = yaml.safe_load((d / rundir.CONFIG).read_text()) or {}
@@ -23,7 +24,7 @@ def run_summary(d: Path) -> dict:
         status = rundir.CRASHED
     # polled by the UI: check the checkpoint's structure, not every byte of its optimizer state
     resumable = rundir.last_checkpoint(d, verify_data=False) is not None
-    recs = rundir.read_metrics(d)
+    recs = rundir.read_metrics(d) if records is None else records
     last = {}
     for r in recs:  # last non-null value of each key
         last.update({k: v for k, v in r.items() if v is not None})

@@ -60,6 +60,15 @@ def pid_alive(pid) -> bool:
         return False
 
 
+def child_env() -> dict[str, str]:
+    """The environment for a `python -m app.cli` child (the UI's training run, torchrun's workers): this process's,
+    with this `app` package first on PYTHONPATH, so the child imports the same code from any working folder."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (children first), from /proc; empty where /proc is not there."""
     children: dict[int, list[int]] = {}

@@ -65,7 +65,7 @@ def test_form_config_equals_cli_config(tmp_path):
 def test_cli_preview_runs_the_same_config(tmp_path):
     """The preview string, run through the real CLI (--dry-run), prints the resolved config the UI would run."""
     form = _edited_form("/models/tiny model", "/data/my data.jsonl")  # spaces must survive quoting
-    preview = h.cli_preview(form, tmp_path)
+    preview = h.form_view(form, tmp_path)[0]
     argv = shlex.split(preview)
     assert argv[:2] == ["qlora-app", "train"]
     res = CliRunner().invoke(cli_app, argv[1:] + ["--dry-run"])
@@ -101,21 +101,21 @@ def test_text_number_boxes(tmp_path):
     assert cfg.lora.r == 8 and cfg.training.learning_rate == 5e-5
     assert cfg.training.per_device_train_batch_size is None  # emptied: back to auto
     form["lora_r"] = "eight"
-    assert "LoRA rank must be a number" in h.cli_preview(form, tmp_path)
+    assert "LoRA rank must be a number" in h.form_view(form, tmp_path)[0]
 
 
 def test_invalid_form_shows_why_in_the_preview(tmp_path):
     form = h.form_defaults(None)
     form.update(batch_size=3, grad_accum=1, num_generations=4)  # 3 completions cannot form groups of 4
-    assert h.cli_preview(form, tmp_path).startswith("# not valid yet: ")
-    assert "num_generations" in h.cli_preview(form, tmp_path)
+    assert h.form_view(form, tmp_path)[0].startswith("# not valid yet: ")
+    assert "num_generations" in h.form_view(form, tmp_path)[0]
     with pytest.raises(UserError):
         h.config_from_form(form, tmp_path)
-    assert "not available" in h.memory_markdown(form, tmp_path)
+    assert "not available" in h.form_view(form, tmp_path)[1]
 
 
 def test_memory_markdown_for_a_preset(tmp_path):
-    md = h.memory_markdown(h.form_defaults("gpu-8gb"), tmp_path)
+    md = h.form_view(h.form_defaults("gpu-8gb"), tmp_path)[1]
     assert "GB peak" in md and "8 GB: <span style='color:#137333'>**fits**</span>" in md
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import Progress
+
 from app.errors import UserError
 from app.eval.compare import run_comparison
 from app.eval.render import page_html, print_result
@@ -19,29 +22,21 @@ def _write_new(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def run_compare_cli(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
-                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                    json_out=None, html_out=None, local_only=False, console=None) -> int:
-    """Run, print the side-by-side table and summary, write --json / --html. Returns 0."""
-    from rich.console import Console
-    from rich.progress import Progress
-
+def run_compare_cli(json_out=None, html_out=None, console=None, **request) -> int:
+    """Run ``run_comparison(**request)`` (its parameters are the comparison's one list), print the side-by-side
+    table and summary, write --json / --html. Returns 0."""
     console = console or Console()
     for p in (json_out, html_out):  # fail before minutes of generation, not after
         if p is not None and Path(p).exists():
             raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("generating", total=None)
-        result = run_comparison(
-            adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=prompts,
-            prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
-            temperature=temperature, batch_size=batch_size, seed=seed, local_only=local_only,
-            progress=lambda d, t: bar.update(task, completed=d, total=t))
+        result = run_comparison(**request, progress=lambda d, t: bar.update(task, completed=d, total=t))
     print_result(result, console)
     cut = result.config.get("prompts_cut")
     if cut:
         console.print(f"[yellow]note:[/] {cut} prompt(s) were longer than the model's context leaves beside "
-                      f"--max-new-tokens {max_new_tokens}; both sides saw only their last tokens")
+                      f"--max-new-tokens {result.config.get('max_new_tokens')}; both sides saw only their last tokens")
     if json_out is not None:
         _write_new(json_out, json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         console.print(f"[green]wrote[/] {json_out}")

@@ -21,17 +21,13 @@ from pathlib import Path
 from app import rundir
 from app.config import with_absolute_paths
 from app.errors import RunFailed, UserError
-from app.runtime import descendants
+from app.runtime import child_env, descendants
 
 WORKER_ENV = "QLORA_APP_WORKER"  # set in every worker: a worker never launches again
 
 
 def rank() -> int:
     return int(os.environ.get("RANK", "0"))
-
-
-def local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def world_size() -> int:
@@ -73,10 +69,8 @@ def run_launcher(runtime, worker_args: list[str]) -> int:
     process only; it passes one SIGTERM to every worker, which checkpoint at the end of the step and stop
     together (the ranks agree on the step), and torchrun then exits cleanly. Signalling torchrun itself would make
     it print a traceback and signal the workers a second time."""
-    env = {**os.environ, WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
     # The workers must import this same `app` whatever folder the command was started from.
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = {**child_env(), WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(launcher_argv(runtime, worker_args), env=env, start_new_session=True)
 
     def stop_workers(signum, frame):

@@ -1,4 +1,5 @@
-"""What the UI's buttons do, as plain functions (no Gradio imports): testable in-process and shared by app.py.
+"""What the UI's buttons do, as plain functions (no Gradio imports): testable in-process and used by the tabs
+(app/ui/tabs/).
 
 The Train form is turned into exactly what a user would type on the command line -- a preset, the CLI's own flags
 dict and ``--set`` overrides -- and then into an AppConfig by ``app.config.build_config``, the function the CLI
@@ -29,7 +30,7 @@ from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
 from app.runs import run_summary
-from app.ui.jobs import BUSY_MESSAGE, running_elsewhere
+from app.ui.jobs import running_elsewhere
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
@@ -67,7 +68,6 @@ WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
 # are text boxes and their text is parsed here.
 AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",
                 "batch_size": "per-device batch", "grad_accum": "gradient accumulation"}
-FORM_NAMES = ["preset", *FORM, *WEIGHTS]  # the order app.py passes widget values in
 
 
 # ------------------------------------------------------------------------------------------------ form <-> config
@@ -199,22 +199,15 @@ def config_from_form(form: dict, runs_dir: str | Path) -> AppConfig:
     return build_config(_load_preset(preset), flags, sets)
 
 
-def cli_preview(form: dict, runs_dir: str | Path) -> str:
-    """The equivalent command line, or the validation error (as a comment) when the form is not valid yet."""
+def form_view(form: dict, runs_dir: str | Path) -> tuple[str, str]:
+    """(equivalent command line, memory estimate) for the form, the config built once. An invalid form gives the
+    validation error, as a comment in the command box."""
     try:
-        argv = form_to_cli(form, runs_dir)[3]
-        config_from_form(form, runs_dir)
+        preset, flags, sets, argv = form_to_cli(form, runs_dir)
+        cfg = resolve(build_config(_load_preset(preset), flags, sets))
     except UserError as e:
-        return f"# not valid yet: {e}"
-    return shlex.join(argv)
-
-
-def memory_markdown(form: dict, runs_dir: str | Path) -> str:
-    try:
-        cfg = resolve(config_from_form(form, runs_dir))
-    except UserError as e:
-        return f"**Memory estimate:** not available ({e})"
-    return format_estimate(estimate_memory(cfg))
+        return f"# not valid yet: {e}", f"**Memory estimate:** not available ({e})"
+    return shlex.join(argv), format_estimate(estimate_memory(cfg))
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -287,13 +280,8 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
-    if jobs.is_running():
-        raise UserError(f"{BUSY_MESSAGE} ({jobs.run_dir.name}); Stop it or wait for it "
-                        "to finish before starting another")
-    other = running_elsewhere(Path(runs_dir))
-    if other is not None:
-        raise UserError(f"run '{other.name}' is still running; one GPU trains one run at a time")
-    d = rundir.new_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    jobs.check_free()  # before a folder is made for a run that cannot start
+    d = rundir.create_run_dir(runs_dir, cfg.run_name, cfg.method, cfg.data.dataset)
     rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
     jobs.start(d)
     return d
@@ -312,9 +300,9 @@ def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
     return d
 
 
-def run_status(d: Path) -> dict:
+def run_status(d: Path, records: list[dict] | None = None) -> dict:
     """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
-    return run_summary(d)
+    return run_summary(d, records)
 
 
 RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
@@ -330,11 +318,12 @@ def runs_rows(runs_dir: str | Path) -> list[list]:
     return rows
 
 
-def curves(run_dir: Path | None) -> tuple[list[dict], list[dict], list[dict]]:
-    """(loss, reward, reward components) as long-format records {step, value, series} for line plots."""
+def curves(run_dir: Path | None, records: list[dict] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(loss, reward, reward components) as long-format records {step, value, series} for line plots, from
+    ``records`` (metrics.jsonl rows already read) or the run's metrics.jsonl."""
     if run_dir is None:
         return [], [], []
-    recs = rundir.read_metrics(run_dir)
+    recs = rundir.read_metrics(run_dir) if records is None else records
     out: dict[str, list[dict]] = {"loss": [], "reward": [], "comp": []}
     for key in curve_keys(recs):
         xs, ys = series(recs, key)
@@ -392,10 +381,11 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
     """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
     d = jobs.run_dir or running_elsewhere(Path(runs_dir))
     if d is None or not Path(d).is_dir():
-        return {"run_dir": None, "status": None, "markdown": "No run started yet.", "progress": "", "log": ""}
-    s = run_status(Path(d))
-    recs = rundir.read_metrics(Path(d))
+        return {"run_dir": None, "status": None, "markdown": "No run started yet.", "progress": "", "log": "",
+                "records": []}
+    recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
+    s = run_status(Path(d), recs)
     if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
         s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
     return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
-            "progress": progress_html(s), "log": log_tail(Path(d))}
+            "progress": progress_html(s), "log": log_tail(Path(d)), "records": recs}

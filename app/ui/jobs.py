@@ -18,7 +18,7 @@ from pathlib import Path
 
 from app import rundir
 from app.errors import UserError
-from app.runtime import descendants, pid_alive
+from app.runtime import child_env, descendants, pid_alive
 
 BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from the page once no longer true
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
@@ -70,25 +70,23 @@ class JobManager:
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+    def check_free(self) -> None:
+        """One GPU trains one run at a time: a UserError while a run started here, or elsewhere, is running."""
+        if self.is_running():
+            raise UserError(f"{BUSY_MESSAGE} ({self.run_dir.name}); Stop it or wait "
+                            "for it to finish before starting another")
+        other = running_elsewhere(self.runs_dir)
+        if other is not None:
+            raise UserError(f"run '{other.name}' is still running (started outside this UI); wait for it or "
+                            "stop it first: one GPU trains one run at a time")
 
     # ---------------------------------------------------------------------------------------------- start
     def start(self, run_dir: Path, resume: bool = False) -> subprocess.Popen:
         with self._lock:
-            if self.is_running():
-                raise UserError(f"{BUSY_MESSAGE} ({self.run_dir.name}); Stop it or wait "
-                                "for it to finish before starting another")
-            other = running_elsewhere(self.runs_dir)
-            if other is not None:
-                raise UserError(f"run '{other.name}' is still running (started outside this UI); wait for it or "
-                                "stop it first: one GPU trains one run at a time")
+            self.check_free()
             run_dir = Path(run_dir)
-            env = dict(os.environ)
-            # The subprocess must find the `app` package even when the UI was started from another folder.
-            root = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-            env["PYTHONUNBUFFERED"] = "1"  # the log tail should be live, not block-buffered
+            # The subprocess must find this `app` package even when the UI was started from another folder.
+            env = {**child_env(), "PYTHONUNBUFFERED": "1"}  # the log tail should be live, not block-buffered
             # Console output goes to the end of train.log (the engine's logger appends there too), so an error
             # printed before the engine's logging starts (bad dataset, unknown model) is visible in the UI.
             log = open(run_dir / rundir.LOG, "ab")

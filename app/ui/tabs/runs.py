@@ -35,13 +35,14 @@ def build(ctx: Context, tab):
             return "", "", frame([]), frame([]), components_frame([])
         d = runs_dir / name
         try:
-            s = h.run_status(d)
+            records = rundir.read_metrics(d)
+            s = h.run_status(d, records)
             text = (d / rundir.CONFIG).read_text() if (d / rundir.CONFIG).is_file() else ""
         except Exception as e:  # noqa: BLE001
             return err(e), "", frame([]), frame([]), components_frame([])
         md = h.status_markdown(s) + f"  \nfolder: `{d}`" + (f"  \nlast log line: `{h.log_tail(d, 1)}`"
                                                            if s.get("error") else "")
-        loss, reward, comps = h.curves(d)
+        loss, reward, comps = h.curves(d, records)
         return md, text, frame(loss), frame(reward), components_frame(comps)
 
     run_pick.change(on_run, run_pick, [run_md, run_cfg, r_loss, r_reward, r_comps])

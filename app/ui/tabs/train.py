@@ -92,8 +92,9 @@ def build(ctx: Context) -> None:
         with gr.Column(scale=3):
             w, upload, detect_btn, detect_md, samples = _form(dflt)
         with gr.Column(scale=2):
-            memory = gr.Markdown(h.memory_markdown(dflt, runs_dir), elem_id="memory")
-            preview = gr.Textbox(h.cli_preview(dflt, runs_dir), label="Equivalent command", lines=3, max_lines=8,
+            shown_cli, shown_memory = h.form_view(dflt, runs_dir)
+            memory = gr.Markdown(shown_memory, elem_id="memory")
+            preview = gr.Textbox(shown_cli, label="Equivalent command", lines=3, max_lines=8,
                                  interactive=False, buttons=["copy"], elem_id="cli-preview")
             with gr.Row():
                 start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
@@ -113,8 +114,7 @@ def build(ctx: Context) -> None:
         return dict(zip(names, values))
 
     def on_form(*values):
-        f = form_of(values)
-        return h.cli_preview(f, runs_dir), h.memory_markdown(f, runs_dir)
+        return h.form_view(form_of(values), runs_dir)
 
     gr.on([c.change for c in inputs], on_form, inputs, [preview, memory], show_progress="hidden")
 
@@ -160,7 +160,7 @@ def build(ctx: Context) -> None:
 
     def on_tick(shown_message):
         s = h.live_status(jobs, runs_dir)
-        loss, reward, comps = h.curves(s["run_dir"])
+        loss, reward, comps = h.curves(s["run_dir"], s["records"])
         # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
         stale = bool(shown_message) and h.BUSY_MESSAGE in shown_message and not jobs.is_running()
         return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], frame(loss),
