@@ -10,7 +10,7 @@ import pytest
 
 from app.data import DataError, Detection, detect_fields, resolve_dataset
 from app.data.detect import detect_from_rows, name_words
-from app.data.loading import inspect_detection
+from app.data.preview import inspect_detection
 from app.errors import UserError
 
 CORPUS = Path(__file__).parent / "data_schemas"

@@ -66,7 +66,7 @@ def test_files_as_spreadsheets_and_windows_editors_write_them(tmp_path):
 
     import pandas as pd
 
-    from app.data.loading import inspect_detection
+    from app.data.preview import inspect_detection
 
     rows = _qa(10)
     bom = b"\xef\xbb\xbf"
@@ -283,7 +283,7 @@ def test_nested_objects_are_read_as_dotted_columns(tmp_path):
     """{"data": {"question", "answer"}}: no top-level text column, so the nested fields are the columns, in
     training (train and the dataset's own test split alike), inspect and with a dotted override."""
     from app.data import prompt_text, reference_text
-    from app.data.loading import inspect_detection
+    from app.data.preview import inspect_detection
 
     nest = lambda rows: [{"data": r, "meta": {"id": i}} for i, r in enumerate(rows)]  # noqa: E731
     (tmp_path / "n.json").write_text(json.dumps({"train": nest(_qa(20)), "test": nest(_qa(5, 500))}))

@@ -12,14 +12,8 @@ from __future__ import annotations
 import json
 import logging
 
-from app.data.detect import (
-    CHOICE_WORDS,
-    PASSAGE_WORDS,
-    DataError,
-    Detection,
-    name_words,
-    value_kind,
-)
+from app.data.detect import CHOICE_WORDS, PASSAGE_WORDS, DataError, Detection
+from app.data.profile import name_words, value_kind
 
 log = logging.getLogger("app.data")
 

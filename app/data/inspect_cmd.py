@@ -10,7 +10,7 @@ import json
 import sys
 
 from app.data.convert import prompt_text, reference_text
-from app.data.loading import inspect_detection
+from app.data.preview import inspect_detection
 
 SAMPLES = 3
 CELL = 300  # characters per sample cell: enough to recognise a row, short enough for a terminal

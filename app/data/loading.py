@@ -1,4 +1,4 @@
-"""Dataset sources -> ``datasets.DatasetDict``, train / held-out splits, and bounded previews for ``inspect``.
+"""Dataset sources -> ``datasets.DatasetDict`` and train / held-out splits (previews for ``inspect``: preview.py).
 
 Sources: the built-in ``arith``; a local .jsonl / .json / .csv / .tsv / .parquet / .txt file (optionally .gz);
 a ``save_to_disk`` folder or a folder of data files; a Hugging Face Hub id. Local files go through
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import itertools
 import json
 import lzma
 import os
@@ -23,9 +22,7 @@ from pathlib import Path
 from app.data.arith import arith_dataset
 from app.data.detect import (
     DataError,
-    Detection,
     detect_nested,
-    flatten_row,
     spread_sample,
 )
 
@@ -346,9 +343,6 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     return train, heldout, det
 
 
-# ------------------------------------------------------------------------------------------------ bounded preview
-
-
 def _count_lines(path: Path) -> int | None:
     if path.stat().st_size > COUNT_LIMIT_BYTES or _suffixes(path)[1]:
         return None
@@ -358,72 +352,3 @@ def _count_lines(path: Path) -> int | None:
             n += chunk.count(b"\n")
             last = chunk[-1:]
     return n + (last != b"\n")
-
-
-def _peek_jsonl(path: Path, n: int) -> tuple[list[dict], int | None]:
-    rows = list(itertools.islice(_jsonl_objects(path), n))
-    # Blank lines are rare; counting newlines is a cheap upper bound that is exact for normal files.
-    return rows, (len(rows) if len(rows) < n else _count_lines(path))
-
-
-def _peek_csv(path: Path, n: int, sep: str) -> tuple[list[dict], list[str], int | None]:
-    import pandas as pd
-
-    try:
-        df = pd.read_csv(path, nrows=n, sep=sep)
-    except Exception as e:  # noqa: BLE001
-        raise DataError(f"could not read '{path}' as CSV: {_one_line(e)}; check the delimiter and quoting") from None
-    df = df.astype(object).where(df.notna(), None)
-    total = len(df) if len(df) < n else None
-    if total is None and not _suffixes(path)[1] and path.stat().st_size <= COUNT_LIMIT_BYTES:
-        import csv
-
-        with open(path, newline="", encoding="utf-8", errors="replace") as f:  # csv handles quoted newlines
-            total = max(sum(1 for _ in csv.reader(f, delimiter=sep)) - 1, 0)
-    return df.to_dict("records"), [str(c) for c in df.columns], total
-
-
-def peek(spec: str, config_name: str | None, split: str | None, n: int, local_only: bool):
-    """(rows, columns, num_rows or None, split name) reading a bounded number of rows where the format allows:
-    the first rows of a parquet / JSONL / CSV file; other sources load normally (memory-mapped) and are sampled."""
-    kind = source_kind(str(spec).strip())
-    path = Path(spec).expanduser()
-    ext = _suffixes(path)[0] if kind == "file" else ""
-    if kind == "file" and ext in (".parquet", ".jsonl", ".ndjson", ".csv", ".tsv"):
-        if split not in (None, "train"):
-            raise DataError(f"a single file has only the 'train' split, not '{split}'; drop --split")
-        if path.stat().st_size == 0 or (ext != ".parquet" and not _first_char(path)):
-            raise DataError(f"'{path}' is empty; pass a file with at least one row")
-        if ext == ".parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                # Streamed reads: without these pyarrow loads the whole first row group (often the whole file).
-                pf = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 16)
-                batch = next(pf.iter_batches(batch_size=n), None)
-            except Exception as e:  # noqa: BLE001
-                raise DataError(f"could not read '{path}' as parquet: {_one_line(e)}") from None
-            if batch is None or pf.metadata.num_rows == 0:
-                raise DataError(f"'{path}' has no rows; pass a file with at least one row")
-            return batch.to_pylist(), list(pf.schema_arrow.names), pf.metadata.num_rows, "train"
-        if ext in (".csv", ".tsv"):
-            rows, cols, total = _peek_csv(path, n, "\t" if ext == ".tsv" else _csv_delimiter(path))
-            if not rows:
-                raise DataError(f"'{path}' has no rows; pass a file with at least one row")
-            return rows, cols, total, "train"
-        rows, total = _peek_jsonl(path, n)
-        cols = list(dict.fromkeys(k for r in rows for k in r))
-        return rows, cols, total, "train"
-    dd = resolve_dataset(spec, config_name, local_only)
-    name = pick_split(dd, split)
-    ds = dd[name]
-    if len(ds) == 0:
-        raise DataError(f"split '{name}' has no rows; pick another with --split ({', '.join(dd)})")
-    return spread_sample(ds, n), list(ds.column_names), len(ds), name
-
-
-def inspect_detection(spec: str, config_name: str | None, split: str | None, prompt_field: str | None,
-                      reference_field: str | None, local_only: bool, n: int = 64) -> tuple[Detection, list[dict], str]:
-    rows, cols, total, name = peek(spec, config_name, split, n, local_only)
-    det, flattened = detect_nested(rows, cols, prompt_field, reference_field, total)
-    return det, ([flatten_row(r) for r in rows] if flattened else rows), name

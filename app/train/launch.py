@@ -109,15 +109,12 @@ def launch_run(cfg, resume: Path | None, run_dir: Path | None, sets: list[str], 
             raise UserError("a multi-machine run needs --run-dir PATH, the same folder on every machine (a shared "
                             "filesystem), so every node finds the run")
         cfg = with_absolute_paths(cfg, Path.cwd())
-        if run_dir is not None:
+        if run_dir is not None and rt.node_rank != 0:  # node 0 made (and checked) it; it may be running already
             d = Path(run_dir).resolve()
-            # (another machine's rank 0 may already have started it: only node 0 checks)
-            if rt.node_rank == 0 and rundir.read_status(d) is not None:
-                raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten)")
             d.mkdir(parents=True, exist_ok=True)
         else:
-            d = rundir.new_run_dir(cfg.output_dir, cfg.run_name or rundir.default_run_name(cfg.method,
-                                                                                             cfg.data.dataset))
+            d = rundir.create_run_dir(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.dataset,
+                                      Path(run_dir).resolve() if run_dir is not None else None)
         if rt.node_rank == 0 or not (d / rundir.CONFIG).exists():  # what every worker starts from
             rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
         worker = ["--config", str(d / rundir.CONFIG), "--run-dir", str(d)]
