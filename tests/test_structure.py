@@ -3,6 +3,7 @@ comparison code and the trainer do not import each other; runtime.device drives 
 with a non-editable install."""
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -125,32 +126,34 @@ def test_runtime_device_cpu_keeps_a_run_on_cpu(tiny_model, monkeypatch):
 
 @pytest.mark.slow
 def test_non_editable_install_lists_and_uses_presets(tmp_path):
-    """`pip install .` (a wheel, not a link to this checkout) still has every preset."""
-    venv = tmp_path / "venv"
-    # --without-pip: the venv then uses this interpreter's pip and setuptools (a bundled old setuptools cannot
-    # build wheels offline)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    py = venv / "bin" / "python"
+    """`pip install .` (a wheel, not a link to this checkout) still has every preset.
+
+    Installed with this interpreter's own pip and setuptools (the dev extra asks for one that builds wheels) into a
+    folder of its own, not a nested virtualenv: a venv made from inside a venv sees the base interpreter's
+    packages, whose setuptools may be too old to build a wheel (Python 3.11's venv bundles 65.5)."""
     import shutil
 
+    site = tmp_path / "site"
     build = tmp_path / "src"  # a copy: building must not write into this checkout
     shutil.copytree(ROOT, build, symlinks=True, ignore=shutil.ignore_patterns(
         ".git", "*.egg-info", "build", "__pycache__", "runs", "demo-runs", ".pytest_cache"))
-    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-                        str(build)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "--target", str(site), str(build)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    # Run from an empty folder, so neither this checkout nor the editable install can be what is imported.
+    # From an empty folder with the installed copy first on the path: neither this checkout nor the editable
+    # install (its finder comes after the path) can be what is imported.
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": str(site)}
     code = ("import app, app.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
             "from app.config import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
-    env = {"PATH": str(venv / "bin"), "HOME": str(tmp_path)}
-    r = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
+                       timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     where, names, method = r.stdout.splitlines()[-3:]
-    assert str(venv) in where and str(ROOT) not in where
+    assert str(site) in where and str(ROOT) not in where
     from app.presets import list_presets
 
     assert eval(names) == sorted(x["name"] for x in list_presets()) and len(eval(names)) >= 9
     assert method == "grpo"
-    r = subprocess.run([str(venv / "bin" / "qlora-app"), "presets", "show", "demo-grpo"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "app.cli", "presets", "show", "demo-grpo"], cwd=tmp_path,
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("# qlora-app train --preset demo-grpo"), r.stderr[-2000:]
