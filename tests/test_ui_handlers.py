@@ -183,10 +183,13 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
 
 def test_run_view_shows_peak_memory(tmp_path):
     gpu = {"peak_mem_allocated_gib": 5.2, "peak_mem_reserved_gib": 5.71, "peak_mem_device": "cuda"}
-    _fake_run(tmp_path, "gpu", rundir.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled", **gpu)
+    fitted = "grpo.max_completion_length: 256 -> 128 (it filled the model's context)"
+    _fake_run(tmp_path, "gpu", rundir.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
+              adjustments=[fitted], **gpu)
     shown = h.status_markdown(h.run_status(tmp_path / "gpu"))
     assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in shown
     assert "fast paths: sampling from a merged 16-bit copy, compiled" in shown
+    assert f"adjusted {fitted}" in shown  # what the plan changed, and why
     # a crashed run has no final status write: the last logged peak stands in
     cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
     _fake_run(tmp_path, "cpu", rundir.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])

@@ -359,6 +359,7 @@ def status_markdown(s: dict) -> str:
         parts.append(f"peak memory: {s['peak_memory']}")
     if s.get("fast_paths"):
         parts.append(f"fast paths: {s['fast_paths']}")
+    parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
     if s.get("resume_command"):
