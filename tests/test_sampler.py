@@ -83,7 +83,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     import torch
 
     from app.config import build_config, resolve
-    from app.data import build_splits
+    from app.data import build_splits, to_grpo
     from app.train.fastpaths import Env, decide
     from app.train.grpo import build_grpo_trainer
     from app.train.plan import load_model, make_plan
@@ -101,7 +101,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     assert plan.fast.sampler == "merged"
     loaded = load_model(plan, planned.tokenizer)
     model, tok = loaded.model, loaded.tokenizer
-    trainer = build_grpo_trainer(plan, model, tok, planned.train_ds, tmp_path / "r", True)
+    trainer = build_grpo_trainer(plan, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", True)
     sampler = trainer.merged_sampler
     assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
     base = trainer.model.get_base_model()  # embeddings and LM head are shared, not copied

@@ -22,16 +22,16 @@ def _write_new(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def run_compare_cli(json_out=None, html_out=None, console=None, **request) -> int:
-    """Run ``run_comparison(**request)`` (its parameters are the comparison's one list), print the side-by-side
-    table and summary, write --json / --html. Returns 0."""
+def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **request) -> int:
+    """Run ``run_comparison(adapter, **request)`` (its parameters are the comparison's one list), print the
+    side-by-side table and summary, write --json / --html. Returns 0."""
     console = console or Console()
     for p in (json_out, html_out):  # fail before minutes of generation, not after
         if p is not None and Path(p).exists():
             raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("generating", total=None)
-        result = run_comparison(**request, progress=lambda d, t: bar.update(task, completed=d, total=t))
+        result = run_comparison(adapter, **request, progress=lambda d, t: bar.update(task, completed=d, total=t))
     print_result(result, console)
     cut = result.config.get("prompts_cut")
     if cut:
