@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from app import rundir
 from app.config import build_config, load_yaml_file, validate
@@ -44,6 +45,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        import importlib.metadata as md
+
+        console.print(f"qlora-app {md.version('qlora-app')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print qlora-app's version and exit.")):
+    """QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI."""
+
+
 presets_app = typer.Typer(help="List and show the built-in presets.", no_args_is_help=True)
 runs_app = typer.Typer(help="List and show runs in a runs folder.", no_args_is_help=True)
 app.add_typer(presets_app, name="presets")
@@ -222,14 +239,19 @@ def ui(
 @presets_app.command("list")
 def presets_list():
     """All presets with their method, model and dataset."""
-    from rich.table import Table
-
     t = Table(title="presets", show_lines=True)
-    for col in ("name", "method", "model", "dataset"):
-        t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=None if col != "dataset" else 24)
-    t.add_column("what", ratio=1, min_width=24)
-    for p in list_presets():
-        t.add_row(p["name"], p["method"], p["model"], p["dataset"], p["description"])
+    if console.width >= 140:
+        for col in ("name", "method", "model", "dataset"):
+            t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=None if col != "dataset" else 24)
+        t.add_column("what", ratio=1, min_width=24)
+        for p in list_presets():
+            t.add_row(p["name"], p["method"], p["model"], p["dataset"], p["description"])
+    else:  # a narrow terminal: the name and what it is for come first, never dropped
+        t.add_column("preset", no_wrap=True)
+        t.add_column("what", ratio=1, overflow="fold")
+        for p in list_presets():
+            facts = " · ".join(str(p[k]) for k in ("method", "model", "dataset") if p.get(k))
+            t.add_row(p["name"], f"{p['description']}\n[dim]{facts}[/]")
     console.print(t)
 
 
@@ -241,17 +263,21 @@ def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.
 
 @runs_app.command("list")
 def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
-              output_dir: Path = typer.Option(Path("runs"), help="Runs folder.")):
+              output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/).")):
     """Runs with status, method, model, dataset and final metrics."""
-    from rich.table import Table
+    chosen = folder or output_dir
+    if chosen is not None and not chosen.is_dir():
+        raise UserError(f"'{chosen}' is not a folder; pass the folder your runs are in (default: runs)")
+    folders = [chosen] if chosen is not None else [Path(f) for f in rundir.RUN_FOLDERS if Path(f).is_dir()]
+    for f in folders or [Path(rundir.RUN_FOLDERS[0])]:
+        _runs_table(f)
 
-    output_dir = folder or output_dir
-    if folder is not None and not folder.is_dir():
-        raise UserError(f"'{folder}' is not a folder; pass the folder your runs are in (default: runs)")
+
+def _runs_table(output_dir: Path) -> None:
     t = Table(title=f"runs in {output_dir}")
     runs = rundir.list_runs(output_dir)
-    # The run name is what people copy into --resume / compare: whole, never cut to "20261…". A narrow terminal
-    # gets the columns that fit beside it (`runs show RUN` has the rest).
+    # The run name is what people copy into --resume / compare / runs show (a bare name is found in runs/ and
+    # demo-runs/): whole, never cut to "20261…". A narrow terminal gets the columns that fit beside it.
     name_width = min(max((len(d.name) for d in runs), default=3), 44)
     cols = ["name", "status", "step", "loss", "reward"]
     if console.width >= name_width + 90:

@@ -270,12 +270,27 @@ def truncate_metrics(run_dir: Path, step: int) -> int:
     return dropped
 
 
+# Where a bare run name (what `runs list` prints) is looked up, relative to the working folder: train's and the
+# demo's default output folders.
+RUN_FOLDERS = ("runs", "demo-runs")
+
+
+def locate(path: str | Path) -> Path:
+    """A run given by its bare name is found under RUN_FOLDERS first; anything else is the path as given."""
+    p = Path(path)
+    if len(p.parts) == 1 and p.name not in (".", ".."):
+        for root in RUN_FOLDERS:
+            if (Path(root) / p).is_dir():
+                return Path(root) / p
+    return p
+
+
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / CONFIG).is_file()
 
 
 def require_run_dir(path: str | Path) -> Path:
-    p = Path(path)
+    p = locate(path)
     if not p.is_dir():
         raise UserError(f"run directory '{p}' not found; see 'qlora-app runs list' for existing runs")
     if not is_run_dir(p):
@@ -297,8 +312,8 @@ def has_adapter(run_dir: Path) -> bool:
 
 
 def find_adapter(path: str | Path) -> Path:
-    """Accept a run directory or an adapter directory; return the adapter directory."""
-    p = Path(path)
+    """Accept a run (directory or bare name) or an adapter directory; return the adapter directory."""
+    p = locate(path)
     if has_adapter(p):
         return p / ADAPTER
     if (p / ADAPTER_CONFIG).is_file():

@@ -2,9 +2,12 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def cli(*args, cwd=None, timeout=300):
@@ -143,6 +146,53 @@ def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp
         assert ("llama-tiny" in r.stdout) is wide and str(tmp_path / "models") not in r.stdout  # a path's last part
     r = cli("runs", "list", str(tmp_path / "nope"))
     assert r.returncode == 2 and "is not a folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
+    """The name `runs list` prints is enough for runs show / --resume / compare / export: it is looked up in runs/
+    and demo-runs/ of the working folder, then taken as a path; `runs list` shows both folders."""
+    import os
+
+    from app import rundir
+
+    made = {}
+    for folder, name in (("runs", "20261123-100000-grpo-arith"), ("demo-runs", "demo-grpo")):
+        d = rundir.new_run_dir(tmp_path / folder, name)
+        (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
+        rundir.write_status(d, rundir.INTERRUPTED, step=1)
+        made[name] = d
+    env = {**os.environ, "COLUMNS": "120"}
+    for name, d in made.items():
+        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", name], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)
+        assert r.returncode == 0 and "method: grpo" in r.stdout and d.name in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 0 and all(n in r.stdout for n in made) and "runs in demo-runs" in r.stdout
+    # --resume takes the bare name too: this one has no checkpoint, which is what it then says
+    r = cli("train", "--resume", "demo-grpo", cwd=tmp_path)
+    assert r.returncode == 2 and "no complete checkpoint" in r.stderr, r.stderr
+    r = cli("runs", "show", "no-such-run", cwd=tmp_path)
+    assert r.returncode == 2 and "not found" in r.stderr
+    os.chdir(tmp_path)  # in-process: find_adapter takes the bare name as well
+    try:
+        with pytest.raises(Exception, match="holds no PEFT adapter"):
+            rundir.find_adapter("demo-grpo")
+    finally:
+        os.chdir(ROOT)
+
+
+def test_presets_list_keeps_every_preset_and_what_it_is_for_at_80_columns():
+    import os
+
+    from app.presets import list_presets
+
+    r = subprocess.run([sys.executable, "-m", "app.cli", "presets", "list"], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0 and max(len(line) for line in r.stdout.splitlines()) <= 80
+    flat = " ".join(r.stdout.replace("│", " ").split())
+    for p in list_presets():
+        assert p["name"] in flat and " ".join(p["description"].split()[:4]) in flat, p["name"]
 
 
 def test_prefetch_without_a_network_is_one_line(monkeypatch):

@@ -146,7 +146,7 @@ def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
     assert res["config"]["num_samples"] == 4 and res["config"]["seed"] == 0
 
     html = out_html.read_text()
-    assert html.startswith("<!DOCTYPE html>") and "adapter vs base by reward" in html
+    assert html.startswith("<!DOCTYPE html>") and "adapter vs base: " in html and "a change in correctness decides" in html
     tags = _tags(html)
     assert not [t for t in tags if t[0] in ("script", "img", "link", "iframe")], "page has active/external tags"
     urls = [v for _, attrs in tags for k, v in attrs if k in ("src", "href") and v]
@@ -290,6 +290,26 @@ def test_summary_counts_and_html_diff():
     left, right = diff_spans("The answer is <b>5</b>.", "The answer is 7.")
     assert left.startswith("The answer is ") and '<span class="onlybase">&lt;b&gt;5&lt;/b&gt;.</span>' in left
     assert '<span class="onlyadapter">7.</span>' in right and "<b>" not in left
+
+
+def test_verdicts_need_a_change_in_correctness_or_a_real_reward_difference():
+    """Two wrong answers a thousandth apart (the length component) are a tie, not a green 'win'; a fixed answer
+    wins even when its reward is a little lower; accuracy moves in percentage points."""
+    from app.eval.render import summary_rows
+    from app.eval.result import REWARD_TOLERANCE, Cell, Comparison, Row
+
+    def row(b, a, bc=False, ac=False):
+        mk = lambda r, c: Cell(text="x", reward=r, correct=c, tokens=1, components={})  # noqa: E731
+        return Row(prompt="p", reference="1", source="heldout", base=mk(b, bc), adapter=mk(a, ac))
+
+    assert row(0.500, 0.501).verdict == "tie"  # both wrong, length noise
+    assert row(0.5, 0.5 + 2 * REWARD_TOLERANCE).verdict == "win"
+    assert row(0.5, 0.5 - 2 * REWARD_TOLERANCE).verdict == "loss"
+    assert row(2.6, 2.59, bc=False, ac=True).verdict == "win"  # correctness decides over a small reward dip
+    assert row(2.6, 2.7, bc=True, ac=False).verdict == "loss"
+    c = Comparison.of([row(0.5, 0.501), row(0.5, 2.5, ac=True)], {})
+    [acc] = [r for r in summary_rows(c.summary) if r[0].startswith("accuracy")]
+    assert acc[1:] == ("0.0%", "50.0%", "+50.0 pts")
 
 
 def test_base_model_is_found_from_run_checkpoint_or_bare_adapter(run_dir, adapter_dir, tiny_models, tmp_path):

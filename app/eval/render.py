@@ -12,7 +12,7 @@ import difflib
 import re
 from html import escape
 
-from app.eval.result import SIDES, Comparison, Summary
+from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}
@@ -77,8 +77,13 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
 
     def row(name: str, b, a, pct: bool = False, digits: int = 3) -> None:
         d = None if a is None or b is None else a - b
-        sign = "+" if d is not None and d > 0 else ""
-        out.append((name, _num(b, pct, digits), _num(a, pct, digits), sign + _num(d, pct, digits)))
+        if d is None:
+            delta = _num(d)
+        elif pct:  # a change of a share is in percentage points, not percent
+            delta = f"{100 * d:+.1f} pts"
+        else:
+            delta = ("+" if d > 0 else "") + _num(d, digits=digits)
+        out.append((name, _num(b, pct, digits), _num(a, pct, digits), delta))
 
     if base.n_judged:
         row(f"accuracy ({base.n_judged} with reference)", base.accuracy, ad.accuracy, pct=True)
@@ -90,16 +95,20 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
     return out
 
 
+WINS_RULE = (f"a change in correctness decides, else a reward difference over {REWARD_TOLERANCE:g}; "
+             "closer is a tie")
+
+
 def wins_line(s: Summary) -> str:
-    return f"adapter vs base by reward: {s.wins} wins, {s.ties} ties, {s.losses} losses"
+    return f"adapter vs base: {s.wins} wins, {s.ties} ties, {s.losses} losses ({WINS_RULE})"
 
 
 def _summary(s: Summary) -> str:
     cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
     return ('<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
             + "</table>"
-            + f'<div class="wtl">adapter vs base by reward: <span class="win">{s.wins} wins</span>, '
-              f'<span class="tie">{s.ties} ties</span>, <span class="loss">{s.losses} losses</span>'
+            + f'<div class="wtl">adapter vs base: <span class="win">{s.wins} wins</span>, '
+              f'<span class="tie">{s.ties} ties</span>, <span class="loss">{s.losses} losses</span> ({WINS_RULE})'
               "</div>")
 
 
@@ -187,4 +196,4 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
     for r in summary_rows(s):
         st.add_row(*r)
     console.print(st)
-    console.print(f"adapter vs base by reward: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/]")
+    console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")

@@ -11,7 +11,9 @@ from typing import Iterable
 from app.reward_registry import BOILERPLATE
 
 SIDES = ("base", "adapter")
-TIE_EPS = 1e-6  # rewards closer than this count as a tie (float noise, identical texts)
+# Rewards closer than this count as a tie when correctness did not change: the length component alone moves the
+# shaped total by a few thousandths between two wrong answers, which says nothing about which one is better.
+REWARD_TOLERANCE = 0.05
 
 
 @dataclass
@@ -39,8 +41,12 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        """'win' / 'loss' / 'tie' for the adapter, by reward."""
-        return "win" if self.delta > TIE_EPS else "loss" if self.delta < -TIE_EPS else "tie"
+        """'win' / 'loss' / 'tie' for the adapter: a change in correctness decides; otherwise the reward, beyond
+        REWARD_TOLERANCE."""
+        b, a = self.base.correct, self.adapter.correct
+        if b is not None and a is not None and a != b:
+            return "win" if a else "loss"
+        return "win" if self.delta > REWARD_TOLERANCE else "loss" if self.delta < -REWARD_TOLERANCE else "tie"
 
 
 @dataclass

@@ -163,13 +163,18 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     # Data first: a wrong column name should fail in a second, not after the model has loaded.
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
     main = is_main()  # only rank 0 writes the run directory and speaks; every rank trains
-    planned = make_plan(cfg, train_raw, det)  # its notes are said once the run directory (and its log) exists
-    plan = planned.plan
-    d = prepare_run_dir(plan.cfg, resume, run_dir)
-    handler = _setup_logging(d) if main else None
+    d = handler = ckpt = None
     try:
-        ckpt = resume_point(d, console, plan.cfg) if resume is not None else None
-    except UserError:  # nothing to resume: the run is left exactly as it was
+        if resume is not None:  # nothing to resume is said first, and leaves the run exactly as it was
+            d = prepare_run_dir(cfg, resume, None)
+            handler = _setup_logging(d) if main else None
+            ckpt = resume_point(d, console, cfg)
+        planned = make_plan(cfg, train_raw, det)  # its notes are said once the run directory (and its log) exists
+        plan = planned.plan
+        if resume is None:  # a run the plan refuses leaves no folder behind
+            d = prepare_run_dir(plan.cfg, None, run_dir)
+            handler = _setup_logging(d) if main else None
+    except BaseException:
         _close_logging(handler)
         raise
     try:

@@ -5,6 +5,7 @@ from app.config import DEFAULT_GRPO_MODEL
 from app.errors import UserError
 from app.reward_registry import BY_NAME
 from app.ui import handlers as h
+from app.ui.jobs import BUSY_MESSAGE
 from app.ui.widgets import Context, components_frame, config_help, err, frame, plots
 
 POLL_SECONDS = 2.0
@@ -162,7 +163,7 @@ def build(ctx: Context) -> None:
         s = h.live_status(jobs, runs_dir)
         loss, reward, comps = h.curves(s["run_dir"], s["records"])
         # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
-        stale = bool(shown_message) and h.BUSY_MESSAGE in shown_message and not jobs.is_running()
+        stale = bool(shown_message) and BUSY_MESSAGE in shown_message and not jobs.is_running()
         return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], frame(loss),
                 frame(reward), components_frame(comps))
 
