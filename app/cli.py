@@ -317,14 +317,16 @@ def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
 def export(
     run: Path = typer.Argument(..., help="Run directory or adapter directory."),
     out: Path = typer.Option(..., help="Destination folder (must not exist)."),
-    merge: bool = typer.Option(False, "--merge", help="Merge into the 16-bit base model (needs the base weights)."),
+    merge: bool = typer.Option(False, "--merge", help="Merge into a copy of the base model (needs its weights)."),
+    dtype: str = typer.Option("bf16", help="With --merge: the merged model's dtype, bf16, fp16 or fp32."),
     local_only: bool = typer.Option(False, "--local-only"),
 ):
     """Copy the adapter, or merge it into a 16-bit copy of the base model."""
     apply_local_only(local_only)
-
-    p = export_adapter(run, out, merge=merge, local_only=local_only)
-    console.print(f"[green]exported[/] to {p}")
+    p = export_adapter(run, out, merge=merge, local_only=local_only, dtype=dtype)
+    what = f"the adapter merged into a {dtype} copy of its base" if merge else "the adapter"
+    console.print(f"[green]exported[/] {what} to", highlight=False)
+    console.print(str(p), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
 
 
 @app.command()

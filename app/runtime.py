@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 from app.errors import UserError
@@ -45,6 +46,11 @@ def quiet_library_noise() -> None:
         logging.getLogger(name).addFilter(_Drop())
     # datasets logs its own line for a file it cannot parse, before our one-line error says which line and why.
     logging.getLogger("datasets.packaged_modules.json.json").setLevel(logging.CRITICAL)
+    # The libraries' deprecation notices (transformers' is_gradient_checkpointing, TRL's use of renamed arguments)
+    # are addressed to their callers' authors, not to someone running `qlora-app compare`; they broke the progress
+    # bar and read like errors. Our own code raises neither category.
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
 
 
 def pid_alive(pid) -> bool:

@@ -214,3 +214,35 @@ def test_prefetch_without_a_network_is_one_line(monkeypatch):
         list(prefetch("org/model", None, None))
     msg = str(e.value)
     assert "'org/model'" in msg and "Name or service not known" in msg and "\n" not in msg
+
+
+@pytest.mark.slow
+def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_path):
+    """transformers' FutureWarnings (is_gradient_checkpointing, ...) broke compare's progress bar and read like
+    errors: train, compare, export --merge and inspect say nothing of the sort on stderr."""
+    runs = tmp_path / "runs"
+    steps = [("train", "--method", "sft", "--model", str(tiny_model), "--dataset", str(math_jsonl), "--max-steps", "1",
+              "--output-dir", str(runs), "--local-only", "--no-progress", "--set", "runtime.device=cpu",
+              "--set", "training.max_length=64", "--set", "gradient_checkpointing=false")]
+    r = cli(*steps[0], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    for args in (("compare", "--adapter", str(run), "--num-samples", "2", "--max-new-tokens", "4", "--local-only"),
+                 ("export", str(run), "--out", str(tmp_path / "merged"), "--merge", "--local-only"),
+                 ("inspect", str(math_jsonl))):
+        out = cli(*args, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "Warning" not in out.stderr and "warnings.warn" not in out.stderr, (args[0], out.stderr[-2000:])
+    assert "Warning" not in r.stderr, r.stderr[-2000:]
+
+
+def test_ui_prints_its_own_share_hint_not_gradios():
+    from types import SimpleNamespace
+
+    from app.ui.launch import launch_kwargs, serving_message
+
+    assert launch_kwargs("127.0.0.1", 7860, False, None, Path("runs"))["quiet"] is True  # no "share=True in launch()"
+    demo = SimpleNamespace(local_url="http://127.0.0.1:7860/", share_url=None)
+    line = serving_message(demo, "127.0.0.1", False, None)
+    assert "http://127.0.0.1:7860/" in line and "qlora-app ui --share --auth USER:PASS" in line
+    assert "launch()" not in line

@@ -194,10 +194,25 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     with pytest.raises(UserError, match="already exists"):
         export_adapter(d, tmp_path / "copy")
     merged = export_adapter(d, tmp_path / "merged", merge=True, local_only=True)
+    import json
+    import os
+
+    import torch
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(merged)  # a plain model: no adapter needed any more
     assert not any("lora" in n for n, _ in m.named_parameters())
+    # 16-bit as the command says (bf16 by default, on a CPU too), or as asked
+    assert json.loads((merged / "config.json").read_text())["dtype"] == "bfloat16"
+    full = export_adapter(d, tmp_path / "merged32", merge=True, local_only=True, dtype="fp32")
+    assert AutoModelForCausalLM.from_pretrained(full, dtype="auto").dtype == torch.float32
+    with pytest.raises(UserError, match="--dtype int8 is not one of bf16, fp16, fp32"):
+        export_adapter(d, tmp_path / "bad", merge=True, dtype="int8")
+    # every exported file has the umask's mode (the libraries' temporary files are 0600)
+    umask = os.umask(0)
+    os.umask(umask)
+    for folder in (copied, merged):
+        assert {p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()} == {0o666 & ~umask}
 
 
 def test_local_only_training_never_opens_a_network_connection(tiny_model, math_jsonl, tmp_path):

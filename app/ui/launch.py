@@ -57,7 +57,9 @@ def launch_kwargs(host: str, port: int, share: bool, auth: str | None, runs_dir:
         server_name=host, server_port=port, share=bool(share), auth=parse_auth(auth),
         allowed_paths=[str(runs_dir), str(runs_dir / UPLOAD_DIR)], max_file_size=MAX_UPLOAD,
         show_error=True, enable_monitoring=False, mcp_server=False, run_history=False, ssr_mode=False,
-        footer_links=[], quiet=False,
+        # quiet: Gradio's own banner suggests `share=True in launch()`, a Python call our users never make;
+        # launch() prints where the UI is and how to share it (--share --auth) instead
+        footer_links=[], quiet=True,
     )
 
 
@@ -75,7 +77,17 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     atexit.register(demo.jobs.shutdown)  # a UI closed with Ctrl-C still stops its run gracefully
     demo.queue(default_concurrency_limit=4)
     demo.launch(prevent_thread_lock=not block, **kwargs)
+    print(serving_message(demo, host, share, auth), flush=True)
     return demo
+
+
+def serving_message(demo, host: str, share: bool, auth: str | None) -> str:
+    where = f"qlora-app UI on {getattr(demo, 'local_url', None) or f'http://{host}'}"
+    if share:
+        return f"{where} and {getattr(demo, 'share_url', None) or 'a public share link'} (login required)"
+    if is_loopback(host):
+        return f"{where} (this machine only; qlora-app ui --share --auth USER:PASS publishes it, with a login)"
+    return f"{where} (login required)"
 
 
 def _check_port_free(host: str, port: int) -> None:
