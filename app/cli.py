@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from app import rundir
-from app.config import build_config, load_yaml_file, validate
+from app.config import DEFAULT_GRPO_MODEL, build_config, load_yaml_file, validate
 from app.data.inspect_cmd import run_inspect
 from app.demo.run import run_demo
 from app.doctor import report
@@ -79,7 +79,8 @@ SetOpt = typer.Option(None, "--set", help="Override any config key: --set traini
 def train(
     dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
     method: Optional[str] = typer.Option(None, help="sft or grpo (default grpo)."),
-    model: Optional[str] = typer.Option(None, help="Hub id or local model folder."),
+    model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_GRPO_MODEL}; "
+                                              "'arith-base' is the tiny model shipped for offline use)."),
     preset: Optional[str] = typer.Option(None, help="Preset name (qlora-app presets list) or YAML file."),
     config: Optional[Path] = typer.Option(None, help="A full config YAML (as written into run directories)."),
     dataset_config: Optional[str] = typer.Option(None, "--dataset-config", help="Hub dataset config name."),

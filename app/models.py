@@ -137,6 +137,19 @@ def model_on_disk(name: str) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json"), str)
 
 
+def unavailable_model_hint(name: str) -> str:
+    """What to do about a hub model this machine cannot fetch."""
+    return (f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use "
+            "--model arith-base (the tiny model shipped for offline use)")
+
+
+def model_load_error(name: str, e: Exception) -> UserError:
+    """One line for a model that could not be read; a hub miss says what to do about it."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    hint = "" if looks_local(name) else f"; {unavailable_model_hint(name)}"
+    return UserError(f"could not load model '{name}': {first}{hint}")
+
+
 def check_model_source(name: str, local_only: bool) -> None:
     """Fail fast and clearly before transformers produces a long hub traceback."""
     if looks_local(name):
@@ -147,8 +160,8 @@ def check_model_source(name: str, local_only: bool) -> None:
             raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
         return
     if local_only and not model_on_disk(name):
-        raise UserError(f"model '{name}' is not in the local HF cache and --local-only forbids downloads; run "
-                        f"'qlora-app prefetch --model {name}' on a connected machine or pass a local folder")
+        raise UserError(f"model '{name}' is not in the local HF cache and --local-only forbids downloads; "
+                        f"{unavailable_model_hint(name)}")
 
 
 def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
@@ -255,7 +268,7 @@ def _from_pretrained(auto_cls, mc: ModelConfig, kwargs: dict):
     try:
         return auto_cls.from_pretrained(mc.name_or_path, **kwargs)
     except OSError as e:
-        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+        raise model_load_error(mc.name_or_path, e) from None
     except ValueError as e:
         if "attention" not in str(e) or kwargs.get("attn_implementation") is None:
             raise

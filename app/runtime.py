@@ -66,6 +66,11 @@ def pid_alive(pid) -> bool:
         return False
 
 
+def hub_offline() -> bool:
+    """Whether the hub is off limits for this process (HF_HUB_OFFLINE, as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
 def child_env() -> dict[str, str]:
     """The environment for a `python -m app.cli` child (the UI's training run, torchrun's workers): this process's,
     with this `app` package first on PYTHONPATH, so the child imports the same code from any working folder."""

@@ -144,3 +144,35 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     d2 = h.start_run(jobs, runs, form)
     assert d2 != d
     jobs.shutdown()
+
+
+def test_start_refuses_a_model_it_cannot_find_before_making_a_folder(tmp_path, monkeypatch):
+    """The memory panel already said 'model size unknown'; Start must not launch a run that can only fail."""
+    from app.ui import handlers as h
+
+    runs = tmp_path / "runs"
+    jobs = JobManager(runs, cwd=tmp_path)
+    form = h.form_defaults(None)
+    form.update(dataset="arith", model=str(tmp_path / "no-such-model"))
+    with pytest.raises(UserError, match="model path .* not found"):
+        h.start_run(jobs, runs, form)
+    form.update(model="org/not-in-the-cache")  # a hub id on an offline machine (the tests run with HF_HUB_OFFLINE=1)
+    with pytest.raises(UserError, match="prefetch --model org/not-in-the-cache"):
+        h.start_run(jobs, runs, form)
+    assert not runs.exists() or not any(runs.iterdir())
+    assert jobs.proc is None
+
+
+def test_an_offline_miss_of_the_default_model_says_what_to_do_and_leaves_no_folder(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--output-dir",
+                        str(tmp_path / "runs")], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = " ".join(r.stderr.split())
+    assert "Qwen/Qwen2.5-1.5B-Instruct" in line and "qlora-app prefetch --model Qwen/Qwen2.5-1.5B-Instruct" in line
+    assert "--model arith-base" in line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

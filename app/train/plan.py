@@ -33,6 +33,7 @@ from app.models import (
     context_length,
     load_base_model,
     load_tokenizer,
+    model_load_error,
     model_on_disk,
     packed_examples_stay_apart,
     pick_packing,
@@ -204,7 +205,7 @@ def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
     except (OSError, ValueError) as e:
         if quiet:
             return None, None
-        raise UserError(f"could not load model '{mc.name_or_path}': {str(e).splitlines()[0]}") from None
+        raise model_load_error(mc.name_or_path, e) from None
     return tok, context_length(config)
 
 

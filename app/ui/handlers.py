@@ -25,11 +25,13 @@ from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.errors import UserError
 from app.memory import estimate_memory, format_estimate
+from app.models import check_model_source
 from app.plots import curve_keys, series
 from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
 from app.runs import run_summary
+from app.runtime import hub_offline
 from app.ui.jobs import running_elsewhere
 
 NO_PRESET = "(none)"
@@ -280,6 +282,8 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
+    # a model that cannot be found is said here, before a run folder is made for a run that would only fail
+    check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only or hub_offline())
     jobs.check_free()  # before a folder is made for a run that cannot start
     d = rundir.create_run_dir(runs_dir, cfg.run_name, cfg.method, cfg.data.dataset)
     rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
