@@ -1,4 +1,4 @@
-"""`qlora-app demo` with a reduced budget runs the full path (SFT warm-up -> GRPO -> compare) in 4-bit on CPU."""
+"""`qlora-app demo` with a reduced budget runs the full path (GRPO from the 4-bit base -> compare) on CPU."""
 
 import json
 import subprocess
@@ -19,7 +19,7 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert "held-out accuracy" in r.stdout and "Traceback" not in r.stderr
     result = json.loads((tmp_path / rundir.COMPARE_JSON).read_text())
     assert set(result) >= {"rows", "summary", "config"}
-    assert len(result["rows"]) == 12
+    assert len(result["rows"]) == 100
     row = result["rows"][0]
     for side in ("base", "adapter"):
         assert set(row[side]) >= {"text", "reward", "components", "correct"}
@@ -31,8 +31,12 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert stages["base"]["accuracy"] == result["summary"]["base"]["accuracy"]
     assert demo["grpo_lift"] == pytest.approx(stages["grpo"]["accuracy"] - stages["base"]["accuracy"])
     grpo_rewards = [m["reward"] for m in rundir.read_metrics(Path(demo["grpo_run"])) if "reward" in m]
-    # one generation batch serves both steps (auto generation batch): TRL logs a reward where it sampled
-    assert 1 <= len(grpo_rewards) <= 2 and demo["grpo_reward_quarters"]["first"] == pytest.approx(grpo_rewards[0])
+    # 60 steps, a generation batch serving two of them: TRL logs a reward where it sampled, about 30 points
+    assert len(grpo_rewards) >= 20
+    q = len(grpo_rewards) // 4
+    assert demo["grpo_reward_quarters"]["first"] == pytest.approx(sum(grpo_rewards[:q]) / q)
+    # --quick is a real short run: it shows GRPO's lift (measured over seeds in docs/performance.md), not +0.0
+    assert demo["grpo_lift"] >= 0.10
     assert "GRPO's own lift" in r.stdout
     assert "held-out accuracy by phase" in r.stdout
     grpo = tmp_path / "demo-grpo"
@@ -54,3 +58,27 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert r2.returncode == 0, r2.stderr[-3000:]
     kept = [p for p in tmp_path.glob("compare.*.json")]
     assert len(kept) == 1 and kept[0].read_text() == first
+
+
+def test_ctrl_c_stops_the_whole_demo_with_exit_130(tmp_path):
+    """Ctrl-C during training: the run is kept as interrupted (resumable), no comparison runs, no lift is claimed,
+    and the exit code says it was stopped (it used to go on to compare and exit 0)."""
+    import os
+    import signal
+    import time
+
+    code = ("import sys, app.demo.run as r; r.QUICK.update(grpo_steps=400); from app.cli import main; "
+            f"sys.argv = ['qlora-app', 'demo', '--quick', '--output-dir', {str(tmp_path)!r}]; main()")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    grpo = tmp_path / "demo-grpo"
+    deadline = time.time() + 300
+    while not any(m.get("step", 0) >= 2 for m in rundir.read_metrics(grpo)):
+        assert p.poll() is None and time.time() < deadline, p.stderr.read()[-3000:] if p.poll() is not None else ""
+        time.sleep(0.2)
+    os.kill(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, (out[-2000:], err[-2000:])
+    assert "Traceback" not in err and "GRPO's own lift" not in out and "interrupted" in out
+    st = rundir.read_status(grpo)
+    assert st["status"] == rundir.INTERRUPTED and 2 <= st["step"] < 400
+    assert not (tmp_path / rundir.COMPARE_JSON).exists()

@@ -25,8 +25,13 @@ from app.eval.render import print_result
 from app.plots import series, sparkline
 from app.train.runner import run_training
 
-# --quick: the same path with a budget small enough for a test (about 25 s on 2 cores).
-QUICK = {"grpo_steps": 2, "eval": 12}
+# --quick: the same path on a smaller budget, still long enough to show GRPO's lift (60 steps, 100 held-out problems:
+# about 26 s on 2 cores; docs/performance.md has the seeds).
+QUICK = {"grpo_steps": 60, "eval": 100}
+
+
+class DemoInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the demo's training: the run is kept (interrupted, resumable) and no lift is claimed."""
 
 
 def _keep_previous(path: Path) -> None:
@@ -70,6 +75,11 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     t = time.time()
     grpo_cfg = build_config({**grpo_preset(base), **layer, "run_name": "demo-grpo"}, sets=sets)
     grpo_dir = run_training(grpo_cfg, progress=show, console=console)
+    st = rundir.read_status(grpo_dir) or {}
+    if st.get("status") == rundir.INTERRUPTED:  # Ctrl-C ends the demo: a half-trained adapter proves nothing
+        console.print(f"[yellow]interrupted[/] at step {st.get('step')}: no comparison, no lift claimed; the run is "
+                      f"kept in {grpo_dir} (qlora-app train --resume {grpo_dir} continues it)", highlight=False)
+        raise DemoInterrupted()
     timings["grpo_s"] = time.time() - t
     recs = rundir.read_metrics(grpo_dir)
     _, reward = series(recs, "reward")
