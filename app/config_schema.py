@@ -207,6 +207,8 @@ class RuntimeConfig(StrictModel):
     node_rank: int = _d(0, "this machine's index among nnodes (0 = the machine at master_addr)", ge=0)
     master_addr: str = _d("127.0.0.1", "address of the node_rank 0 machine, reachable from every machine")
     master_port: int = _d(29500, "a free TCP port on the master machine", ge=1, le=65535)
+    threads: int | None = _d(None, "CPU threads torch may use; empty = auto: the cores other processes leave free "
+                                   "(at least one), re-checked while training; OMP_NUM_THREADS also fixes it", ge=1)
     fit_check: bool = _d(True, "refuse, before any download, a run the memory estimate says cannot fit the "
                                "detected GPU; false (--no-fit-check) tries anyway")
     fsdp: bool = _d(False, "shard the 4-bit base across the GPUs (FSDP + QLoRA) for a model that does not fit one; "

@@ -12,7 +12,6 @@ from app.errors import UserError
 from app.eval.compare import resolve_target
 from app.models import torch_dtype
 
-
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
 
 

@@ -21,6 +21,7 @@ from typing import Callable
 
 from app import rundir
 from app.config import DataConfig, ModelConfig, TrainingConfig, load_yaml_file, validate
+from app.cpu_threads import ThreadGovernor
 from app.errors import UserError
 from app.eval.heldout import heldout_examples
 from app.eval.result import Cell, Comparison, Row
@@ -243,6 +244,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
 
     check_model_source(mc.name_or_path, local_only)  # a missing base fails in a second, before any data loads
+    ThreadGovernor()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
     items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,
                             local_only)
     peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,

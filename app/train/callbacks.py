@@ -97,8 +97,10 @@ class RunDirCallback(TrainerCallback):
     loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
 
     def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True, cuda: bool = False):
+                 write: bool = True, cuda: bool = False, every_step=None):
+        """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load)."""
         self.run_dir = Path(run_dir)
+        self.every_step = every_step
         self.cuda = cuda
         # Every rank of a distributed run has this callback (stop and NaN decisions must be the same on all);
         # only rank 0 (write=True) writes metrics.jsonl / status.json and warns.
@@ -167,6 +169,8 @@ class RunDirCallback(TrainerCallback):
                       "grpo.temperature, or use easier data")
 
     def on_step_end(self, args, state, control, **kw):
+        if self.every_step:
+            self.every_step()
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):

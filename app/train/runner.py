@@ -19,6 +19,7 @@ from pathlib import Path
 from app import rundir
 from app.config import AppConfig, load_yaml_file, resolve, validate, warnings_for
 from app.config_keys import changed_keys
+from app.cpu_threads import ThreadGovernor
 from app.data import build_splits
 from app.errors import RunFailed, UserError
 from app.models import check_model_source
@@ -159,6 +160,8 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     check_request(cfg)
     import_first(cfg.runtime.backend, cfg.runtime.device)  # before anything imports transformers / trl / peft
     quiet_library_noise()
+    busy: list[str] = []  # said with the plan's notes, once the run directory exists
+    threads = ThreadGovernor(cfg.runtime.threads, note=busy.append)
     check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only)  # fail fast, before data
     # Data first: a wrong column name should fail in a second, not after the model has loaded.
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
@@ -179,10 +182,11 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
         raise
     try:
         if main:
-            _record_start(d, plan, resume, ckpt, console)
+            _record_start(d, plan, resume, ckpt, console, busy)
             log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, plan.cfg.method,
                      plan.cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
-        _train(plan, d, planned, det.reference_field is not None, ckpt, progress and main, console if main else None)
+        _train(plan, d, planned, det.reference_field is not None, ckpt, progress and main, console if main else None,
+               threads)
     except BaseException as e:
         failed_write = write_failure(e)
         if failed_write is not None:  # a full disk, or any other failure to write the run's files
@@ -202,7 +206,8 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     return d
 
 
-def _record_start(d: Path, plan: RunPlan, resume: Path | None, ckpt: Path | None, console) -> None:
+def _record_start(d: Path, plan: RunPlan, resume: Path | None, ckpt: Path | None, console,
+                  notes: list[str] = ()) -> None:
     """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
     if resume is None or _changed_on_resume(d, plan.cfg):
         rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
@@ -212,7 +217,7 @@ def _record_start(d: Path, plan: RunPlan, resume: Path | None, ckpt: Path | None
     rundir.write_status(d, rundir.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
                         model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
                         step=rundir.checkpoint_step(ckpt) if ckpt else 0, error=None, **fields)
-    for line in warnings_for(plan.cfg) + list(plan.notes):
+    for line in warnings_for(plan.cfg) + list(plan.notes) + list(notes):
         _say(console, "note")(line)
     log.info(plan.describe().replace("\n", "; "))
 
@@ -275,7 +280,7 @@ def _record_failure(d: Path, reason: str) -> None:
 
 
 def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | None, progress: bool,
-           console) -> None:
+           console, threads: ThreadGovernor | None = None) -> None:
     # heavy (transformers), and only after import_first: Unsloth must patch transformers before it loads
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
 
@@ -306,7 +311,7 @@ def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | No
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         base_errors = errors()
         watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_say(console), write=main,
-                               cuda=plan.where.cuda)
+                               cuda=plan.where.cuda, every_step=threads.adjust if threads else None)
         trainer.add_callback(watch)
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:

@@ -1,0 +1,110 @@
+"""How many CPU threads torch may use: the cores other processes leave free, re-checked while a run trains.
+
+Measured on 2 cores (docs/performance.md, "CPU threads"): two `demo --quick` side by side took 369 s each with
+torch's default (a thread per core in each process: OpenMP threads spin waiting for a core the other process
+holds), 35-37 s each with one thread each, against 26 s for one demo alone with two threads. So a process takes
+the cores that are idle when it starts (at least one), and a training run looks again every few seconds: when
+another job starts it steps down, when the job ends it takes the cores back.
+
+An explicit choice is never overridden: runtime.threads, or OMP_NUM_THREADS in the environment. Standard library
+only at import; torch is imported when threads are set.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+RECHECK_SECONDS = 5.0  # how often a training run looks at the machine again (no sleeping: between two looks)
+PROBE_SECONDS = 0.3  # the first look, at start: a short window of /proc/stat
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _snapshot() -> tuple[float, float, float] | None:
+    """(all jiffies, idle jiffies, this process's jiffies), or None without /proc."""
+    try:
+        with open("/proc/stat") as f:
+            cpu = [float(x) for x in f.readline().split()[1:]]
+        with open("/proc/self/stat") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0.0)  # idle + iowait
+    return sum(cpu[:8]), idle, float(own[11]) + float(own[12])  # utime + stime of every thread of this process
+
+
+def others_busy(before, after, cores: int) -> float | None:
+    """Cores' worth of CPU that other processes used between two snapshots."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    total, idle, own = (a - b for a, b in zip(after, before))
+    # /proc/stat counts all CPUs; its jiffies advance ncpu times faster than a process's own
+    all_cpus = os.cpu_count() or cores
+    busy_share = max(0.0, (total - idle) / total)
+    own_share = max(0.0, own * all_cpus / total) if total else 0.0
+    return max(0.0, (busy_share * all_cpus - own_share)) * cores / all_cpus
+
+
+def fair_threads(cores: int, busy: float | None) -> int:
+    """The cores left free by others (rounded), at least one."""
+    if busy is None:
+        return cores
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
+def explicit_threads(setting: int | None) -> int | None:
+    """runtime.threads, else OMP_NUM_THREADS: a number the user chose."""
+    if setting:
+        return setting
+    try:
+        return int(os.environ["OMP_NUM_THREADS"]) or None
+    except (KeyError, ValueError):
+        return None
+
+
+class ThreadGovernor:
+    """Sets torch's intra-op threads at start and, when ``adjust`` is called (a training step's end), follows the
+    machine's load. ``note(line)`` hears once when the machine is busy at start."""
+
+    def __init__(self, setting: int | None = None, note=None):
+        self.fixed = explicit_threads(setting)
+        self.cores = usable_cores()
+        self.threads = self.fixed or self.cores
+        self._last = None
+        self._last_time = 0.0
+        if self.fixed is None:
+            before = _snapshot()
+            time.sleep(PROBE_SECONDS)
+            self._last, self._last_time = _snapshot(), time.monotonic()
+            busy = others_busy(before, self._last, self.cores)
+            self.threads = fair_threads(self.cores, busy)
+            if note and self.threads < self.cores:
+                note(f"the machine is busy (other processes use about {busy:.1f} of {self.cores} cores): "
+                     f"using {self.threads} CPU thread(s), adjusting as the load changes (runtime.threads or "
+                     "OMP_NUM_THREADS fixes it)")
+        _set(self.threads)
+
+    def adjust(self) -> int:
+        if self.fixed is not None or time.monotonic() - self._last_time < RECHECK_SECONDS:
+            return self.threads
+        now = _snapshot()
+        busy = others_busy(self._last, now, self.cores)
+        self._last, self._last_time = now, time.monotonic()
+        want = fair_threads(self.cores, busy)
+        if want != self.threads:
+            self.threads = want
+            _set(want)
+        return self.threads
+
+
+def _set(n: int) -> None:
+    import torch  # heavy: only when threads are set, in a process that trains or generates
+
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
