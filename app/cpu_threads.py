@@ -78,6 +78,7 @@ class ThreadGovernor:
         self.threads = self.fixed or self.cores
         self._last = None
         self._last_time = 0.0
+        self._up = 0
         if self.fixed is None:
             before = _snapshot()
             time.sleep(PROBE_SECONDS)
@@ -97,8 +98,11 @@ class ThreadGovernor:
         busy = others_busy(self._last, now, self.cores)
         self._last, self._last_time = now, time.monotonic()
         want = fair_threads(self.cores, busy)
-        if want != self.threads:
-            self.threads = want
+        # Down at once (threads waiting for a core spin and cost 10x); up only after two looks in a row say so,
+        # since the other job's own quiet moments (between its steps) would otherwise make both step up together.
+        self._up = self._up + 1 if want > self.threads else 0
+        if want < self.threads or self._up >= 2:
+            self.threads, self._up = want, 0
             _set(want)
         return self.threads
 

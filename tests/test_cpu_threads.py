@@ -40,7 +40,7 @@ def test_the_governor_steps_down_when_another_job_starts_and_back_up(monkeypatch
     clock = {"t": 0.0}
     monkeypatch.setattr(ct.time, "monotonic", lambda: clock["t"])
     # (all jiffies, idle, own): each look advances 1 s of 2 CPUs = 200 jiffies
-    busy_others = iter([0.0, 0.0, 1.8, 0.1])  # idle at start, then another job, then it ends
+    busy_others = iter([0.0, 0.0, 1.8, 0.1, 0.1])  # idle at start, then another job, then it ends
     state = {"total": 0.0, "idle": 0.0, "own": 0.0}
 
     def snap():
@@ -58,6 +58,8 @@ def test_the_governor_steps_down_when_another_job_starts_and_back_up(monkeypatch
     clock["t"] = 10.0
     assert g.adjust() == 1 and torch.get_num_threads() == 1  # another job took ~2 cores
     clock["t"] = 20.0
+    assert g.adjust() == 1  # one quiet look is not enough to step up (the other job may only be between steps)
+    clock["t"] = 30.0
     assert g.adjust() == 2 and torch.get_num_threads() == 2  # it ended: both cores again
 
 
