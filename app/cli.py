@@ -94,7 +94,9 @@ def train(
     reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
     set_: Optional[List[str]] = SetOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
-    explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does."),
+    explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does; "
+                                                           "--explain lora (or grpo.loss) shows only the matching keys."),
+    explain_only: str = typer.Option("", "--explain-only", hidden=True),  # `--explain KEYS` arrives as this
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes",
                                                 help="Processes on this machine (one per GPU); >1 runs torchrun DDP."),
@@ -130,10 +132,12 @@ def train(
         "output_dir": output_dir,
     }
     cfg = build_config(base, flags, list(set_ or []))
+    if explain_only:
+        explain = True
     if explain and not dry_run:
         raise UserError("--explain goes with --dry-run: qlora-app train --dry-run --explain [your options]")
     if dry_run:
-        print_plan(cfg, explain, console, err_console)
+        print_plan(cfg, explain_only if explain else None, console, err_console)
         return
 
     if resume is not None:
@@ -354,11 +358,21 @@ def doctor():
     report(console)
 
 
+def explain_value(argv: list[str]) -> list[str]:
+    """`train --explain lora`: a flag that may take a value, which click's options cannot be: the value moves to
+    the hidden --explain-only."""
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == "--explain" and not out[i + 1].startswith("-"):
+            out[i + 1:i + 2] = ["--explain-only", out[i + 1]]
+    return out
+
+
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
     quiet_library_noise()
     try:
-        app()
+        app(args=explain_value(sys.argv[1:]))
     except UserError as e:
         err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)

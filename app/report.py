@@ -19,10 +19,11 @@ from app.runs import run_summary
 from app.train.plan import make_plan
 
 
-def print_plan(cfg: AppConfig, explain: bool, console, err_console) -> None:
-    """The config that would train, as the run plan fits it (stdout: YAML, or the --explain table), and the plan
-    itself on stderr: memory estimate, fast paths, what it adjusted and why. The data's token lengths are used
-    when the dataset is local or built in; nothing is downloaded and no weights are loaded."""
+def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> None:
+    """The config that would train, as the run plan fits it (stdout: YAML, or the --explain table of the keys that
+    contain ``explain``; "" = all), and the plan itself on stderr: the detected fields, memory estimate, fast paths,
+    what it adjusted and why. The data's token lengths are used when the dataset is local or built in; nothing is
+    downloaded and no weights are loaded."""
     rows = det = None
     try:
         rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
@@ -34,10 +35,12 @@ def print_plan(cfg: AppConfig, explain: bool, console, err_console) -> None:
     except UserError as e:
         plan, refused = None, str(e)
     shown = plan.cfg if plan is not None else resolve(cfg)
-    if explain:
-        _print_explained(shown, console)
+    if explain is not None:
+        _print_explained(shown, console, explain)
     else:
         sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
+    if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
+        err_console.print(f"fields: {fields_line(det)}", highlight=False)
     for w in warnings_for(shown) + notes:
         err_console.print(f"[yellow]note:[/] {w}", highlight=False)
     if plan is None:
@@ -46,12 +49,26 @@ def print_plan(cfg: AppConfig, explain: bool, console, err_console) -> None:
         err_console.print(plan.describe(), highlight=False)
 
 
-def _print_explained(cfg: AppConfig, console) -> None:
+def fields_line(det) -> str:
+    """'prompt question, reference answer (detected)' for a Detection."""
+    d = det.to_dict()
+    parts = [f"{role.removesuffix('_field')} {d[role]}" for role in ("prompt_field", "reference_field",
+                                                                     "messages_field") if d.get(role)]
+    if d.get("context_fields"):
+        parts.append("context " + ", ".join(d["context_fields"]))
+    return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
+
+
+def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
+    rows = [r for r in explain_rows(cfg) if only.lower() in r[0].lower()]
+    if not rows:
+        raise UserError(f"--explain {only} matches no config key; try a section (model, lora, data, training, grpo, "
+                        "reward, runtime) or part of a key")
     t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
     t.add_column("key", no_wrap=True, style="bold")
     t.add_column("value", overflow="fold", max_width=40)
     t.add_column("what it does", overflow="fold", ratio=1)
-    for key, value, text in explain_rows(cfg):
+    for key, value, text in rows:
         t.add_row(key, value, text)
     console.print(t)
 
@@ -74,10 +91,11 @@ def print_run_summary(d: Path, console) -> None:
         t.add_row("fast paths", st["fast_paths"], "")
     for line in st.get("adjustments") or []:
         t.add_row("adjusted", line, "")
-    if st.get("adapter"):
-        t.add_row("adapter", st["adapter"], "")
     if st.get("error"):
         t.add_row("error", st["error"], "")
     console.print(t)
+    if st.get("adapter"):  # on its own line: the path to copy, never cut by the table's width
+        console.print("adapter:", highlight=False)
+        console.print(st["adapter"], highlight=False, soft_wrap=True)
     if st.get("resume_command"):
         console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)

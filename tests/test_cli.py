@@ -246,3 +246,44 @@ def test_ui_prints_its_own_share_hint_not_gradios():
     line = serving_message(demo, "127.0.0.1", False, None)
     assert "http://127.0.0.1:7860/" in line and "qlora-app ui --share --auth USER:PASS" in line
     assert "launch()" not in line
+
+
+def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path):
+    import os
+
+    env = {**os.environ, "COLUMNS": "80"}
+    base = [sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--model", "arith-base", "--dry-run"]
+    r = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fields: prompt question, reference answer" in r.stderr  # not only `prompt_field: null`
+    r = subprocess.run(base + ["--explain", "lora"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "lora.r " in r.stdout and "lora.alpha" in r.stdout, r.stderr
+    assert "grpo.loss_type" not in r.stdout and "training.learning_rate" not in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    r = subprocess.run(base + ["--explain"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "lora.r " in r.stdout and "grpo.loss_type" in r.stdout  # all keys
+    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--dry-run", "--explain", "nosuchkey", cwd=tmp_path)
+    assert r.returncode == 2 and "--explain nosuchkey matches no config key" in r.stderr
+
+
+def test_the_run_summary_prints_the_adapter_path_whole_at_80_columns(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from app import rundir
+    from app.report import print_run_summary
+
+    d = rundir.new_run_dir(tmp_path / ("a-long-folder-name-" * 4), "20261123-120000-grpo-gsm8k-train-jsonl")
+    (d / rundir.CONFIG).write_text("method: grpo\n")
+    (d / rundir.ADAPTER).mkdir()
+    (d / rundir.ADAPTER / rundir.ADAPTER_CONFIG).write_text("{}")
+    rundir.write_status(d, rundir.FINISHED, step=3)
+    out = io.StringIO()
+    print_run_summary(d, Console(file=out, width=80))
+    assert str(d / rundir.ADAPTER) in out.getvalue().splitlines()  # one line, whole, ready to copy
+    failed = rundir.new_run_dir(tmp_path, "failed")
+    rundir.write_status(failed, rundir.FAILED, step=0, error="boom")
+    out = io.StringIO()
+    print_run_summary(failed, Console(file=out, width=80))
+    assert "adapter" not in out.getvalue()  # a run that saved none lists none
