@@ -132,7 +132,7 @@ def test_categorical_source_is_not_a_prompt_in_chat_data():
 def test_preference_conversations_only_train_on_chosen():
     turn = lambda i: [{"role": "user", "content": _prose(i)}, {"role": "assistant", "content": _prose(i + 1)}]  # noqa: E731
     det = _detect(_rows(chosen=[turn(i) for i in R], rejected=[turn(i + 5) for i in R]))
-    assert (det.format, det.messages_field, det.prompt_field, det.reference_field) == ("chat", "chosen", None, None)
+    assert (det.format, det.messages_field, det.prompt_field, det.reference_field) == ("chat", "chosen", None, "chosen")
 
 
 def test_to_dict_has_exactly_the_json_keys():
@@ -188,3 +188,56 @@ def test_detection_cost_is_bounded_by_the_sample(monkeypatch):
     monkeypatch.setattr(Dataset, "select", spy)
     det = detect_fields(ds, sample_rows=32)
     assert seen == [32] and det.num_rows == 5000 and det.prompt_field == "question"
+
+
+def test_chat_data_is_judged_by_its_last_assistant_turn(tmp_path):
+    """ShareGPT and OpenAI messages: the answer each conversation ends with is the reference (GRPO's reference
+    component, compare's accuracy); a conversation that ends with a user turn keeps that question in its prompt."""
+    from app.data.convert import prompt_messages, prompt_text, reference_text
+
+    share = [{"conversations": [{"from": "human", "value": f"What is {i} plus one?"},
+                                {"from": "gpt", "value": f"It is {i + 1}."}]} for i in range(12)]
+    det = detect_from_rows(share, ["conversations"])
+    assert (det.format, det.messages_field, det.reference_field) == ("chat", "conversations", "conversations")
+    assert "last assistant turn" in det.reasons["reference_field"]
+    assert reference_text(share[3], det) == "It is 4." and prompt_text(share[3], det) == "What is 3 plus one?"
+    open_ended = {"conversations": [{"from": "human", "value": "Hi, what is 2+2?"}, {"from": "gpt", "value": "4."},
+                                    {"from": "human", "value": "And 3+3?"}]}
+    msgs = prompt_messages(open_ended, det, None)
+    assert [m["content"] for m in msgs] == ["Hi, what is 2+2?", "4.", "And 3+3?"]  # the last question stays
+    assert reference_text(open_ended, det) is None  # and it has no answer to judge against
+    # the GRPO rows carry the references (the run used to say "dataset has no reference field")
+    from app.data import to_grpo
+
+    class NoTemplate:
+        chat_template = None
+
+    from datasets import Dataset
+
+    rows = to_grpo(Dataset.from_list(share), det, NoTemplate(), None)
+    assert rows[3]["reference"] == "It is 4."
+    # a column-less text dataset says how to set one, in the UI's words and the CLI's
+    text_only = detect_from_rows([{"text": _prose(i)} for i in R], ["text"])
+    assert "Reference field in the UI" in text_only.reasons["reference_field"]
+
+
+def test_reference_found_by_its_values_in_any_language(tmp_path):
+    """A `Frage;Antwort` CSV (German headers, numeric answers) and a column of '#### N' answers are references
+    by their values; a column of row numbers is not."""
+    p = tmp_path / "aufgaben.csv"
+    p.write_text("Frage;Antwort\n" + "".join(f"Anna hat {i} Äpfel und kauft {i + 2} dazu. Wie viele hat sie?;"
+                                              f"{2 * i + 2}\n" for i in range(3, 23)))
+    det, _, _ = inspect_detection(str(p), None, None, None, None, False)
+    assert (det.prompt_field, det.reference_field) == ("Frage", "Antwort")
+    assert "its values are answers (short numbers)" in det.reasons["reference_field"]
+    marked = [{"aufgabe": f"Tom hat {i} Murmeln und findet {i} weitere. Wie viele sind es?",
+               "loesung": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(3, 15)]
+    det = detect_from_rows(marked, ["aufgabe", "loesung"])
+    assert det.reference_field == "loesung"
+    from app.data.detect import _answer_values
+    from app.data.profile import profile_column
+
+    assert _answer_values(profile_column("loesung", [r["loesung"] for r in marked])) == "answers ending in #### N"
+    assert _answer_values(profile_column("aufgabe", [r["aufgabe"] for r in marked])) is None
+    ids = [{"nr": i, "frage": f"Wie viele Tage hat die Woche {i}?"} for i in range(1, 15)]
+    assert detect_from_rows(ids, ["nr", "frage"]).reference_field is None

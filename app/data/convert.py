@@ -85,10 +85,10 @@ def render_conversation(msgs: list[dict]) -> str:
 
 
 def _split_conversation(msgs: list[dict]) -> tuple[list[dict], str | None]:
-    """(turns before the last assistant turn, that turn's content). No assistant turn: (all turns, None)."""
-    for i in range(len(msgs) - 1, -1, -1):
-        if msgs[i]["role"] == "assistant":
-            return msgs[:i], msgs[i]["content"]
+    """(the turns before a closing assistant turn, that turn's content). A conversation that ends with a user turn
+    is all prompt (its last question is what to answer) and has no answer: (all turns, None)."""
+    if msgs and msgs[-1]["role"] == "assistant":
+        return msgs[:-1], msgs[-1]["content"]
     return msgs, None
 
 
@@ -134,6 +134,8 @@ def reference_text(row: dict, det: Detection) -> str | None:
     if isinstance(v, (list, tuple)) and v and value_kind(list(v)) == "messages":
         msgs = normalize_messages(v)
         answer = _split_conversation(msgs)[1]
+        if answer is None and det.reference_field == det.messages_field:
+            return None  # chat data: a conversation that ends with a question has no answer to judge against
         text = answer if answer is not None else "\n".join(m["content"] for m in msgs)
     elif isinstance(v, (list, tuple)):
         text = next((value_text(x) for x in v if value_text(x).strip()), "")  # SQuAD-style: the first answer

@@ -11,6 +11,7 @@ imported here (the CLI imports this package for --help).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 from app.data.profile import (
@@ -204,17 +205,43 @@ def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | N
     if fmt == "columns" and prompt is None:
         prompt, reference = d.prompt_by_value(reference, reference_overridden=bool(r_override))
     if fmt == "columns" and reference is None and not r_override:
-        reference = d.reference_by_position(prompt)
+        reference = d.reference_by_position(prompt) or d.reference_by_value(prompt)
     if reference is None and not r_override:
         reference = d.nested_reference(exclude={prompt, messages})
+    if fmt == "chat" and reference is None and not r_override:
+        # The answer each conversation already gives: GRPO scores against it, compare judges by it.
+        reference = messages
+        d.reasons["reference_field"] = (f"the last assistant turn of '{messages}' (chat data: the answer each "
+                                        "conversation ends with; one that ends with a user turn has none)")
     contexts = d.contexts(prompt, {prompt, reference, messages}) if prompt else []
 
     if reference is None:
         d.reasons["reference_field"] = ("no reference-like column (answer, output, response, target, ...): "
-                                        "text-only data; pass --reference-field NAME to set one")
+                                        "text-only data; name one to set it (Reference field in the UI, "
+                                        "--reference-field NAME in the CLI)")
     d.reasons.setdefault("format", "separate prompt / reference columns" if reference else "prompt text only")
     solution = d.solution(reference) if reference and not r_override and fmt == "columns" else None
     return Detection(fmt, prompt, reference, contexts, messages, columns, num_rows, d.reasons, solution)
+
+
+_FINAL_MARK = re.compile(r"####\s*-?[\d,.]+\s*$")
+_NUMBER = re.compile(r"^\s*-?[\d,]*\.?\d+\s*$")
+
+
+def _answer_values(p: Profile) -> str | None:
+    """What makes a column's values answers ('short numbers', 'answers ending in #### N'), or None."""
+    values = [v for v in p.sample if not isinstance(v, bool)]
+    if len(values) < 2 or p.share < 0.8:
+        return None
+    texts = [str(v) for v in values]
+    if p.kind == "text" and all(_FINAL_MARK.search(t) for t in texts):
+        return "answers ending in #### N"
+    if p.kind not in ("number", "text") or p.avg_len > 16 or not all(_NUMBER.match(t) for t in texts):
+        return None
+    nums = [float(t.replace(",", "")) for t in texts]
+    if {b - a for a, b in zip(nums, nums[1:])} == {1.0}:  # 1, 2, 3, ...: a row id, not an answer
+        return None
+    return "short numbers"
 
 
 def _numbered_twin(a: list[str], b: list[str]) -> bool:
@@ -325,6 +352,19 @@ class _Detector:
         self.reasons["reference_field"] = (f"no known reference name; the only other prose column, after the prompt "
                                            f"({_describe(self.prof[rest[0]])})")
         return rest[0]
+
+    def reference_by_value(self, prompt: str) -> str | None:
+        """In any language ('Frage' / 'Antwort'): beside a question-like prompt, the one column of short numbers or
+        of GSM8K-style '... #### N' answers is the reference, whatever its header says."""
+        if self.prof[prompt].kind != "text" or self.prof[prompt].avg_len < 15:
+            return None
+        found = [c for c in self.columns if c != prompt and not self._meta(c) and c not in self.option_letters
+                 and _answer_values(self.prof[c])]
+        if len(found) != 1:
+            return None
+        self.reasons["reference_field"] = (f"no known reference name; its values are answers "
+                                           f"({_answer_values(self.prof[found[0]])}) beside the prompt")
+        return found[0]
 
     def nested_reference(self, exclude: set) -> str | None:
         """verl-style {"reward_model": {"ground_truth": ...}}: a dict column with an answer-named key."""
