@@ -251,17 +251,18 @@ def test_ui_prints_its_own_share_hint_not_gradios():
 def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path):
     import os
 
+    from app.cli import explain_value
+
     env = {**os.environ, "COLUMNS": "80"}
     base = [sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--model", "arith-base", "--dry-run"]
-    r = subprocess.run(base, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "fields: prompt question, reference answer" in r.stderr  # not only `prompt_field: null`
     r = subprocess.run(base + ["--explain", "lora"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0 and "lora.r " in r.stdout and "lora.alpha" in r.stdout, r.stderr
     assert "grpo.loss_type" not in r.stdout and "training.learning_rate" not in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
-    r = subprocess.run(base + ["--explain"], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert r.returncode == 0 and "lora.r " in r.stdout and "grpo.loss_type" in r.stdout  # all keys
+    assert "fields: prompt question, reference answer" in r.stderr  # not only `prompt_field: null`
+    # a bare --explain (all keys) stays a flag, also before another option
+    assert explain_value(["train", "--explain", "--set", "r=4"]) == ["train", "--explain", "--set", "r=4"]
+    assert explain_value(["train", "--explain", "grpo"]) == ["train", "--explain", "--explain-only", "grpo"]
     r = cli("train", "--dataset", "arith", "--model", "arith-base", "--dry-run", "--explain", "nosuchkey", cwd=tmp_path)
     assert r.returncode == 2 and "--explain nosuchkey matches no config key" in r.stderr
 

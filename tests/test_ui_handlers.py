@@ -224,3 +224,14 @@ def test_blocks_build_with_analytics_off(tmp_path):
     cfg = json.dumps(demo.get_config_file())
     for elem in ("start-btn", "stop-btn", "detect-btn", "cli-preview", "runs-table", "cmp-btn", "train-loss-plot"):
         assert elem in cfg, elem
+
+
+def test_ui_errors_name_the_page_controls_not_cli_flags():
+    from app.errors import UserError
+    from app.ui.widgets import err, in_ui_words
+
+    assert in_ui_words("no text column; pass --prompt-field NAME or a dataset with one") == \
+        "no text column; pass 'Prompt field (override)' or a dataset with one"
+    shown = err(UserError("run 'qlora-app prefetch --model org/x' or use --model arith-base"))
+    assert "run 'qlora-app prefetch --model org/x' or use 'Model' = arith-base" in shown
+    assert in_ui_words("--max-steps-x and --set lora.r=4 stay") == "--max-steps-x and --set lora.r=4 stay"

@@ -1,6 +1,7 @@
 """What the three tabs share: the one-line error, curve frames with fixed dtypes, the plot row, tooltips."""
 
 import logging
+import re
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +28,29 @@ class Context:
     local_only: bool
 
 
+# The engine's messages name CLI flags; on the page they name the control that sets the same thing.
+UI_CONTROLS = {"--prompt-field": "Prompt field (override)", "--reference-field": "Reference field (override)",
+               "--dataset": "Dataset", "--model": "Model", "--max-steps": "Max steps",
+               "--local-only": "Local only (offline)", "--num-processes": "Processes (GPUs)"}
+_FLAG = re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in UI_CONTROLS) + r")(?![\w-])(?: (NAME|FILE|ID|[^\s;,)']+))?")
+
+
+def _control(m: re.Match) -> str:
+    label, value = UI_CONTROLS[m.group(1)], m.group(2)
+    return f"'{label}'" if value in (None, "NAME", "FILE", "ID") else f"'{label}' = {value}"
+
+
+def in_ui_words(text: str) -> str:
+    """'pass --reference-field NAME' -> "pass 'Reference field (override)'", '--model arith-base' -> "'Model' =
+    arith-base": what to touch on this page. A quoted command ('qlora-app prefetch --model X') stays a command."""
+    parts = re.split(r"('[^']*')", text)
+    return "".join(p if p.startswith("'") else _FLAG.sub(_control, p) for p in parts)
+
+
 def err(e: BaseException) -> str:
     """A failure as one red line on the page (the UserError text, or type and message for a bug): never hidden."""
     if isinstance(e, UserError):
-        return f"<span style='color:#b3261e'>error: {e}</span>"
+        return f"<span style='color:#b3261e'>error: {in_ui_words(str(e))}</span>"
     log.error("UI handler failed:\n%s", traceback.format_exc())
     first = (str(e).strip().splitlines() or [""])[0][:300]
     return f"<span style='color:#b3261e'>error: {type(e).__name__}: {first}</span>"
