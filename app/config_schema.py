@@ -132,13 +132,46 @@ class TrainingConfig(StrictModel):
         return v
 
 
+# TRL's GRPO losses (trl 1.16, GRPOConfig.loss_type), checked here so a typo is one line before anything loads;
+# tests/test_config.py keeps this list equal to the names the installed TRL documents.
+LOSS_TYPES = {
+    "dapo": "token-level, normalised by the tokens in the whole batch (TRL's default)",
+    "grpo": "per-sequence mean (length bias: prefers short right and long wrong answers)",
+    "dr_grpo": "normalised by a constant (max_completion_length): no length bias",
+    "bnpo": "token-level, normalised by the tokens in the local batch",
+    "cispo": "clipped importance weights on a REINFORCE loss (ScaleRL; epsilon_high ~5)",
+    "sapo": "soft gates instead of hard clipping (SAPO)",
+    "luspo": "length-unbiased sequence-level loss (needs importance_sampling_level=sequence)",
+    "vespo": "variance-reduced sequence-level weights (importance_sampling_level=token)",
+}
+
+
 class GRPOConfig(StrictModel):
     num_generations: int = _d(4, "completions sampled per prompt (the group GRPO compares within)", ge=2)
     max_completion_length: int = _d(256, "tokens a completion may take", gt=0)
     temperature: float = _d(1.0, "sampling temperature; groups need spread, so keep it near 1", gt=0)
     top_p: float = _d(1.0, "nucleus sampling", gt=0, le=1.0)
     beta: float = _d(0.0, "KL coefficient; 0 = no reference model (saves memory)", ge=0)
-    loss_type: str = _d("dapo", "TRL GRPO loss: dapo, grpo, dr_grpo, bnpo, ...")
+    loss_type: str = _d("dapo", "TRL's GRPO loss: " + "; ".join(f"{k} = {v}" for k, v in LOSS_TYPES.items()))
+    importance_sampling_level: Literal["token", "sequence"] = _d(
+        "token", "importance ratio per token, or one per sequence (sequence = GSPO, often steadier)")
+    scale_rewards: Literal["group", "batch", "none"] = _d(
+        "group", "divide advantages by the reward spread of each group, of the whole batch, or not at all (none: "
+                 "Dr. GRPO's advice against a difficulty bias)")
+    mask_truncated_completions: bool = _d(False, "leave completions cut at max_completion_length out of the loss "
+                                                 "(DAPO: they are not wrong, only unfinished)")
+    epsilon: float = _d(0.2, "lower clip range of the importance ratio", gt=0)
+    epsilon_high: float | None = _d(None, "upper clip range; empty = epsilon (DAPO's clip-higher uses 0.28; cispo "
+                                          "reads it as its max, ~5)", gt=0)
+
+    @field_validator("loss_type")
+    @classmethod
+    def _known_loss(cls, v: str) -> str:
+        if v not in LOSS_TYPES:
+            hint = difflib.get_close_matches(v, LOSS_TYPES, n=1)
+            raise ValueError(f"unknown GRPO loss '{v}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+                             + f"; TRL's losses: {', '.join(LOSS_TYPES)}")
+        return v
     generation_batch_size: int | None = _d(None, "completions sampled at once (they serve several optimizer steps); "
                                                  "empty = auto: about 64, at most 4 optimizer steps' worth", gt=0)
     sampler: Literal["auto", "merged", "plain"] = _d(

@@ -109,3 +109,32 @@ def test_lora_target_names_become_a_list_and_a_regex_stays(value, want):
     from app.config import LoraConfig
 
     assert LoraConfig(target_modules=value).target_modules == want
+
+
+def test_grpo_loss_variants_are_checked_config():
+    """A bad grpo.loss_type is one line naming TRL's losses, at validation (before anything loads); GSPO, DAPO's
+    clip-higher and the rest reach TRL's GRPOConfig as set."""
+    import dataclasses
+    import re
+
+    import trl
+
+    from app.config_schema import LOSS_TYPES
+    from app.errors import UserError
+    from app.train.args import grpo_kwargs
+
+    with pytest.raises(UserError, match="unknown GRPO loss 'bogus'; TRL's losses: dapo, grpo, dr_grpo"):
+        build_config(sets=["grpo.loss_type=bogus"])
+    # the names TRL documents for the installed version are exactly ours
+    help_text = next(f for f in dataclasses.fields(trl.GRPOConfig) if f.name == "loss_type").metadata["help"]
+    documented = re.findall(r"'(\w+)'", help_text.split("Supported values are", 1)[1].split(".", 1)[0])
+    assert sorted(documented) == sorted(LOSS_TYPES)
+    cfg = resolve(build_config(sets=["grpo.loss_type=dr_grpo", "grpo.importance_sampling_level=sequence",
+                                     "grpo.scale_rewards=none", "grpo.mask_truncated_completions=true",
+                                     "grpo.epsilon_high=0.28"]))
+    kw = grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])
+    args = trl.GRPOConfig(**kw)
+    assert (args.loss_type, args.importance_sampling_level, args.scale_rewards, args.mask_truncated_completions,
+            args.epsilon, args.epsilon_high) == ("dr_grpo", "sequence", "none", True, 0.2, 0.28)
+    with pytest.raises(UserError, match="grpo.importance_sampling_level"):
+        build_config(sets=["grpo.importance_sampling_level=tokens"])

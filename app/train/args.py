@@ -89,6 +89,11 @@ def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, r
         top_p=g.top_p,
         beta=g.beta,
         loss_type=g.loss_type,
+        importance_sampling_level=g.importance_sampling_level,
+        scale_rewards=g.scale_rewards,
+        mask_truncated_completions=g.mask_truncated_completions,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high,
         reward_weights=reward_weights,
         log_completions=False,
     )
