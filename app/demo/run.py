@@ -49,11 +49,13 @@ def quarter_means(values: list[float]) -> tuple[float | None, float | None]:
     return sum(values[:q]) / q, sum(values[-q:]) / q
 
 
-def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None, seed: int = 42):
+def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None, seed: int = 42,
+             sets: list[str] | tuple = ()):
     """Returns the final ``Comparison``; its config["demo"] holds the stages, the run folder and timings.
 
     ``seed`` is the one seed of the whole demo: training.seed (data order, LoRA init, GRPO's sampling) and the
-    comparison's seed (evaluation is greedy on the whole held-out split)."""
+    comparison's seed (evaluation is greedy on the whole held-out split). ``sets``: --set overrides of the demo's
+    GRPO config (bench/bench_losses.py measures loss variants through them)."""
     console = console or Console()
     show = console.is_terminal if progress is None else progress
     output_dir = Path(output_dir)
@@ -68,7 +70,7 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     console.print(f"base model: {base}")
 
     layer = {"output_dir": str(output_dir)}
-    sets = [f"training.seed={seed}"] + (
+    sets = [f"training.seed={seed}", *sets] + (
         [f"training.max_steps={QUICK['grpo_steps']}", "logging_steps=1"] if quick else [])
 
     console.print("[bold]1/2[/] GRPO with the shaped reward, straight from the 4-bit base (no warm-up)")
