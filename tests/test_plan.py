@@ -76,9 +76,9 @@ def test_a_run_records_what_it_trained_and_its_config_replans_the_same(tmp_path)
     RUN/config.yaml --dry-run` shows that plan again, with nothing left to adjust and the same fast paths."""
     from app.train.runner import run_training
 
-    sets = ["grpo.max_completion_length=256", "training.max_steps=1", "per_device_train_batch_size=4",
-            "gradient_accumulation_steps=1", "grpo.num_generations=4", "data.max_samples=16",
-            "gradient_checkpointing=false"]
+    sets = ["grpo.max_completion_length=256", "training.max_steps=1", "training.save_steps=1",
+            "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.num_generations=4",
+            "data.max_samples=16", "gradient_checkpointing=false"]
     d = run_training(_arith(*sets, tmp_path=tmp_path / "runs"), progress=False)
     st = rundir.read_status(d)
     assert st["status"] == rundir.FINISHED
@@ -87,6 +87,16 @@ def test_a_run_records_what_it_trained_and_its_config_replans_the_same(tmp_path)
     assert (d / rundir.CONFIG).read_text().startswith("# qlora-app adjusted these values")
     assert any(a.startswith("grpo.max_completion_length: 256 -> 128") for a in st["adjustments"])
     assert "adjusted grpo.max_completion_length: 256 -> 128" in (d / rundir.LOG).read_text()
+
+    # a resume that extends the run rewrites config.yaml with the new max_steps and keeps the first start's reasons
+    from app.config import load_yaml_file
+
+    extended = validate(load_yaml_file(d / rundir.CONFIG))
+    extended.training.max_steps = 2
+    run_training(extended, resume=d, progress=False)
+    text = (d / rundir.CONFIG).read_text()
+    assert "# grpo.max_completion_length: 256 -> 128 (" in text and yaml.safe_load(text)["training"]["max_steps"] == 2
+    recorded = yaml.safe_load(text)
 
     replay = _dry_run("--config", str(d / rundir.CONFIG), cwd=tmp_path)
     assert yaml.safe_load(replay.stdout) == recorded

@@ -210,7 +210,11 @@ def _record_start(d: Path, plan: RunPlan, resume: Path | None, ckpt: Path | None
                   notes: list[str] = ()) -> None:
     """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
     if resume is None or _changed_on_resume(d, plan.cfg):
-        rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
+        text = plan.config_yaml()
+        if resume is not None and not plan.adjustments:  # the first start's reasons stay beside its values
+            old = (d / rundir.CONFIG).read_text().splitlines(keepends=True)
+            text = "".join(line for line in old if line.startswith("#")) + text
+        rundir.write_atomic(d / rundir.CONFIG, text)
     fields = plan.status_fields()
     if resume is not None and not plan.adjustments:
         fields.pop("adjustments")  # the first start's reasons stay on record
