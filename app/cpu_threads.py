@@ -47,7 +47,7 @@ def others_busy(before, after, cores: int) -> float | None:
     # /proc/stat counts all CPUs; its jiffies advance ncpu times faster than a process's own
     all_cpus = os.cpu_count() or cores
     busy_share = max(0.0, (total - idle) / total)
-    own_share = max(0.0, own * all_cpus / total) if total else 0.0
+    own_share = max(0.0, own * all_cpus / total)
     return max(0.0, (busy_share * all_cpus - own_share)) * cores / all_cpus
 
 

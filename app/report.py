@@ -41,7 +41,9 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> Non
         sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
     if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
         err_console.print(f"fields: {fields_line(det)}", highlight=False)
-    for w in warnings_for(shown) + notes:
+    # a note that became an adjustment is shown once, as the adjustment (plan.describe)
+    reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
+    for w in warnings_for(shown) + [n for n in notes if n not in reasons]:
         err_console.print(f"[yellow]note:[/] {w}", highlight=False)
     if plan is None:
         err_console.print(f"[red]would be refused:[/] {refused}", highlight=False)
@@ -50,7 +52,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> Non
 
 
 def fields_line(det) -> str:
-    """'prompt question, reference answer (detected)' for a Detection."""
+    """'prompt question, reference answer (qlora-app inspect shows why)' for a Detection."""
     d = det.to_dict()
     parts = [f"{role.removesuffix('_field')} {d[role]}" for role in ("prompt_field", "reference_field",
                                                                      "messages_field") if d.get(role)]
@@ -74,8 +76,8 @@ def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
 
 
 def print_run_summary(d: Path, console) -> None:
-    st = run_summary(d)
-    recs = rundir.read_metrics(d)
+    recs = rundir.read_metrics(d)  # once: the summary and the curves both use these rows
+    st = run_summary(d, recs)
     t = Table(title=f"run {d.name}: {st['status']}", show_header=True)
     t.add_column("metric")
     t.add_column("last", justify="right")

@@ -122,12 +122,13 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_status(run_dir: Path, status: str, **fields) -> dict:
+def write_status(run_dir: Path, status: str | None, **fields) -> dict:
     """Atomic update (write + rename) so a reader tailing the directory never sees half a file. On a full disk
     the temporary copy cannot be written; the file is then rewritten in place (its blocks are already allocated,
-    and a dead run must not stay "running")."""
-    assert status in STATUSES, status
+    and a dead run must not stay "running"). ``status`` None keeps the status word as it is."""
     data = read_status(run_dir) or {}
+    status = status or data.get("status", RUNNING)
+    assert status in STATUSES, status
     data.update(fields, status=status, updated=time.time())
     text = json.dumps(data, indent=2)
     path = Path(run_dir) / STATUS
@@ -138,11 +139,6 @@ def write_status(run_dir: Path, status: str, **fields) -> dict:
             f.write(text)
             f.truncate()
     return data
-
-
-def update_status(run_dir: Path, **fields) -> dict:
-    """write_status keeping the status word as it is (a running run's plan changed mid-run)."""
-    return write_status(run_dir, (read_status(run_dir) or {}).get("status", RUNNING), **fields)
 
 
 def read_status(run_dir: Path) -> dict | None:

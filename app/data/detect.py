@@ -358,13 +358,13 @@ class _Detector:
         of GSM8K-style '... #### N' answers is the reference, whatever its header says."""
         if self.prof[prompt].kind != "text" or self.prof[prompt].avg_len < 15:
             return None
-        found = [c for c in self.columns if c != prompt and not self._meta(c) and c not in self.option_letters
-                 and _answer_values(self.prof[c])]
+        found = {c: why for c in self.columns if c != prompt and not self._meta(c) and c not in self.option_letters
+                 and (why := _answer_values(self.prof[c]))}
         if len(found) != 1:
             return None
-        self.reasons["reference_field"] = (f"no known reference name; its values are answers "
-                                           f"({_answer_values(self.prof[found[0]])}) beside the prompt")
-        return found[0]
+        (column, why), = found.items()
+        self.reasons["reference_field"] = f"no known reference name; its values are answers ({why}) beside the prompt"
+        return column
 
     def nested_reference(self, exclude: set) -> str | None:
         """verl-style {"reward_model": {"ground_truth": ...}}: a dict column with an answer-named key."""

@@ -35,9 +35,7 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
-    from rich.text import (
-        Text,  # dataset text is shown literally: '[1]' or '[bold]' in a row is not markup
-    )
+    from rich.text import Text  # dataset text is shown literally: '[1]' or '[bold]' in a row is not markup
 
     console = Console()
     size = f"{det.num_rows:,} rows" if det.num_rows is not None else "row count not computed (large file)"

@@ -20,11 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.data.arith import arith_dataset
-from app.data.detect import (
-    DataError,
-    detect_nested,
-    spread_sample,
-)
+from app.data.detect import DataError, detect_nested
+from app.data.profile import spread_sample
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}

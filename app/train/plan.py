@@ -75,7 +75,6 @@ class RunPlan:
     lengths_known: bool  # the estimate used the data's token lengths (else max_length)
     fast: FastPaths
     context: int | None = None  # the model's context in tokens; None: its config does not say, or not on disk
-    dropped_prompts: int = 0  # GRPO rows whose prompt left no room for a completion
     packing: bool | None = None  # SFT, after decide_packing
     adjustments: tuple[Adjustment, ...] = ()
     notes: tuple[str, ...] = ()  # every line the plan said, adjustments' reasons included
@@ -159,15 +158,14 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, note=None, base: str | Pat
     tok, context = _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
-    train_ds, dropped = None, 0
+    train_ds = None
     if tok is not None and rows is not None:
         fitted = cfg
         if cfg.method == "grpo":
             if det.reference_field is None:
                 steps.say("dataset has no reference field: GRPO runs without the reference-match component")
             train_ds = to_grpo(rows, det, tok, cfg.data.system_prompt)
-            fitted, fit_ds = fit_grpo(cfg, train_ds, tok, context, steps.say)
-            dropped, train_ds = len(train_ds) - len(fit_ds), fit_ds
+            fitted, train_ds = fit_grpo(cfg, train_ds, tok, context, steps.say)  # says how many it dropped
         else:
             fitted = fit_sft_length(cfg, context, steps.say)
             train_ds = to_sft(rows, det, tok, cfg.data.system_prompt)
@@ -185,7 +183,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, note=None, base: str | Pat
             fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
     estimate = estimate_memory(cfg, lengths)  # of the config that trains
     plan = RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate=estimate,
-                   lengths_known=lengths is not None, fast=fast, context=context, dropped_prompts=dropped,
+                   lengths_known=lengths is not None, fast=fast, context=context,
                    adjustments=tuple(steps.adjustments), notes=tuple(steps.said))
     return Planned(plan, train_ds, tok)
 

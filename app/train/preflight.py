@@ -61,7 +61,6 @@ def _local_tokenizer(cfg):
 @dataclass(frozen=True)
 class MemoryFit:
     cfg: object  # the config after what fitting changed (a smaller generation batch, offloading on)
-    estimate: dict
     env: Env  # vLLM dropped where its copy would not fit
     needs_room: bool  # SFT: only activation offloading makes it fit
     copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
@@ -106,7 +105,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
                 f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
     if problem:
         say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
-    return MemoryFit(cfg=cfg, estimate=est, env=env, needs_room=needs_room, copy_fits=copy_fits)
+    return MemoryFit(cfg=cfg, env=env, needs_room=needs_room, copy_fits=copy_fits)
 
 
 def generation_batch_that_fits(cfg, lengths, gpu_gb: float):

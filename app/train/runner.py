@@ -230,7 +230,7 @@ def _record_plan_change(d: Path, plan: RunPlan, main: bool) -> None:
     """A decision taken after loading (SFT packing) changed the plan: config.yaml and status.json follow."""
     if main:
         rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
-        rundir.update_status(d, adjustments=[a.line() for a in plan.adjustments])
+        rundir.write_status(d, None, adjustments=[a.line() for a in plan.adjustments])
 
 
 def _close_logging(handler: logging.Handler | None) -> None:
@@ -333,7 +333,7 @@ def _sampler_recorder(d: Path, plan: RunPlan, main: bool):
                        compiled=sampler is not None and sampler.compile)
         changes.append({"fast_paths": fast.describe(), "reason": reason})
         if main:
-            rundir.update_status(d, fast_paths=fast.describe(), fast_path_changes=changes)
+            rundir.write_status(d, None, fast_paths=fast.describe(), fast_path_changes=changes)
     return record
 
 
