@@ -14,15 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from app import rundir
+from app import cli_ship, rundir
 from app.config import DEFAULT_GRPO_MODEL, build_config, load_yaml_file, validate
 from app.data.inspect_cmd import run_inspect
 from app.demo.run import DemoInterrupted, run_demo
 from app.doctor import report
 from app.errors import UserError
 from app.eval.cli import run_compare_cli
-from app.export import export_adapter
-from app.export import prefetch as do_prefetch
 from app.presets import list_presets, load_preset, preset_path
 from app.report import print_plan, print_run_summary
 from app.rewards.score_cmd import run_score
@@ -323,33 +321,8 @@ def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
 # ------------------------------------------------------------------------------------------- export and setup
 
 
-@app.command()
-def export(
-    run: Path = typer.Argument(..., help="Run directory or adapter directory."),
-    out: Path = typer.Option(..., help="Destination folder (must not exist)."),
-    merge: bool = typer.Option(False, "--merge", help="Merge into a copy of the base model (needs its weights)."),
-    dtype: str = typer.Option("bf16", help="With --merge: the merged model's dtype, bf16, fp16 or fp32."),
-    local_only: bool = typer.Option(False, "--local-only"),
-):
-    """Copy the adapter, or merge it into a 16-bit copy of the base model."""
-    apply_local_only(local_only)
-    p = export_adapter(run, out, merge=merge, local_only=local_only, dtype=dtype)
-    what = f"the adapter merged into a {dtype} copy of its base" if merge else "the adapter"
-    console.print(f"[green]exported[/] {what} to", highlight=False)
-    console.print(str(p), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
-
-
-@app.command()
-def prefetch(
-    model: Optional[str] = typer.Option(None, help="Model hub id to download into the HF cache."),
-    dataset: Optional[str] = typer.Option(None, help="Dataset hub id to download into the HF cache."),
-    dataset_config: Optional[str] = typer.Option(None, "--dataset-config"),
-):
-    """Download a model and/or dataset on a connected machine, for later --local-only runs."""
-    if not model and not dataset:
-        raise UserError("nothing to prefetch; pass --model ID and/or --dataset ID")
-    for line in do_prefetch(model, dataset, dataset_config):
-        console.print(line)
+for _command in (cli_ship.chat, cli_ship.export, cli_ship.push, cli_ship.prefetch):
+    app.command()(_command)
 
 
 @app.command()

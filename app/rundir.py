@@ -31,7 +31,8 @@ STATUS = "status.json"
 ADAPTER = "adapter"
 CHECKPOINTS = "checkpoints"
 CURVES = "curves.png"
-COMPARE_JSON = "compare.json"
+COMPARE_JSON = "compare.json"  # the demo's folder, and inside a run: its latest comparison (compare --adapter RUN)
+COMPARISONS = "comparisons"  # a run's earlier comparisons, moved here by the next one (never overwritten)
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
 STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
@@ -139,6 +140,30 @@ def write_status(run_dir: Path, status: str | None, **fields) -> dict:
             f.write(text)
             f.truncate()
     return data
+
+
+def record_comparison(run_dir: Path, data: dict) -> Path:
+    """The run's latest comparison is RUN/compare.json; the one it replaces moves to RUN/comparisons/, stamped."""
+    path = Path(run_dir) / COMPARE_JSON
+    if path.exists():
+        old = Path(run_dir) / COMPARISONS
+        old.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+        target = old / f"compare-{stamp}.json"
+        n = 1
+        while target.exists():
+            n += 1
+            target = old / f"compare-{stamp}-{n}.json"
+        os.replace(path, target)
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
+    return path
+
+
+def latest_comparison(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / COMPARE_JSON).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def read_status(run_dir: Path) -> dict | None:
@@ -316,6 +341,12 @@ def find_adapter(path: str | Path) -> Path:
         return p
     if not p.exists():
         raise UserError(f"adapter '{p}' not found; pass a run directory or a PEFT adapter directory")
+    if is_run_dir(p):
+        st = read_status(p) or {}
+        status = st.get("status", CREATED)
+        todo = ("wait for it to finish" if status in (RUNNING, CREATED)
+                else f"continue it with qlora-app train --resume {p} (or pass one of its checkpoints/)")
+        raise UserError(f"run '{p}' has no adapter yet ({status} at step {st.get('step') or 0}); {todo}")
     raise UserError(
         f"'{p}' holds no PEFT adapter ({ADAPTER_CONFIG}); pass a finished run directory or its adapter/ folder"
     )

@@ -48,11 +48,27 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         # the running peak status.json holds, or the last logged one for a crashed run
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
+        "comparison": comparison_text(rundir.latest_comparison(d)),
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (rundir.CRASHED, rundir.INTERRUPTED, rundir.FAILED) else None),
     }
+
+
+def comparison_text(cmp: dict | None) -> str | None:
+    """'base 21.0% -> adapter 47.0% (+26.0 pts), 28 wins / 70 ties / 2 losses, n = 100': the run's latest held-out
+    comparison (RUN/compare.json), or None when it has none."""
+    if not cmp or "summary" not in cmp:
+        return None
+    s = cmp["summary"]
+    b, a = s["base"].get("accuracy"), s["adapter"].get("accuracy")
+    if b is not None and a is not None:
+        head = f"accuracy base {b:.1%} -> adapter {a:.1%} ({(a - b) * 100:+.1f} pts)"
+    else:
+        base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
+        head = f"mean reward base {base} -> adapter {adapter}"
+    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, n = {s['n']}"
 
 
 def peak_memory_text(st: dict) -> str | None:

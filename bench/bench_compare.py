@@ -34,8 +34,8 @@ QUESTIONS = [
 
 def build(root: Path) -> tuple[Path, Path]:
     """(model dir, adapter dir): a tiny-but-not-trivial random model and a LoRA adapter with non-zero weights."""
-    import torch
     import tiny
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -65,8 +65,8 @@ def main() -> None:
 
     import torch
 
-    from app.eval.compare import format_prompt, generate, load_pair
     from app.config import ModelConfig
+    from app.eval.compare import format_prompt, generate, load_pair
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, adapter_dir = build(Path(tmp))

@@ -1,6 +1,7 @@
 """Test setup: nothing here may touch the network, and tiny models are built once per session."""
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +47,15 @@ def math_jsonl(tmp_path) -> Path:
             f.write(json.dumps({"question": f"Tom has {a} apples and buys {b} more. How many apples does he have?",
                                 "answer": f"He has {a} + {b} = {a + b} apples.\n#### {a + b}"}) + "\n")
     return p
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 24 MiB tmpfs: a real ENOSPC. Needs root (CI and this project's machines are); skipped elsewhere."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)

@@ -24,7 +24,7 @@ LAYERS = (
     ("app.data", "app.rewards", "app.memory", "app.models", "app.unsloth_backend", "app.plots", "app.runs"),
     ("app.train", "app.eval", "app.export", "app.doctor", "app.report"),
     ("app.demo", "app.ui"),
-    ("app.cli",),
+    ("app.cli", "app.cli_ship"),
 )
 
 

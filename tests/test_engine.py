@@ -185,15 +185,18 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
 
 def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tmp_path):
     from app.errors import UserError
-    from app.export import export_adapter
+    from app.export.bundle import export_run
 
     d = run_training(_cfg(tiny_model, math_jsonl, tmp_path, "sft", steps=1), progress=False)
-    copied = export_adapter(d, tmp_path / "copy")
+    copied = export_run(d, tmp_path / "copy").out
     assert (copied / "adapter_model.safetensors").read_bytes() == (
         d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
-    with pytest.raises(UserError, match="already exists"):
-        export_adapter(d, tmp_path / "copy")
-    merged = export_adapter(d, tmp_path / "merged", merge=True, local_only=True)
+    before = {p.name: p.read_bytes() for p in copied.iterdir()}
+    with pytest.raises(UserError, match="is not empty; pass a new or empty --out folder, or --force"):
+        export_run(d, tmp_path / "copy")
+    assert {p.name: p.read_bytes() for p in copied.iterdir()} == before  # nothing overwritten
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".copy.")]  # no staging folder left
+    merged = export_run(d, tmp_path / "merged", fmt="merged", local_only=True).out
     import json
     import os
 
@@ -204,10 +207,10 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     assert not any("lora" in n for n, _ in m.named_parameters())
     # 16-bit as the command says (bf16 by default, on a CPU too), or as asked
     assert json.loads((merged / "config.json").read_text())["dtype"] == "bfloat16"
-    full = export_adapter(d, tmp_path / "merged32", merge=True, local_only=True, dtype="fp32")
+    full = export_run(d, tmp_path / "merged32", fmt="merged", local_only=True, dtype="fp32").out
     assert AutoModelForCausalLM.from_pretrained(full, dtype="auto").dtype == torch.float32
     with pytest.raises(UserError, match="--dtype int8 is not one of bf16, fp16, fp32"):
-        export_adapter(d, tmp_path / "bad", merge=True, dtype="int8")
+        export_run(d, tmp_path / "bad", fmt="merged", dtype="int8")
     # every exported file has the umask's mode (the libraries' temporary files are 0600)
     umask = os.umask(0)
     os.umask(umask)

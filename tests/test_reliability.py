@@ -310,18 +310,6 @@ def test_kill_9_and_a_torn_newest_checkpoint_then_resume_reaches_the_planned_ste
     assert len(rundir.checkpoints(d)) <= 2  # save_total_limit held
 
 
-@pytest.fixture()
-def small_disk(tmp_path):
-    """A 24 MiB tmpfs: a real ENOSPC. Needs root (CI and this project's machines are); skipped elsewhere."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (not root?)")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 @pytest.mark.slow
 def test_full_disk_fails_cleanly_and_resume_finishes_after_space_is_freed(tiny_model, math_jsonl, small_disk):
     out, steps = small_disk / "runs", 30

@@ -1,6 +1,6 @@
 """End to end in a real headless Chromium: start a tiny GRPO run from the Train tab, watch it finish with plotted
-curves, find it in Runs, compare base vs adapter in Compare. Saves a screenshot of each tab into a temporary folder,
-or into $QLORA_APP_SCREENSHOTS: `QLORA_APP_SCREENSHOTS=docs python -m pytest tests/test_ui_browser.py -m browser`
+curves, find it in Runs, compare base vs adapter in Compare, chat with both in Chat. Saves a screenshot of each tab
+into a temporary folder, or into $QLORA_APP_SCREENSHOTS: `QLORA_APP_SCREENSHOTS=docs python -m pytest tests/test_ui_browser.py -m browser`
 refreshes the README's pictures (tests never write into tracked files otherwise). With $QLORA_APP_DEMO_RUN set to a
 run folder of `qlora-app demo`, the Compare screenshot shows that trained adapter on held-out problems."""
 
@@ -126,6 +126,42 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 page.locator("#cmp-btn").click()
                 expect(page.locator("#cmp-html .row")).to_have_count(6, timeout=180_000)
             page.screenshot(path=str(shots / "ui-compare.png"), full_page=True)
+
+            # --- Chat: the run's system prompt prefilled, adapter and base answering the same message side by side,
+            # greedy: the engine's (and so compare's) replies
+            chat_run = "demo-grpo" if trained else run_dir.name
+            page.get_by_role("tab", name="Chat").click()
+            if trained:
+                page.locator("#chat-run input").click()
+                page.get_by_role("option", name="demo-grpo").click()
+            expect(page.locator("#chat-run input")).to_have_value(chat_run, timeout=20_000)
+            from app.config import load_yaml_file
+            from app.eval.chat import Chat
+
+            system = load_yaml_file(runs / chat_run / rundir.CONFIG)["data"]["system_prompt"]
+            expect(page.locator("#chat-system textarea")).to_have_value(system, timeout=20_000)
+            page.locator("#chat-tokens input").fill("24")
+            page.locator("#chat-tokens input").press("Tab")
+            question = "Tom has 3 apples and buys 4 more. How many apples does he have?"
+            # (before Send: loading a model while another thread generates is not safe in transformers)
+            engine = Chat(runs / chat_run, local_only=True)
+            want = {side: engine.reply(side, question, max_new_tokens=24) for side in ("adapter", "base")}
+            del engine
+            page.locator("#chat-msg textarea").fill(question)
+            page.locator("#chat-send").click()
+            for side in ("adapter", "base"):
+                expect(page.locator(f"#chat-{side}")).to_contain_text(question, timeout=120_000)
+                expect(page.locator(f"#chat-{side}")).to_contain_text(want[side][:40], timeout=120_000)
+            expect(page.locator("#chat-msg textarea")).to_have_value("")
+            # Stop during a long sampled answer leaves the page usable and says nothing went wrong
+            page.locator("#chat-who").get_by_label("adapter", exact=True).check()
+            page.locator("#chat-msg textarea").fill("Write a long story about apples.")
+            page.locator("#chat-send").click()
+            page.locator("#chat-stop").click()
+            expect(page.locator("#chat-adapter")).to_contain_text("Write a long story", timeout=30_000)
+            expect(page.locator("#chat-note")).not_to_contain_text("error", timeout=30_000)
+            expect(page.locator("#chat-base")).not_to_contain_text("Write a long story")  # adapter alone answered
+            page.screenshot(path=str(shots / "ui-chat.png"), full_page=True)
             browser.close()
     finally:
         demo.close()

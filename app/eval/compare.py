@@ -148,6 +148,19 @@ def prompt_room(model, max_new_tokens: int) -> int | None:
     return context - max_new_tokens
 
 
+def decoding(model, tok, max_new_tokens: int, temperature: float) -> dict:
+    """generate()'s decoding arguments, shared by compare and chat: greedy at temperature 0, else plain sampling
+    (no top-k / top-p: the distribution the temperature gives)."""
+    eos = model.generation_config.eos_token_id
+    gen_kw = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
+                  eos_token_id=eos if eos is not None else tok.eos_token_id)
+    if temperature > 0:
+        gen_kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    return gen_kw
+
+
 def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperature: float = 0.0,
              batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None) -> list[dict]:
     """Left-padded batched generation. Returns [{text, tokens, prompt_cut}] in the order of ``texts``.
@@ -165,13 +178,7 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     add_special = not getattr(tok, "chat_template", None)
     lengths = [len(tok(t, add_special_tokens=add_special)["input_ids"]) for t in texts]
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])
-    eos = model.generation_config.eos_token_id
-    gen_kw = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
-                  eos_token_id=eos if eos is not None else tok.eos_token_id)
-    if temperature > 0:
-        gen_kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
-    else:
-        gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    gen_kw = decoding(model, tok, max_new_tokens, temperature)
     torch.manual_seed(seed)
     out: list[dict | None] = [None] * len(texts)
     device = next(model.parameters()).device
@@ -228,9 +235,11 @@ def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
 
 def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                   local_only=False, progress=None) -> Comparison:
+                   local_only=False, progress=None, record=True) -> Comparison:
     """Compare base and adapter (``Comparison.to_dict()`` is the --json schema).
-    ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts)."""
+    ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts).
+    ``record``: a comparison of a run's final adapter is kept as the run's latest (RUN/compare.json): the proof
+    `runs show`, the UI and an export's model card show."""
     if temperature < 0:
         raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
     if max_new_tokens < 1:
@@ -277,7 +286,11 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
               "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
-    return Comparison.of(rows, config)
+    result = Comparison.of(rows, config)
+    run = adapter_dir.parent
+    if record and adapter_dir.name == rundir.ADAPTER and rundir.is_run_dir(run):
+        rundir.record_comparison(run, result.to_dict())
+    return result
 
 
 def _dataset_name(run_cfg, dataset, num_samples):

@@ -1,4 +1,4 @@
-"""The Gradio Blocks app: a header and three tabs, each laid out and wired by its own builder in app/ui/tabs/.
+"""The Gradio Blocks app: a header and four tabs, each laid out and wired by its own builder in app/ui/tabs/.
 
 The logic lives in handlers / jobs / compare_view (no Gradio there). Every handler shows a failure on the page as
 one red line (the UserError text, or the exception type and message for a bug) instead of Gradio's generic
@@ -8,6 +8,7 @@ one red line (the UserError text, or the exception type and message for a bug) i
 from pathlib import Path
 
 from app.ui.jobs import JobManager
+from app.ui.tabs import chat as chat_tab
 from app.ui.tabs import compare as compare_tab
 from app.ui.tabs import runs as runs_tab
 from app.ui.tabs import train as train_tab
@@ -30,6 +31,8 @@ def build_app(runs_dir: str | Path, local_only: bool = False, jobs: JobManager |
                 refresh, run_pick, refreshed = runs_tab.build(ctx, tab)
             with gr.Tab("Compare", id="compare", elem_id="tab-compare") as tab:
                 compare_tab.build(ctx, tab)
+            with gr.Tab("Chat", id="chat", elem_id="tab-chat") as tab:
+                chat_tab.build(ctx, tab)
         demo.load(refresh, run_pick, refreshed)
     demo.jobs = ctx.jobs  # tests and launch() reach the manager through the app
     return demo

@@ -19,11 +19,8 @@ def _ending(jobs) -> bool:
     return st in (rundir.FINISHED, rundir.FAILED, rundir.INTERRUPTED)
 
 
-def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_samples: int, max_new_tokens: int,
-            local_only: bool, progress=None):
-    """A ``Comparison`` of base vs adapter for a run, refused while training holds the GPU."""
-    if not name:
-        raise UserError("select a run with an adapter (finished or stopped runs have one)")
+def wait_for_gpu(jobs, what: str) -> None:
+    """Refuse while a training run holds the GPU; a run that has just ended gets a moment to exit."""
     if jobs.is_running() and _ending(jobs):
         # The engine marks the run finished, then writes curves.png and exits: give it a moment to free the GPU.
         try:
@@ -31,7 +28,15 @@ def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_sampl
         except Exception:  # noqa: BLE001 - still running: refused below
             pass
     if jobs.is_running():
-        raise UserError("a training run is using the GPU; wait for it to finish or Stop it, then compare")
+        raise UserError(f"a training run is using the GPU; wait for it to finish or Stop it, then {what}")
+
+
+def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_samples: int, max_new_tokens: int,
+            local_only: bool, progress=None):
+    """A ``Comparison`` of base vs adapter for a run, refused while training holds the GPU."""
+    if not name:
+        raise UserError("select a run with an adapter (finished or stopped runs have one)")
+    wait_for_gpu(jobs, "compare")
     d = rundir.require_run_dir(Path(runs_dir) / name)
     prompts = [prompt.strip()] if prompt and prompt.strip() else []
     n = int(num_samples or 0)

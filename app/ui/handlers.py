@@ -366,6 +366,8 @@ def status_markdown(s: dict) -> str:
     parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
+    if s.get("comparison"):
+        parts.append(f"held-out comparison: {s['comparison']}")
     if s.get("resume_command"):
         parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
     elif s["status"] == rundir.CRASHED:

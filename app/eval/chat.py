@@ -1,0 +1,126 @@
+"""Chat with a run's adapter, its base, or both: the engine behind `qlora-app chat` and the UI's Chat tab.
+
+Built from compare's parts, so a greedy reply is compare's answer for the same prompt: the same 4-bit base wrapped
+once with the adapter (the base side runs under PEFT's ``disable_adapter()``, no second copy), the same prompt
+formatting (the run's system prompt and the tokenizer's chat template) and the same decoding arguments. Each side
+keeps its own history: in a side-by-side chat the base answers the conversation it has had, not the adapter's.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from app.cpu_threads import ThreadGovernor
+from app.errors import UserError
+from app.eval.compare import decoding, format_prompt, load_pair, resolve_target
+from app.models import check_model_source, context_length
+
+SIDES = ("adapter", "base")
+
+
+def _plain(messages: list[dict]) -> str:
+    """A conversation for a tokenizer without a chat template: the texts one after another, as compare's plain
+    prompt is (system prompt, blank line, message)."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
+class Chat:
+    """One loaded model and a history per side. ``reply`` streams through ``on_text`` and honours ``stop``."""
+
+    def __init__(self, run, local_only: bool = False, model: str | None = None):
+        adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
+        check_model_source(mc.name_or_path, local_only)
+        ThreadGovernor()
+        self.adapter_dir, self.base_name = adapter_dir, mc.name_or_path
+        self.default_system = run_cfg.data.system_prompt if run_cfg else None
+        self.system = self.default_system
+        self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
+                                         device=run_cfg.runtime.device if run_cfg else "auto")
+        self.context = context_length(self.model.config)
+        self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
+        self.dropped = 0  # turns left out because the conversation outgrew the context
+
+    def reset(self) -> None:
+        self.history = {s: [] for s in SIDES}
+
+    def messages(self, side: str, message: str) -> list[dict]:
+        sys = [{"role": "system", "content": self.system}] if self.system else []
+        return sys + self.history[side] + [{"role": "user", "content": message}]
+
+    def prompt(self, side: str, message: str) -> str:
+        msgs = self.messages(side, message)
+        return format_prompt(self.tok, {"messages": msgs, "plain": _plain(msgs)})
+
+    def _fit(self, side: str, message: str, max_new_tokens: int) -> list[int]:
+        """The prompt's token ids, dropping the oldest exchanges while they leave no room for the reply; a message
+        that alone does not fit is one line."""
+        add_special = not getattr(self.tok, "chat_template", None)
+        while True:
+            ids = self.tok(self.prompt(side, message), add_special_tokens=add_special)["input_ids"]
+            if self.context is None or len(ids) + max_new_tokens <= self.context:
+                return ids
+            if not self.history[side]:
+                raise UserError(f"the message is {len(ids)} tokens and max new tokens {max_new_tokens}: more than "
+                                f"the model's {self.context}-token context; shorten it or lower --max-new-tokens")
+            del self.history[side][:2]
+            self.dropped += 1
+
+    def reply(self, side: str, message: str, temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0,
+              on_text: Callable[[str], None] | None = None, stop: threading.Event | None = None) -> str:
+        """The ``side``'s answer to ``message`` (added to its history). ``on_text`` gets each streamed piece."""
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        if side not in SIDES:
+            raise UserError(f"side {side!r} is not one of {', '.join(SIDES)}")
+        if temperature < 0:
+            raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
+        if max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        if not message or not message.strip():
+            raise UserError("the message is empty; type something to send")
+        ids = self._fit(side, message, max_new_tokens)
+        device = next(self.model.parameters()).device
+        enc = {"input_ids": torch.tensor([ids], device=device),
+               "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=device)}
+
+        class _Stop(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool,
+                                  device=input_ids.device)
+
+        streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
+        out: dict = {}
+
+        def run():
+            try:
+                torch.manual_seed(seed)
+                kw = dict(**enc, **decoding(self.model, self.tok, max_new_tokens, temperature), streamer=streamer,
+                          stopping_criteria=StoppingCriteriaList([_Stop()]))
+                with torch.inference_mode():
+                    if side == "base":
+                        with self.model.disable_adapter():
+                            out["seq"] = self.model.generate(**kw)
+                    else:
+                        out["seq"] = self.model.generate(**kw)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                out["error"] = e
+                streamer.end()
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        started = False
+        for piece in streamer:
+            if not started:  # the reply is shown stripped, as compare shows it
+                piece = piece.lstrip()
+                started = bool(piece)
+            if on_text and piece:
+                on_text(piece)
+        worker.join()
+        if "error" in out:
+            raise out["error"]
+        new = [t for t in out["seq"][0, len(ids):].tolist() if t != self.tok.pad_token_id]
+        text = self.tok.decode(new, skip_special_tokens=True).strip()  # as compare decodes its answers
+        self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
+        return text

@@ -1,0 +1,2 @@
+"""Getting a trained adapter out: export (adapter, merged, GGUF, Ollama) with its model card, push to the hub, and
+prefetch for offline use. ``bundle`` does the exporting; ``gguf`` / ``template`` / ``card`` are its parts."""

@@ -1,0 +1,189 @@
+"""`qlora-app export`: a run's adapter as a folder people can use elsewhere, with its model card.
+
+Formats: ``adapter`` (the PEFT folder), ``merged`` (the adapter merged into a 16-bit copy of the base, never into
+the 4-bit one: that would bake rounding error into every layer), ``gguf`` (the merged model converted by llama.cpp's
+converter: one .gguf file) and ``ollama`` (the GGUF plus a Modelfile).
+
+Everything is written into a hidden staging folder beside DIR and moved into DIR at the end, so a crash or a full
+disk leaves nothing under DIR's final names. At most one 16-bit copy of the model is in memory: the merge frees it
+before the converter streams the saved tensors one by one.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app import rundir
+from app.errors import UserError
+from app.eval.compare import resolve_target
+from app.export import gguf as gguf_mod
+from app.export.card import write_card
+from app.export.template import derive, go_template, stop_strings
+from app.models import torch_dtype
+
+FORMATS = ("adapter", "merged", "gguf", "ollama")
+MERGE_DTYPES = ("bf16", "fp16", "fp32")
+MODELFILE = "Modelfile"
+_MERGED_TMP = ".merged"
+
+
+@dataclass
+class Exported:
+    out: Path
+    fmt: str
+    files: dict[str, str] = field(default_factory=dict)  # role (gguf, modelfile, card) -> file name in out
+    notes: list[str] = field(default_factory=list)
+    ollama_command: str | None = None
+
+
+def check_out(out: Path, force: bool) -> None:
+    """DIR may be new or empty; a non-empty one only with --force (files of the same name are then replaced)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"'{out}' is a file; pass a folder for --out")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"'{out}' is not empty; pass a new or empty --out folder, or --force to replace what the "
+                        "export writes there")
+
+
+def slug(name: str) -> str:
+    """A name Ollama and file systems accept: lower case letters, digits, '-', '_' and '.'."""
+    return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "model"
+
+
+def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str | None = None, force: bool = False,
+               local_only: bool = False) -> Exported:
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt} is not one of {', '.join(FORMATS)}")
+    if outtype not in gguf_mod.OUTTYPES:
+        raise UserError(f"--outtype {outtype} is not one of {', '.join(gguf_mod.OUTTYPES)} (f16 is the default)")
+    if dtype is not None and dtype not in MERGE_DTYPES:
+        raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
+    adapter_dir, run_cfg, mc, _ = resolve_target(run)
+    run_dir = adapter_dir.parent if adapter_dir.name == rundir.ADAPTER and rundir.is_run_dir(adapter_dir.parent) \
+        else None
+    out = Path(out)
+    check_out(out, force)
+    if fmt in ("gguf", "ollama"):
+        gguf_mod.converter()  # the extra is missing: one line before anything loads
+    result = Exported(out=out, fmt=fmt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtype, dtype, local_only)
+        _umask_modes(staging)
+        out.mkdir(exist_ok=True)
+        for entry in sorted(staging.iterdir()):
+            target = out / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+    except Exception as e:
+        # safetensors and the GGUF writer report a full disk in their own exception types
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(e):
+            raise UserError(f"the disk filled up while exporting to '{out}'; free some space and run the export "
+                            "again (no partial file was left under the final names)") from None
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result
+
+
+def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtype, dtype, local_only):
+    name = slug(run_dir.name if run_dir else adapter_dir.name)
+    if fmt == "adapter":
+        shutil.copytree(adapter_dir, stage, dirs_exist_ok=True)
+    elif fmt == "merged":
+        merge(adapter_dir, base, stage, dtype or "bf16", local_only)
+    else:
+        merged = stage / _MERGED_TMP
+        tok = save_tokenizer(adapter_dir, base, merged, local_only)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(base, local_files_only=local_only)
+        gguf_mod.check_architecture(config)
+        pre = gguf_mod.pre_tokenizer(merged)  # refused here, before minutes of merging
+        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, outtype), local_only, tokenizer=False)
+        gguf_file = stage / f"{name}-{outtype}.gguf"
+        gguf_mod.convert(merged, gguf_file, outtype, pre, name)
+        problem = gguf_mod.verify_tokenizer(gguf_file, tok)
+        if problem:
+            raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
+                            "written; export --format merged instead")
+        result.files["gguf"] = gguf_file.name
+        if fmt == "ollama":
+            system = run_cfg.data.system_prompt if run_cfg else None
+            text, notes = modelfile(tok, gguf_file.name, system, merged)
+            (stage / MODELFILE).write_text(text)
+            result.files["modelfile"] = MODELFILE
+            result.notes += notes
+            result.ollama_command = f"ollama create {name} -f {result.out / MODELFILE}"
+        shutil.rmtree(merged)
+    (stage / "README.md").unlink(missing_ok=True)  # PEFT's blank card; ours replaces it
+    write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name)
+    result.files["card"] = "README.md"
+
+
+def save_tokenizer(adapter_dir: Path, base: str, dest: Path, local_only: bool):
+    """The run's tokenizer (saved beside the adapter when training changed it), else the base's."""
+    from transformers import AutoTokenizer
+
+    src = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base
+    tok = AutoTokenizer.from_pretrained(src, local_files_only=local_only)
+    tok.save_pretrained(dest)
+    return tok
+
+
+def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True) -> None:
+    """The adapter merged into a ``dtype`` copy of the base, saved in ``dest``; the model is freed on return."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype(dtype), local_files_only=local_only)
+    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()  # in place: no second copy
+    model.save_pretrained(dest)
+    del model
+    gc.collect()
+    if tokenizer:
+        save_tokenizer(adapter_dir, base, dest, local_only)
+
+
+def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path) -> tuple[str, list[str]]:
+    """Ollama's Modelfile: FROM, a TEMPLATE derived from the chat template, SYSTEM, a stop for each end of turn."""
+    import json
+
+    notes = []
+    fmt = derive(tok)
+    lines = [f"FROM ./{gguf_name}", ""]
+    if fmt is not None:
+        adds_bos = bool(tok.bos_token) and tok("x")["input_ids"][:1] == [tok.bos_token_id]
+        lines += [f'TEMPLATE """{go_template(fmt, tok.bos_token if adds_bos else None)}"""', ""]
+        system = system or fmt.default_system
+    else:
+        notes.append("the chat template is not a plain sequence of turns, so the Modelfile has no TEMPLATE; Ollama "
+                     "reads the one embedded in the GGUF")
+    if system:
+        lines += [f'SYSTEM """{system}"""', ""]
+    try:
+        gen_eos = json.loads((model_dir / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError):
+        gen_eos = None
+    eos_ids = gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else []
+    for s in stop_strings(tok, fmt, eos_ids):
+        lines.append(f"PARAMETER stop {json.dumps(s)}")
+    return "\n".join(lines) + "\n", notes
+
+
+def _umask_modes(folder: Path) -> None:
+    """Libraries write through a private temporary file renamed into place (mode 0600); exported files are for
+    other tools and people, so they get the mode the user's umask gives a new file (0644 for the usual 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in [Path(folder), *Path(folder).rglob("*")]:
+        p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)

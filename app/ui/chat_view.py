@@ -1,0 +1,91 @@
+"""The Chat tab's logic (no Gradio here): one loaded model for the UI process, base and adapter answering the same
+message, streamed. Built on app.eval.chat, the engine `qlora-app chat` uses."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from pathlib import Path
+
+from app import rundir
+from app.config import load_yaml_file, validate
+from app.errors import UserError
+from app.eval.chat import Chat
+from app.ui.compare_view import compare_choices, wait_for_gpu
+
+WHO = {"adapter and base": ("adapter", "base"), "adapter": ("adapter",), "base": ("base",)}
+
+
+def chat_choices(runs_dir: str | Path) -> list[str]:
+    return compare_choices(runs_dir)
+
+
+def run_system_prompt(runs_dir: str | Path, name: str | None) -> str:
+    if not name:
+        return ""
+    try:
+        cfg = validate(load_yaml_file(rundir.require_run_dir(Path(runs_dir) / name) / rundir.CONFIG))
+    except UserError:
+        return ""
+    return cfg.data.system_prompt or ""
+
+
+class ChatHolder:
+    """The one Chat the page talks to; another run loads another (the previous one is released first)."""
+
+    def __init__(self):
+        self.session: Chat | None = None
+        self.name: str | None = None
+        self.stop = threading.Event()
+        self.lock = threading.Lock()  # one reply at a time: both sides share the model
+
+    def get(self, jobs, runs_dir, name: str, local_only: bool) -> Chat:
+        if not name:
+            raise UserError("select a run with an adapter (finished or stopped runs have one)")
+        wait_for_gpu(jobs, "chat")
+        if self.session is None or self.name != name:
+            self.session = None  # free the previous model before loading the next
+            self.session = Chat(rundir.require_run_dir(Path(runs_dir) / name), local_only=bool(local_only))
+            self.name = name
+        return self.session
+
+    def reset(self) -> None:
+        if self.session is not None:
+            self.session.reset()
+
+
+def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, temperature, max_new_tokens,
+           local_only):
+    """Yields {side: text so far} while each side answers in turn (adapter first)."""
+    with holder.lock:
+        session = holder.get(jobs, runs_dir, name, local_only)
+        system = (system or "").strip() or None
+        if system != session.system:  # a new system prompt starts a new conversation
+            session.system = system
+            session.reset()
+        holder.stop.clear()
+        shown = {s: "" for s in WHO[who]}
+        for side in WHO[who]:
+            pieces: queue.Queue = queue.Queue()
+            out: dict = {}
+
+            def run(side=side):
+                try:
+                    out["text"] = session.reply(side, message, temperature=float(temperature),
+                                                max_new_tokens=int(max_new_tokens), on_text=pieces.put,
+                                                stop=holder.stop)
+                except BaseException as e:  # noqa: BLE001 - shown on the page by the caller
+                    out["error"] = e
+                finally:
+                    pieces.put(None)
+
+            threading.Thread(target=run, daemon=True).start()
+            while (piece := pieces.get()) is not None:
+                shown[side] += piece
+                yield dict(shown)
+            if "error" in out:
+                raise out["error"]
+            shown[side] = out["text"]
+            yield dict(shown)
+            if holder.stop.is_set():
+                return
