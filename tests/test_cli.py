@@ -176,7 +176,7 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
     os.chdir(tmp_path)  # in-process: find_adapter takes the bare name as well
     try:
-        with pytest.raises(Exception, match=r"no adapter yet \(interrupted at step 1\); continue it with qlora-app train"):
+        with pytest.raises(Exception, match=r"no adapter yet \(interrupted at step 1\); continue it with"):
             rundir.find_adapter("demo-grpo")
     finally:
         os.chdir(ROOT)
@@ -229,6 +229,7 @@ def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_pat
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     for args in (("compare", "--adapter", str(run), "--num-samples", "2", "--max-new-tokens", "4", "--local-only"),
                  ("export", str(run), "--out", str(tmp_path / "merged"), "--merge", "--local-only"),
+                 ("export", str(run), "--out", str(tmp_path / "gguf"), "--format", "gguf", "--local-only"),
                  ("inspect", str(math_jsonl))):
         out = cli(*args, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]

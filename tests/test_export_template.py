@@ -162,3 +162,14 @@ def test_missing_converter_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "conversion", None)  # import conversion -> ImportError
     with pytest.raises(UserError, match=r"pip install 'qlora-app\[gguf\]'"):
         converter()
+
+
+def test_unsupported_architecture_is_named():
+    pytest.importorskip("conversion")
+    from types import SimpleNamespace
+
+    from app.export.gguf import check_architecture
+
+    assert check_architecture(SimpleNamespace(architectures=["Qwen3ForCausalLM"])) == "Qwen3ForCausalLM"
+    with pytest.raises(UserError, match="does not support the architecture FancyNetForCausalLM; export --format merged"):
+        check_architecture(SimpleNamespace(architectures=["FancyNetForCausalLM"]))
