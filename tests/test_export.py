@@ -92,7 +92,8 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
     cmp = {"summary": {"base": {"accuracy": 0.25, "mean_reward": 0.5, "mean_tokens": 10.0},
                        "adapter": {"accuracy": 0.75, "mean_reward": 1.25, "mean_tokens": 12.0},
                        "wins": 6, "ties": 3, "losses": 1, "n": 10},
-           "config": {"dataset": "math.jsonl", "greedy": True, "max_new_tokens": 48}, "rows": []}
+           "config": {"dataset": "math.jsonl", "greedy": True, "max_new_tokens": 48,
+                      "adapter": str(bare_run / rundir.ADAPTER)}, "rows": []}
     rundir.record_comparison(bare_run, cmp)
     out = export_run(bare_run, tmp_path / "a").out
     card = (out / "README.md").read_text()
@@ -102,8 +103,15 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
     assert "base_model:" not in front  # a local folder is not a hub id
     assert "| base | 25.0% | 0.500 |" in card and "| adapter | 75.0% | 1.250 |" in card
     assert "6 wins, 3 ties, 1 losses (n = 10)" in card
-    assert "r 8" not in card or True
     assert "learning rate" in card and "LoRA: r" in card
+    # a checkpoint of the same run: its training facts, its own step, and not the final adapter's numbers
+    import shutil
+
+    ckpt = bare_run / rundir.CHECKPOINTS / "checkpoint-3"
+    shutil.copytree(bare_run / rundir.ADAPTER, ckpt)
+    card = (export_run(ckpt, tmp_path / "c").out / "README.md").read_text()
+    assert "3 optimizer steps" in card and "LoRA: r" in card
+    assert "No comparison recorded yet" in card and "75.0%" not in card
 
 
 def test_record_comparison_keeps_the_previous_one(tmp_path):

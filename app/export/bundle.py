@@ -43,6 +43,15 @@ class Exported:
     ollama_command: str | None = None
 
 
+def _run_of(adapter_dir: Path) -> Path | None:
+    """The run an adapter belongs to: RUN/adapter or RUN/checkpoints/checkpoint-N (None for a bare adapter)."""
+    for run in (adapter_dir.parent, adapter_dir.parent.parent):
+        if rundir.is_run_dir(run) and (adapter_dir.name == rundir.ADAPTER or adapter_dir.parent.name ==
+                                       rundir.CHECKPOINTS):
+            return run
+    return None
+
+
 def check_out(out: Path, force: bool) -> None:
     """DIR may be new or empty; a non-empty one only with --force (files of the same name are then replaced)."""
     if out.exists() and not out.is_dir():
@@ -66,8 +75,7 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
     adapter_dir, run_cfg, mc, _ = resolve_target(run)
-    run_dir = adapter_dir.parent if adapter_dir.name == rundir.ADAPTER and rundir.is_run_dir(adapter_dir.parent) \
-        else None
+    run_dir = _run_of(adapter_dir)
     out = Path(out)
     check_out(out, force)
     if fmt in ("gguf", "ollama"):
@@ -126,7 +134,7 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             result.ollama_command = f"ollama create {name} -f {result.out / MODELFILE}"
         shutil.rmtree(merged)
     (stage / "README.md").unlink(missing_ok=True)  # PEFT's blank card; ours replaces it
-    write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name)
+    write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name, adapter_dir=adapter_dir)
     result.files["card"] = "README.md"
 
 
@@ -165,6 +173,9 @@ def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path) -> tuple
         adds_bos = bool(tok.bos_token) and tok("x")["input_ids"][:1] == [tok.bos_token_id]
         lines += [f'TEMPLATE """{go_template(fmt, tok.bos_token if adds_bos else None)}"""', ""]
         system = system or fmt.default_system
+    elif not getattr(tok, "chat_template", None):
+        notes.append("the model has no chat template, so the Modelfile has no TEMPLATE: Ollama sends prompts as "
+                     "they are typed")
     else:
         notes.append("the chat template is not a plain sequence of turns, so the Modelfile has no TEMPLATE; Ollama "
                      "reads the one embedded in the GGUF")

@@ -47,10 +47,20 @@ def proof_table(cmp: dict | None) -> list[str]:
     return lines
 
 
+def _comparison_of(run: Path | None, adapter_dir: Path | None) -> dict | None:
+    """The run's latest comparison, when it compared this very adapter (a checkpoint's export must not carry the
+    final adapter's numbers)."""
+    cmp = rundir.latest_comparison(run) if run else None
+    if not cmp or adapter_dir is None:
+        return cmp
+    compared = (cmp.get("config") or {}).get("adapter")
+    return cmp if compared and Path(compared).resolve() == Path(adapter_dir).resolve() else None
+
+
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
-               ollama_name: str | None = None) -> Path:
+               ollama_name: str | None = None, adapter_dir: Path | None = None) -> Path:
     """DIR/README.md. ``cfg``: the run's AppConfig (None for a bare adapter folder); ``files``: role -> file name
-    in DIR (gguf, modelfile)."""
+    in DIR (gguf, modelfile); ``adapter_dir``: the adapter exported (its comparison is the card's proof)."""
     from huggingface_hub import ModelCard, ModelCardData
 
     method = cfg.method if cfg else None
@@ -68,6 +78,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                if fmt in ("gguf", "ollama") else "") + ".", ""]
     if cfg:
         st = (rundir.read_status(run) or {}) if run else {}
+        if adapter_dir is not None and adapter_dir.parent.name == rundir.CHECKPOINTS:  # a checkpoint: its own step
+            st = {"step": rundir.checkpoint_step(adapter_dir)}
         lora, tr = cfg.lora, cfg.training
         targets = lora.target_modules if isinstance(lora.target_modules, str) else ", ".join(lora.target_modules)
         weights = ", ".join(f"{k} {v:g}" for k, v in cfg.reward.weights.items())
@@ -82,7 +94,7 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
                      f"{g.max_completion_length} tokens each; reward weights: {weights}"]
         body.append("")
-    body += ["## Held-out proof", ""] + proof_table(rundir.latest_comparison(run) if run else None) + [""]
+    body += ["## Held-out proof", ""] + proof_table(_comparison_of(run, adapter_dir)) + [""]
     if run and (run / rundir.CURVES).is_file():
         shutil.copyfile(run / rundir.CURVES, out / rundir.CURVES)
         body += [f"![training curves]({rundir.CURVES})", ""]
