@@ -7,6 +7,8 @@ CPU too (slowly), so tests exercise it for real on tiny models.
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,13 +74,30 @@ def pick_packing(setting: bool | None, attention: str, remote_code: bool = False
     return bool(setting)
 
 
+@contextlib.contextmanager
+def eval_keeping_4bit(model):
+    """A training model in eval mode for a moment (no dropout, generate() uses its cache), its 4-bit layers left in
+    training mode: an eval forward without grad makes bitsandbytes repack their weights for its CPU kernel, which
+    changes later training numerics and breaks training a layer with a bias (seen with OPT). Restored on exit."""
+    from bitsandbytes.nn import Linear4bit
+
+    training = model.training
+    model.eval()
+    for m in model.modules():
+        if isinstance(m, Linear4bit):
+            m.train()
+    try:
+        yield model
+    finally:
+        model.train(training)
+
+
 def packed_examples_stay_apart(model) -> bool:
     """Measured, not assumed: two short random sequences packed into one row (positions restarting, no mask, no
     cache: how TRL's padding-free collator feeds training) against the second one alone. Llama, Qwen, Mistral,
     Gemma, Phi and GPT-2 keep them apart in transformers 5; OPT (positions from the attention mask) and Falcon do
     not, and packing would let each example read the one before it."""
     import torch
-    from bitsandbytes.nn import Linear4bit
 
     vocab = model.get_input_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(0)
@@ -86,19 +105,9 @@ def packed_examples_stay_apart(model) -> bool:
     device = next(model.parameters()).device
     ids = torch.cat([first, second], dim=1).to(device)
     positions = torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0).to(device)
-    training = model.training
-    model.eval()  # dropout would make the two passes differ for no reason
-    for m in model.modules():
-        # ...but 4-bit layers stay in training mode: an eval forward without grad makes bitsandbytes repack their
-        # weights for its CPU kernel, after which training a layer with a bias fails (seen with OPT)
-        if isinstance(m, Linear4bit):
-            m.train()
-    try:
-        with torch.no_grad():
-            packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, 7:].float()
-            alone = model(input_ids=second.to(device), use_cache=False).logits.float()
-    finally:
-        model.train(training)
+    with eval_keeping_4bit(model), torch.no_grad():  # no dropout: the two passes must differ only by packing
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, 7:].float()
+        alone = model(input_ids=second.to(device), use_cache=False).logits.float()
     # bf16 / 4-bit kernels of different shapes differ a little; an example reading another differs by O(1)
     return bool((packed - alone).abs().max() <= 0.02 * alone.abs().max() + 1e-3)
 

@@ -32,9 +32,10 @@ def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def curve_keys(records: list[dict]) -> list[str]:
-    """loss, reward, then each reward component's mean, in a stable order."""
+    """loss, reward, each reward component's mean, then the held-out evaluation's accuracy and reward."""
     keys = [k for k in ("loss", "reward") if any(r.get(k) is not None for r in records)]
-    return keys + rundir.component_keys(records)
+    held = [k for k in (rundir.EVAL_ACCURACY, rundir.EVAL_REWARD) if any(r.get(k) is not None for r in records)]
+    return keys + rundir.component_keys(records) + held
 
 
 def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
@@ -55,7 +56,8 @@ def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
         xs, ys = series(records, key)
         ax.plot(xs, ys, marker="." if len(xs) < 40 else None)
         comp = rundir.component_of(key)
-        ax.set_title(f"{comp} (reward)" if comp else key)
+        titles = {rundir.EVAL_ACCURACY: "held-out accuracy (greedy)", rundir.EVAL_REWARD: "held-out reward"}
+        ax.set_title(f"{comp} (reward)" if comp else titles.get(key, key))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[n:]:

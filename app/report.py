@@ -93,6 +93,8 @@ def print_run_summary(d: Path, console) -> None:
         t.add_row("fast paths", st["fast_paths"], "")
     for line in st.get("adjustments") or []:
         t.add_row("adjusted", line, "")
+    if st.get("heldout"):
+        t.add_row("held-out during training", st["heldout"], "")
     if st.get("comparison"):
         t.add_row("held-out", st["comparison"], "")
     if st.get("error"):

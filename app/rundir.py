@@ -29,6 +29,7 @@ METRICS = "metrics.jsonl"
 LOG = "train.log"
 STATUS = "status.json"
 ADAPTER = "adapter"
+BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
 CHECKPOINTS = "checkpoints"
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # the demo's folder, and inside a run: its latest comparison (compare --adapter RUN)
@@ -44,6 +45,15 @@ CREATED = "created"
 
 # TRL logs each reward function's batch mean under this key (the function's __name__ is the component's name).
 COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
+
+
+# Held-out evaluation during training (training.eval_every): metrics.jsonl keys, and status.json's best point.
+EVAL_PREFIX = "eval/"
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_REWARD = "eval/reward"
+BEST_STEP = "best_step"
+BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
+EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total
 
 
 def component_key(name: str) -> str:

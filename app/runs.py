@@ -49,11 +49,23 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
         "comparison": comparison_text(rundir.latest_comparison(d)),
+        "heldout": heldout_text(recs, st),
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (rundir.CRASHED, rundir.INTERRUPTED, rundir.FAILED) else None),
     }
+
+
+def heldout_text(records: list[dict], st: dict) -> str | None:
+    """'accuracy 28.1% at step 0 -> 59.4% at step 60; best 59.4% at step 54': the evaluation during training."""
+    points = [(r["step"], r[rundir.EVAL_ACCURACY]) for r in records if r.get(rundir.EVAL_ACCURACY) is not None]
+    if not points:
+        return None
+    (s0, a0), (s1, a1) = points[0], points[-1]
+    best = (f"; best {st[rundir.BEST_SCORE]:.1%} at step {st[rundir.BEST_STEP]}"
+            if st.get(rundir.BEST_STEP) is not None and st.get(rundir.BEST_SCORE) is not None else "")
+    return f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best}"
 
 
 def comparison_text(cmp: dict | None) -> str | None:

@@ -91,6 +91,10 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     for key in rundir.component_keys(recs):
         _, ys = series(recs, key)
         console.print(f"   {rundir.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
+    steps, acc = series(recs, rundir.EVAL_ACCURACY)
+    if acc:  # the held-out evaluation during training: accuracy as it rose, step 0 being the base
+        console.print(f"   held-out    {sparkline(acc, 40)}  {acc[0]:.1%} (step {steps[0]}) -> {acc[-1]:.1%} "
+                      f"(step {steps[-1]})")
 
     n_eval = QUICK["eval"] if quick else EVAL_SIZE
     console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy)")

@@ -45,7 +45,7 @@ def _read_adapter_base(adapter_dir: Path) -> str | None:
 
 def _find_run_config(adapter_dir: Path):
     """The AppConfig of the run that produced this adapter: <run>/adapter or <run>/checkpoints/checkpoint-N."""
-    if adapter_dir.name == rundir.ADAPTER:
+    if adapter_dir.name in (rundir.ADAPTER, rundir.BEST_ADAPTER):
         run = adapter_dir.parent
     elif adapter_dir.parent.name == rundir.CHECKPOINTS:
         run = adapter_dir.parent.parent

@@ -20,6 +20,12 @@ def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, s
     ``messages`` / ``plain`` are the prompt exactly as training built it (app.data's GRPO conversion with the
     run's system prompt); which one a model sees depends on whether its tokenizer has a chat template."""
     _, heldout, det = build_splits(data_cfg, split_seed, local_only)
+    return sample_examples(heldout, det, n, seed, system_prompt)
+
+
+def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None = None) -> list[dict]:
+    """``n`` rows of a held-out split, seeded, as prompts the way training built them (also the evaluation during
+    training: the same rows for the same seed)."""
     idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
     rows = heldout.select(idx).to_list() if idx else []
     return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r,

@@ -71,7 +71,7 @@ class Summary:
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
-        sides = {side: _side_summary([getattr(r, side) for r in rows]) for side in SIDES}
+        sides = {side: side_summary([getattr(r, side) for r in rows]) for side in SIDES}
         verdicts = [r.verdict for r in rows]
         return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
                    n=len(rows))
@@ -82,7 +82,7 @@ def _mean(xs: Iterable[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _side_summary(cells: list[Cell]) -> SideSummary:
+def side_summary(cells: list[Cell]) -> SideSummary:
     judged = [c.correct for c in cells if c.correct is not None]
     comps = list(dict.fromkeys(k for c in cells for k in c.components))  # reward order, not a-z
     return SideSummary(

@@ -46,8 +46,8 @@ class Exported:
 def _run_of(adapter_dir: Path) -> Path | None:
     """The run an adapter belongs to: RUN/adapter or RUN/checkpoints/checkpoint-N (None for a bare adapter)."""
     for run in (adapter_dir.parent, adapter_dir.parent.parent):
-        if rundir.is_run_dir(run) and (adapter_dir.name == rundir.ADAPTER or adapter_dir.parent.name ==
-                                       rundir.CHECKPOINTS):
+        if rundir.is_run_dir(run) and (adapter_dir.name in (rundir.ADAPTER, rundir.BEST_ADAPTER)
+                                       or adapter_dir.parent.name == rundir.CHECKPOINTS):
             return run
     return None
 

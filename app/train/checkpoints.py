@@ -56,10 +56,10 @@ def publish(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def save_adapter(model, tok, run_dir: Path) -> Path:
-    """The final adapter/, written beside itself and renamed into place."""
-    final = Path(run_dir) / rundir.ADAPTER
-    tmp = final.with_name(f".tmp-{rundir.ADAPTER}")
+def save_adapter(model, tok, run_dir: Path, name: str = rundir.ADAPTER) -> Path:
+    """The final adapter/ (or adapter-best/), written beside itself and renamed into place."""
+    final = Path(run_dir) / name
+    tmp = final.with_name(f".tmp-{name}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         model.save_pretrained(tmp)

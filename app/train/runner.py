@@ -22,6 +22,7 @@ from app.config_keys import changed_keys
 from app.cpu_threads import ThreadGovernor
 from app.data import build_splits
 from app.errors import RunFailed, UserError
+from app.eval.heldout import sample_examples
 from app.models import check_model_source
 from app.plots import save_curves
 from app.rewards import reward_error_count
@@ -186,7 +187,8 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
             log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, plan.cfg.method,
                      plan.cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
         _train(plan, d, planned, det.reference_field is not None, ckpt, progress and main, console if main else None,
-               threads)
+               threads, heldout=sample_examples(heldout_raw, det, cfg.training.eval_rows, cfg.training.seed,
+                                                plan.cfg.data.system_prompt))
     except BaseException as e:
         failed_write = write_failure(e)
         if failed_write is not None:  # a full disk, or any other failure to write the run's files
@@ -284,9 +286,12 @@ def _record_failure(d: Path, reason: str) -> None:
 
 
 def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | None, progress: bool,
-           console, threads: ThreadGovernor | None = None) -> None:
+           console, threads: ThreadGovernor | None = None, heldout: list[dict] = ()) -> None:
     # heavy (transformers), and only after import_first: Unsloth must patch transformers before it loads
     from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
+
+    # heavy (transformers' TrainerCallback), imported after import_first for the same reason
+    from app.train.heldout_eval import HeldoutEval, eval_tokens
 
     main = is_main()
     say = _say(console, "note")
@@ -317,6 +322,10 @@ def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | No
         watch = RunDirCallback(d, stop, lambda: errors() - base_errors, bar, warn=_say(console), write=main,
                                cuda=plan.where.cuda, every_step=threads.adjust if threads else None)
         trainer.add_callback(watch)
+        tr = plan.cfg.training
+        if main and heldout and tr.eval_every != 0:
+            trainer.add_callback(HeldoutEval(d, list(heldout), tok, plan.cfg.reward, tr.eval_every,
+                                             eval_tokens(plan.cfg), tr.keep_best))
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()

@@ -330,6 +330,8 @@ def curves(run_dir: Path | None, records: list[dict] | None = None) -> tuple[lis
     recs = rundir.read_metrics(run_dir) if records is None else records
     out: dict[str, list[dict]] = {"loss": [], "reward": [], "comp": []}
     for key in curve_keys(recs):
+        if key.startswith(rundir.EVAL_PREFIX):  # its own axis in curves.png; shown as text in the run view
+            continue
         xs, ys = series(recs, key)
         bucket = key if key in ("loss", "reward") else "comp"
         name = rundir.component_of(key) or key
@@ -366,6 +368,8 @@ def status_markdown(s: dict) -> str:
     parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
+    if s.get("heldout"):
+        parts.append(f"held-out during training: {s['heldout']}")
     if s.get("comparison"):
         parts.append(f"held-out comparison: {s['comparison']}")
     if s.get("resume_command"):

@@ -1,0 +1,70 @@
+"""Held-out evaluation during training: points at step 0, every eval_every steps and the end, through compare's
+scoring; training itself unchanged by it (same rewards and losses as with eval_every=0); the best step recorded,
+keep_best's adapter usable by compare and export."""
+
+import json
+
+import pytest
+
+from app import rundir
+
+pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path, name, sets):
+    from app.config import build_config
+    from app.demo.recipe import base_model_path, grpo_preset
+    from app.train.runner import run_training
+
+    cfg = build_config({**grpo_preset(base_model_path()), "output_dir": str(tmp_path), "run_name": name},
+                       sets=["training.max_steps=6", "training.seed=5", "logging_steps=1", *sets])
+    return run_training(cfg, progress=False)
+
+
+def test_points_best_step_keep_best_and_training_untouched(tmp_path):
+    from app.eval.compare import run_comparison
+    from app.export.bundle import export_run
+    from app.runs import run_summary
+
+    d = _run(tmp_path, "eval", ["training.eval_every=2", "training.eval_rows=12", "training.keep_best=true"])
+    plain = _run(tmp_path, "plain", ["training.eval_every=0"])
+    recs = rundir.read_metrics(d)
+    points = [r for r in recs if rundir.EVAL_ACCURACY in r]
+    assert [r["step"] for r in points] == [0, 2, 4, 6]
+    for r in points:
+        assert 0 <= r[rundir.EVAL_ACCURACY] <= 1 and r[rundir.EVAL_REWARD] is not None
+        assert {"eval/length", "eval/format", "eval/reference", "eval/boilerplate"} <= set(r)
+    assert not [r for r in rundir.read_metrics(plain) if rundir.EVAL_ACCURACY in r]
+    # the evaluations change nothing in training: it samples and updates exactly as without them
+    train = lambda rs: [(r["step"], r.get("reward"), r.get("loss")) for r in rs if "reward" in r]  # noqa: E731
+    assert train(recs) == train(rundir.read_metrics(plain)) and train(recs)
+    st = rundir.read_status(d)
+    best = max(points, key=lambda r: (r[rundir.EVAL_ACCURACY], -r["step"]))
+    assert st[rundir.BEST_STEP] == best["step"] and st[rundir.BEST_SCORE] == best[rundir.EVAL_ACCURACY]
+    assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][rundir.EVAL_ACCURACY]:.1%} at step 0 -> ")
+    # the best adapter is kept beside the last one, and compare / export take it as they take the run's
+    best_dir = d / rundir.BEST_ADAPTER
+    assert (best_dir / rundir.ADAPTER_CONFIG).is_file()
+    res = run_comparison(best_dir, num_samples=4, max_new_tokens=8, local_only=True)
+    assert res.config["adapter"] == str(best_dir) and res.config["system_prompt"]  # the run's config was found
+    assert not (d / rundir.COMPARE_JSON).exists()  # only the final adapter's comparison is the run's record
+    card = (export_run(best_dir, tmp_path / "best-export").out / "README.md").read_text()
+    assert "How it was trained" in card
+
+
+def test_auto_every_gives_about_ten_points():
+    from app.train.heldout_eval import eval_every
+
+    assert eval_every(None, 200) == 20 and eval_every(None, 60) == 6 and eval_every(None, 5) == 1
+    assert eval_every(0, 200) == 0 and eval_every(7, 200) == 7 and eval_every(None, -1) == 0
+
+
+def test_the_demo_curve_rises(tmp_path):
+    """The quick demo's own evaluation during training: >= 5 points, the last >= 10 points above step 0."""
+    from app.demo.run import run_demo
+
+    run_demo(tmp_path, quick=True, progress=False, seed=11)
+    acc = [r[rundir.EVAL_ACCURACY] for r in rundir.read_metrics(tmp_path / "demo-grpo")
+           if rundir.EVAL_ACCURACY in r]
+    assert len(acc) >= 5 and acc[-1] >= acc[0] + 0.10, acc
+    assert json.loads((tmp_path / "demo-grpo" / rundir.STATUS).read_text())[rundir.BEST_STEP] > 0
