@@ -119,8 +119,8 @@ class TrainingConfig(StrictModel):
     save_total_limit: int = _d(2, "keep at most this many checkpoints (oldest removed)", gt=0)
     logging_steps: int = _d(1, "write a metrics.jsonl row every this many steps", gt=0)
     eval_every: int | None = _d(None, "score held-out rows (greedy, the shaped reward, as compare does) every this "
-                                      "many steps and at step 0 and the end; empty = auto: about 10 points per run; "
-                                      "0 = off", ge=0)
+                                      "many steps and at the end; empty = auto: about 10 points per run, on logged "
+                                      "steps; 0 = off", ge=0)
     eval_rows: int = _d(32, "held-out rows each evaluation scores (a seeded sample of the held-out split)", ge=1)
     keep_best: bool = _d(False, "also keep the adapter of the best evaluation in RUN/adapter-best/ (compare and "
                                 "export take that folder)")

@@ -171,5 +171,5 @@ def test_unsupported_architecture_is_named():
     from app.export.gguf import check_architecture
 
     assert check_architecture(SimpleNamespace(architectures=["Qwen3ForCausalLM"])) == "Qwen3ForCausalLM"
-    with pytest.raises(UserError, match="does not support the architecture FancyNetForCausalLM; export --format merged"):
+    with pytest.raises(UserError, match="does not support the architecture FancyNetForCausalLM; export --format"):
         check_architecture(SimpleNamespace(architectures=["FancyNetForCausalLM"]))

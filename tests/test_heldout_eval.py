@@ -1,5 +1,5 @@
-"""Held-out evaluation during training: points at step 0, every eval_every steps and the end, through compare's
-scoring; training itself unchanged by it (same rewards and losses as with eval_every=0); the best step recorded,
+"""Held-out evaluation during training: points every eval_every steps and at the end, on the step's own
+metrics.jsonl line, through compare's scoring; training itself unchanged by it (same rewards and losses as with eval_every=0); the best step recorded,
 keep_best's adapter usable by compare and export."""
 
 import json
@@ -30,7 +30,8 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     plain = _run(tmp_path, "plain", ["training.eval_every=0"])
     recs = rundir.read_metrics(d)
     points = [r for r in recs if rundir.EVAL_ACCURACY in r]
-    assert [r["step"] for r in points] == [0, 2, 4, 6]
+    assert [r["step"] for r in points] == [2, 4, 6]
+    assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]  # still one line per logged step
     for r in points:
         assert 0 <= r[rundir.EVAL_ACCURACY] <= 1 and r[rundir.EVAL_REWARD] is not None
         assert {"eval/length", "eval/format", "eval/reference", "eval/boilerplate"} <= set(r)
@@ -41,7 +42,7 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     st = rundir.read_status(d)
     best = max(points, key=lambda r: (r[rundir.EVAL_ACCURACY], -r["step"]))
     assert st[rundir.BEST_STEP] == best["step"] and st[rundir.BEST_SCORE] == best[rundir.EVAL_ACCURACY]
-    assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][rundir.EVAL_ACCURACY]:.1%} at step 0 -> ")
+    assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][rundir.EVAL_ACCURACY]:.1%} at step 2 -> ")
     # the best adapter is kept beside the last one, and compare / export take it as they take the run's
     best_dir = d / rundir.BEST_ADAPTER
     assert (best_dir / rundir.ADAPTER_CONFIG).is_file()
@@ -57,10 +58,24 @@ def test_auto_every_gives_about_ten_points():
 
     assert eval_every(None, 200) == 20 and eval_every(None, 60) == 6 and eval_every(None, 5) == 1
     assert eval_every(0, 200) == 0 and eval_every(7, 200) == 7 and eval_every(None, -1) == 0
+    # automatic points fall on logged steps, so they share the step's metrics line
+    assert eval_every(None, 200, 10) == 20 and eval_every(None, 50, 10) == 10 and eval_every(None, 300, 7) == 28
+
+
+def test_points_on_steps_without_a_line_get_their_own_in_order(tmp_path):
+    from app.train.callbacks import RunDirCallback, StopFlag
+
+    cb = RunDirCallback(tmp_path, StopFlag())
+    cb.pending.update({3: {"eval/accuracy": 0.5}, 4: {"eval/accuracy": 0.75}})
+    cb.flush_pending(before=4)
+    cb.pending[7] = {"eval/accuracy": 1.0}
+    cb.flush_pending()
+    assert rundir.read_metrics(tmp_path) == [{"step": 3, "eval/accuracy": 0.5}, {"step": 4, "eval/accuracy": 0.75},
+                                             {"step": 7, "eval/accuracy": 1.0}]
 
 
 def test_the_demo_curve_rises(tmp_path):
-    """The quick demo's own evaluation during training: >= 5 points, the last >= 10 points above step 0."""
+    """The quick demo's own evaluation during training: >= 5 points, the last >= 10 points above the first."""
     from app.demo.run import run_demo
 
     run_demo(tmp_path, quick=True, progress=False, seed=11)

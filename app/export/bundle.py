@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
 import re
 import shutil
@@ -164,8 +165,6 @@ def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool
 
 def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path) -> tuple[str, list[str]]:
     """Ollama's Modelfile: FROM, a TEMPLATE derived from the chat template, SYSTEM, a stop for each end of turn."""
-    import json
-
     notes = []
     fmt = derive(tok)
     lines = [f"FROM ./{gguf_name}", ""]

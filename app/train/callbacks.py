@@ -113,6 +113,9 @@ class RunDirCallback(TrainerCallback):
         self.nonfinite: dict | None = None  # {"key", "value", "step"} of the first NaN / inf seen
         self._flat_steps = 0
         self._last_flat_warning: int | None = None
+        # step -> more values for that step's metrics.jsonl line (the held-out evaluation's), so a file keeps one
+        # line per logged step; a step that is not logged gets its own line, in step order
+        self.pending: dict[int, dict] = {}
 
     def on_train_begin(self, args, state, control, **kw):
         peakmem.reset(self.cuda)
@@ -138,12 +141,23 @@ class RunDirCallback(TrainerCallback):
         rec["reward_errors"] = self.reward_errors()
         peak = peakmem.sample(self.cuda)
         rec.update(peak)
+        self.flush_pending(before=state.global_step)
+        rec.update(self.pending.pop(state.global_step, {}))
         rundir.append_metrics(self.run_dir, rec)
         # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
         shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
         log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
         if self.progress:
             self.progress.update_metrics(rec)
+
+    def flush_pending(self, before: int | None = None) -> None:
+        """Pending values of steps that had no logged line (before ``before``, or all) as lines of their own."""
+        for step in sorted(k for k in self.pending if before is None or k < before):
+            rundir.append_metrics(self.run_dir, {"step": step, **self.pending.pop(step)})
+
+    def on_train_end(self, args, state, control, **kw):
+        if self.write:
+            self.flush_pending()
 
     def _check_finite(self, logs: dict, step: int, control) -> None:
         for key in _WATCHED:

@@ -1,8 +1,9 @@
 """Held-out evaluation during training (training.eval_every): greedy answers to a fixed seeded sample of held-out
 rows, scored with the run's shaped reward, through compare's own generate / score_cell / summary (one evaluator).
 
-Points go to metrics.jsonl as eval/accuracy, eval/reward and eval/<component> at their step: at step 0 (the base,
-before any update), every ``eval_every`` steps and at the last step. status.json keeps the best point
+Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>, on the line of their step (every
+``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
+`compare` measures). status.json keeps the best point
 (best_step / best_score: accuracy, or the mean reward for data without references); with training.keep_best its
 adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
 """
@@ -18,7 +19,7 @@ from transformers import TrainerCallback
 from app import rundir
 from app.eval.compare import format_prompt, generate, score_cell
 from app.eval.result import side_summary
-from app.models import eval_keeping_4bit
+from app.models import context_length, eval_keeping_4bit
 from app.train.checkpoints import save_adapter
 
 log = logging.getLogger("qlora_app")
@@ -30,17 +31,22 @@ def eval_tokens(cfg) -> int:
     return cfg.grpo.max_completion_length if cfg.method == "grpo" else 128
 
 
-def eval_every(setting: int | None, max_steps: int) -> int:
-    """Steps between evaluations: the setting, or about POINTS per run (0 = off)."""
+def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> int:
+    """Steps between evaluations: the setting, or about POINTS per run on logged steps (0 = off)."""
     if setting is not None:
         return setting
-    return max(1, max_steps // POINTS) if max_steps > 0 else 0
+    if max_steps <= 0:
+        return 0
+    raw = max(1, max_steps // POINTS)
+    return max(logging_steps, raw // logging_steps * logging_steps)
 
 
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
-                 keep_best: bool = False):
+                 keep_best: bool = False, sink: dict | None = None):
+        """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line."""
         self.run_dir, self.items, self.tok, self.reward_cfg = Path(run_dir), items, tok, reward_cfg
+        self.sink = sink if sink is not None else {}
         self.setting, self.max_new_tokens, self.keep_best = every, max_new_tokens, keep_best
         self.texts = [format_prompt(tok, it) for it in items]
         self.every = 0
@@ -50,9 +56,7 @@ class HeldoutEval(TrainerCallback):
         self.seconds = float(best.get(rundir.EVAL_SECONDS) or 0.0)  # what the evaluations cost, for the record
 
     def on_train_begin(self, args, state, control, model=None, **kw):
-        self.every = eval_every(self.setting, state.max_steps)
-        if self.every and self.texts and state.global_step == 0:
-            self.evaluate(model, 0)
+        self.every = eval_every(self.setting, state.max_steps, args.logging_steps)
 
     def on_step_end(self, args, state, control, model=None, **kw):
         step = state.global_step
@@ -71,15 +75,17 @@ class HeldoutEval(TrainerCallback):
         # generate() seeds torch's RNG: fork it, so that training samples exactly as it would without evaluations
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
         try:
+            context = context_length(model.config)  # a short-context model still gets room for its prompt
+            tokens = min(self.max_new_tokens, context // 2) if context else self.max_new_tokens
             with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
-                outs = generate(model, self.tok, self.texts, max_new_tokens=self.max_new_tokens, temperature=0.0,
+                outs = generate(model, self.tok, self.texts, max_new_tokens=tokens, temperature=0.0,
                                 batch_size=len(self.texts))
         finally:
             self.tok.padding_side, self.tok.truncation_side = sides
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg) for o, it in zip(outs, self.items)])
-        rec = {"step": step, rundir.EVAL_ACCURACY: summary.accuracy, rundir.EVAL_REWARD: summary.mean_reward}
+        rec = {rundir.EVAL_ACCURACY: summary.accuracy, rundir.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{rundir.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
-        rundir.append_metrics(self.run_dir, rec)
+        self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
         rundir.write_status(self.run_dir, None, **{rundir.EVAL_SECONDS: round(self.seconds, 2)})
         score = summary.accuracy if summary.accuracy is not None else summary.mean_reward

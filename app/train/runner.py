@@ -325,7 +325,7 @@ def _train(plan: RunPlan, d: Path, planned, has_reference: bool, ckpt: Path | No
         tr = plan.cfg.training
         if main and heldout and tr.eval_every != 0:
             trainer.add_callback(HeldoutEval(d, list(heldout), tok, plan.cfg.reward, tr.eval_every,
-                                             eval_tokens(plan.cfg), tr.keep_best))
+                                             eval_tokens(plan.cfg), tr.keep_best, sink=watch.pending))
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
     finally:
         bar.close()
