@@ -79,10 +79,16 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
                 finally:
                     pieces.put(None)
 
-            threading.Thread(target=run, daemon=True).start()
-            while (piece := pieces.get()) is not None:
-                shown[side] += piece
-                yield dict(shown)
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            try:
+                while (piece := pieces.get()) is not None:
+                    shown[side] += piece
+                    yield dict(shown)
+            except GeneratorExit:  # the page went away mid-answer: stop generating, free the model for the next
+                holder.stop.set()
+                worker.join()
+                raise
             if "error" in out:
                 raise out["error"]
             shown[side] = out["text"]
