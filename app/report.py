@@ -40,7 +40,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> Non
     else:
         sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
     if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
-        err_console.print(f"fields: {fields_line(det)}", highlight=False)
+        err_console.print(f"fields: {det.fields_line()}", highlight=False)
     # a note that became an adjustment is shown once, as the adjustment (plan.describe)
     reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
     for w in warnings_for(shown) + [n for n in notes if n not in reasons]:
@@ -49,16 +49,6 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> Non
         err_console.print(f"[red]would be refused:[/] {refused}", highlight=False)
     else:
         err_console.print(plan.describe(), highlight=False)
-
-
-def fields_line(det) -> str:
-    """'prompt question, reference answer (qlora-app inspect shows why)' for a Detection."""
-    d = det.to_dict()
-    parts = [f"{role.removesuffix('_field')} {d[role]}" for role in ("prompt_field", "reference_field",
-                                                                     "messages_field") if d.get(role)]
-    if d.get("context_fields"):
-        parts.append("context " + ", ".join(d["context_fields"]))
-    return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
 
 
 def _print_explained(cfg: AppConfig, console, only: str = "") -> None:

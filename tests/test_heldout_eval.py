@@ -36,6 +36,8 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
         assert 0 <= r[rundir.EVAL_ACCURACY] <= 1 and r[rundir.EVAL_REWARD] is not None
         assert {"eval/length", "eval/format", "eval/reference", "eval/boilerplate"} <= set(r)
     assert not [r for r in rundir.read_metrics(plain) if rundir.EVAL_ACCURACY in r]
+    log_text = (d / rundir.LOG).read_text()  # the log the UI tails reads as plain lines, not Python dicts
+    assert "fields: prompt question, reference answer" in log_text and "{'" not in log_text
     # the evaluations change nothing in training: it samples and updates exactly as without them
     train = lambda rs: [(r["step"], r.get("reward"), r.get("loss")) for r in rs if "reward" in r]  # noqa: E731
     assert train(recs) == train(rundir.read_metrics(plain)) and train(recs)

@@ -90,6 +90,14 @@ class Detection:
         d.pop("solution_field")
         return d
 
+    def fields_line(self) -> str:
+        """'prompt question, reference answer (qlora-app inspect shows why)': the dry run's and train.log's line."""
+        parts = [f"{role.removesuffix('_field')} {getattr(self, role)}"
+                 for role in ("prompt_field", "reference_field", "messages_field") if getattr(self, role)]
+        if self.context_fields:
+            parts.append("context " + ", ".join(self.context_fields))
+        return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
+
 
 
 def _role_score(words: list[str], table: dict[str, int], whole: dict[str, int]) -> tuple[int, str | None]:

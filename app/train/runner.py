@@ -184,8 +184,8 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     try:
         if main:
             _record_start(d, plan, resume, ckpt, console, busy)
-            log.info("run %s: %s on %s, %d train rows, %d held out; fields %s", d.name, plan.cfg.method,
-                     plan.cfg.data.dataset, len(train_raw), len(heldout_raw), det.to_dict())
+            log.info("run %s: %s on %s, %d train rows, %d held out; fields: %s", d.name, plan.cfg.method,
+                     plan.cfg.data.dataset, len(train_raw), len(heldout_raw), det.fields_line())
         _train(plan, d, planned, det.reference_field is not None, ckpt, progress and main, console if main else None,
                threads, heldout=sample_examples(heldout_raw, det, cfg.training.eval_rows, cfg.training.seed,
                                                 plan.cfg.data.system_prompt))
