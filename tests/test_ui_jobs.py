@@ -16,7 +16,7 @@ from app.ui.jobs import JobManager
 
 def _fake(monkeypatch, code: str):
     """Replace `python -m app.cli train ...` by a small script; the process handling stays the real one."""
-    monkeypatch.setattr(jobs_mod, "train_command", lambda run_dir, resume=False: [sys.executable, "-c", code])
+    monkeypatch.setattr(jobs_mod, "train_command", lambda run_dir, *args: [sys.executable, "-c", code])
 
 
 def _new_run(runs: Path, name: str = "r") -> Path:
@@ -138,8 +138,16 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     loss, _, _ = h.curves(d)
     assert [r["step"] for r in loss] == [1, 2, 3]
     assert h.runs_rows(runs)[0][:2] == [d.name, "finished"]
-    with pytest.raises(UserError, match="already finished"):
+    with pytest.raises(UserError, match="already finished; set 'Extend to steps' to train it further"):
         h.resume_run(jobs, runs, d.name)
+    with pytest.raises(UserError, match="is at step 3; set 'Extend to steps' above that"):
+        h.resume_run(jobs, runs, d.name, 3)
+    # Resume can extend a finished run, as the CLI's --resume RUN --max-steps N does
+    h.resume_run(jobs, runs, d.name, 5)
+    assert _wait(lambda: not jobs.is_running(), timeout=300), h.log_tail(d)
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED and st["step"] == 5, (st, h.log_tail(d))
+    assert [r["step"] for r in rundir.read_metrics(d)] == [1, 2, 3, 4, 5]
     # a second run never reuses the first one's folder
     d2 = h.start_run(jobs, runs, form)
     assert d2 != d

@@ -291,16 +291,21 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     return d
 
 
-def resume_run(jobs, runs_dir: str | Path, name: str) -> Path:
+def resume_run(jobs, runs_dir: str | Path, name: str, max_steps: int | None = None) -> Path:
+    """Continue a stopped run, or extend any run with a checkpoint to ``max_steps`` (more than it has done)."""
     if not name:
         raise UserError("select a run to resume")
     d = rundir.require_run_dir(Path(runs_dir) / name)
     s = run_status(d)
-    if s["status"] == rundir.FINISHED:
-        raise UserError(f"run '{name}' already finished; start a new run instead")
+    max_steps = int(max_steps) if max_steps else None
+    if max_steps is not None and max_steps <= (s.get("step") or 0):
+        raise UserError(f"run '{name}' is at step {s.get('step') or 0}; set 'Extend to steps' above that, or clear it")
+    if s["status"] == rundir.FINISHED and max_steps is None:
+        raise UserError(f"run '{name}' already finished; set 'Extend to steps' to train it further, or start a new "
+                        "run")
     if rundir.last_checkpoint(d) is None:
         raise UserError(f"run '{name}' has no checkpoint to resume from; start a new run instead")
-    jobs.start(d, resume=True)
+    jobs.start(d, resume=True, max_steps=max_steps)
     return d
 
 

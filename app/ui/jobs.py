@@ -24,11 +24,13 @@ BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from 
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
 
 
-def train_command(run_dir: Path, resume: bool = False) -> list[str]:
-    """The argv the UI runs; the config was written into the run directory beforehand."""
+def train_command(run_dir: Path, resume: bool = False, max_steps: int | None = None) -> list[str]:
+    """The argv the UI runs; the config was written into the run directory beforehand. A resume may extend the
+    run to ``max_steps`` (as the CLI's --resume RUN --max-steps N)."""
     base = [sys.executable, "-m", "app.cli", "train"]
     if resume:
-        return base + ["--resume", str(run_dir), "--no-progress"]
+        return base + ["--resume", str(run_dir), "--no-progress"] + (
+            ["--max-steps", str(max_steps)] if max_steps else [])
     return base + ["--config", str(Path(run_dir) / rundir.CONFIG), "--run-dir", str(run_dir), "--no-progress"]
 
 
@@ -81,7 +83,7 @@ class JobManager:
                             "stop it first: one GPU trains one run at a time")
 
     # ---------------------------------------------------------------------------------------------- start
-    def start(self, run_dir: Path, resume: bool = False) -> subprocess.Popen:
+    def start(self, run_dir: Path, resume: bool = False, max_steps: int | None = None) -> subprocess.Popen:
         with self._lock:
             self.check_free()
             run_dir = Path(run_dir)
@@ -92,7 +94,8 @@ class JobManager:
             log = open(run_dir / rundir.LOG, "ab")
             try:
                 self.proc = subprocess.Popen(
-                    train_command(run_dir, resume), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    train_command(run_dir, resume, max_steps), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
                     cwd=self.cwd, env=env, start_new_session=True,  # own process group: Stop signals all of it
                 )
             finally:

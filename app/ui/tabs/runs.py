@@ -15,6 +15,7 @@ def build(ctx: Context, tab):
     runs_df = gr.Dataframe(headers=h.RUN_COLUMNS, interactive=False, wrap=True, elem_id="runs-table")
     with gr.Row():
         run_pick = gr.Dropdown([], label="Run", elem_id="run-pick", scale=3)
+        extend = gr.Number(None, label="Extend to steps (optional)", precision=0, elem_id="resume-steps", scale=1)
         resume_btn = gr.Button("Resume", elem_id="resume-btn", scale=1)
     run_msg = gr.Markdown(elem_id="run-message")
     run_md = gr.Markdown(elem_id="run-status")
@@ -56,12 +57,12 @@ def build(ctx: Context, tab):
 
     runs_df.select(on_select_row, runs_df, run_pick)
 
-    def on_resume(name):
+    def on_resume(name, steps):
         try:
-            d = h.resume_run(jobs, runs_dir, name)
+            d = h.resume_run(jobs, runs_dir, name, steps)
         except Exception as e:  # noqa: BLE001
             return err(e)
-        return f"resumed **{d.name}**: follow it on the Train tab"
+        return f"resumed **{d.name}**" + (f" to step {int(steps)}" if steps else "") + ": follow it on the Train tab"
 
-    resume_btn.click(on_resume, run_pick, run_msg)
+    resume_btn.click(on_resume, [run_pick, extend], run_msg)
     return on_refresh, run_pick, [runs_df, run_pick]
