@@ -342,6 +342,14 @@ def has_adapter(run_dir: Path) -> bool:
     return (Path(run_dir) / ADAPTER / ADAPTER_CONFIG).is_file()
 
 
+def run_of_adapter(adapter_dir: str | Path) -> Path | None:
+    """The run an adapter folder belongs to: RUN/adapter, RUN/adapter-best, RUN/checkpoints/checkpoint-N, or a run
+    folder holding the adapter files itself; None for a bare adapter."""
+    a = Path(adapter_dir)
+    run = a.parent if a.name in (ADAPTER, BEST_ADAPTER) else a.parent.parent if a.parent.name == CHECKPOINTS else a
+    return run if is_run_dir(run) else None
+
+
 def find_adapter(path: str | Path) -> Path:
     """Accept a run (directory or bare name) or an adapter directory; return the adapter directory."""
     p = locate(path)

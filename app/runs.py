@@ -58,7 +58,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
 
 
 def heldout_text(records: list[dict], st: dict) -> str | None:
-    """'accuracy 28.1% at step 0 -> 59.4% at step 60; best 59.4% at step 54': the evaluation during training."""
+    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54': the evaluation during training."""
     points = [(r["step"], r[rundir.EVAL_ACCURACY]) for r in records if r.get(rundir.EVAL_ACCURACY) is not None]
     if not points:
         return None

@@ -44,14 +44,9 @@ def _read_adapter_base(adapter_dir: Path) -> str | None:
 
 
 def _find_run_config(adapter_dir: Path):
-    """The AppConfig of the run that produced this adapter: <run>/adapter or <run>/checkpoints/checkpoint-N."""
-    if adapter_dir.name in (rundir.ADAPTER, rundir.BEST_ADAPTER):
-        run = adapter_dir.parent
-    elif adapter_dir.parent.name == rundir.CHECKPOINTS:
-        run = adapter_dir.parent.parent
-    else:
-        run = adapter_dir
-    return validate(load_yaml_file(run / rundir.CONFIG)) if rundir.is_run_dir(run) else None
+    """The AppConfig of the run that produced this adapter (rundir.run_of_adapter), or None."""
+    run = rundir.run_of_adapter(adapter_dir)
+    return validate(load_yaml_file(run / rundir.CONFIG)) if run else None
 
 
 def _same_model(a: str, b: str) -> bool:

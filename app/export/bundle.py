@@ -44,15 +44,6 @@ class Exported:
     ollama_command: str | None = None
 
 
-def _run_of(adapter_dir: Path) -> Path | None:
-    """The run an adapter belongs to: RUN/adapter or RUN/checkpoints/checkpoint-N (None for a bare adapter)."""
-    for run in (adapter_dir.parent, adapter_dir.parent.parent):
-        if rundir.is_run_dir(run) and (adapter_dir.name in (rundir.ADAPTER, rundir.BEST_ADAPTER)
-                                       or adapter_dir.parent.name == rundir.CHECKPOINTS):
-            return run
-    return None
-
-
 def check_out(out: Path, force: bool) -> None:
     """DIR may be new or empty; a non-empty one only with --force (files of the same name are then replaced)."""
     if out.exists() and not out.is_dir():
@@ -76,7 +67,7 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
     adapter_dir, run_cfg, mc, _ = resolve_target(run)
-    run_dir = _run_of(adapter_dir)
+    run_dir = rundir.run_of_adapter(adapter_dir)
     out = Path(out)
     check_out(out, force)
     if fmt in ("gguf", "ollama"):

