@@ -38,10 +38,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 from perfdoc import write_section  # noqa: E402
+from ratio import TOLERANCE, Ratio, as_json, interleave, ratio  # noqa: E402
 from steptimer import summary  # noqa: E402
 
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k_train.jsonl"
-REPS = 3
+REPS = 4  # interleaved pairs per ratio (an even count: each side goes first as often)
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
@@ -125,17 +126,26 @@ def num_tokens(rec: dict) -> float | None:
     return max((r["num_tokens"] for r in rec["logs"] if "num_tokens" in r), default=None)
 
 
-def overhead(spec: dict, tmp: Path, name: str, extra: tuple[str, ...] = ()) -> dict:
-    sides = {"ours": [], "plain": []}
-    for rep in range(REPS):  # alternated, so drift in the machine's speed hits both sides alike
-        sides["ours"].append(ours(spec, tmp, f"{name}-ours-{rep}", extra))
-        sides["plain"].append(plain(spec, tmp, f"{name}-plain-{rep}"))
-    best = {k: min(summary(r)["s_per_step"] for r in v) for k, v in sides.items()}
-    o, p = sides["ours"][0], sides["plain"][0]
-    return {"ratio": best["ours"] / best["plain"], "s_per_step": best,
-            "num_tokens": {"ours": num_tokens(o), "plain": num_tokens(p)},
-            "first_loss": {"ours": first_loss(o), "plain": first_loss(p)},
-            "runs": {k: [summary(r) for r in v] for k, v in sides.items()}}
+def overhead(name: str, spec: dict, tmp: Path, reps: int, tolerance: float,
+             extra: tuple[str, ...] = ()) -> tuple[Ratio, dict]:
+    """qlora-app's s/step over plain TRL's, from ``reps`` interleaved pairs (bench/ratio.py)."""
+    recs: dict = {"ours": [], "plain": []}
+
+    def side(key, fn):
+        def run(tag):
+            recs[key].append(fn(tag))
+            return summary(recs[key][-1])["s_per_step"]
+        return run
+
+    measured = interleave(side("ours", lambda t: ours(spec, tmp, f"{name}-ours-{t}", extra)),
+                          side("plain", lambda t: plain(spec, tmp, f"{name}-plain-{t}")), reps)
+    r = ratio(name, measured, tolerance)
+    o, p = recs["ours"][0], recs["plain"][0]
+    return r, {"s_per_step": {"ours": statistics.median(a for a, _ in measured),
+                              "plain": statistics.median(b for _, b in measured)},
+               "num_tokens": {"ours": num_tokens(o), "plain": num_tokens(p)},
+               "first_loss": {"ours": first_loss(o), "plain": first_loss(p)},
+               "runs": {k: [summary(x) for x in v] for k, v in recs.items()}}
 
 
 def example_lengths(model: Path, data: list[dict]) -> list[int]:
@@ -186,6 +196,9 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=None,
                     help="an existing model folder (e.g. from ../shared/gpu/bench_model.py: real shapes) instead "
                          "of the small one built here")
+    ap.add_argument("--reps", type=int, default=REPS, help="interleaved pairs per ratio")
+    ap.add_argument("--tolerance", type=float, default=TOLERANCE,
+                    help="widest spread of the pairs (relative to the median) for a ratio to be trusted")
     args = ap.parse_args()
     t_start = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="bench-trl-"))
@@ -195,67 +208,97 @@ def main() -> None:
     base = {"model": str(model), "rows": str(tmp / "rows.jsonl"), "seed": 42, "r": 16, "alpha": 32,
             "device": args.device,
             "checkpointing": False, "max_length": 1024}
+    reps, tol = args.reps, args.tolerance
 
     sft = {**base, "method": "sft", "lr": 2e-4, "steps": 20, "batch": 4, "accum": 1}
-    res_sft = overhead(sft, tmp, "sft", ("training.packing=false",))
+    r_sft, res_sft = overhead("overhead_vs_trl", sft, tmp, reps, tol, ("training.packing=false",))
     system = "Solve the problem step by step, briefly. End with a line of the form 'Final answer: <answer>'."
     grpo = {**base, "method": "grpo", "lr": 3e-5, "steps": 10, "batch": 8, "accum": 1, "num_generations": 4,
             "completion": 48, "system_prompt": system, "generation_batch_size": 8}
-    res_grpo = overhead(grpo, tmp, "grpo", ("grpo.sampler=plain",))  # TRL's own sampling path on both sides
+    # TRL's own sampling path on both sides
+    r_grpo, res_grpo = overhead("grpo_overhead_vs_trl", grpo, tmp, reps, tol, ("grpo.sampler=plain",))
 
     # Packing: our default (one packed row per step) against padding with as many examples per step as a packed
     # row holds, so both sides take the same optimizer steps over the same amount of data.
     lengths = example_lengths(model, data)
     per_row = max(1, round(sft["max_length"] / statistics.mean(lengths)))
-    packed = ours({**sft, "steps": 16, "batch": 1, "accum": 1}, tmp, "pack-on", ("training.packing=true",))
-    padded = ours({**sft, "steps": 16, "batch": per_row, "accum": 1}, tmp, "pack-off", ("training.packing=false",))
-    pack_ratio = tokens_per_s(packed) / tokens_per_s(padded)
+    pack: dict = {"packed": [], "padded": []}
+
+    def pack_side(key, batch, on):
+        def run(tag):
+            pack[key].append(ours({**sft, "steps": 16, "batch": batch, "accum": 1}, tmp, f"pack-{key}-{tag}",
+                                  (f"training.packing={on}",)))
+            return tokens_per_s(pack[key][-1])
+        return run
+
+    pack_m = interleave(pack_side("packed", 1, "true"), pack_side("padded", per_row, "false"), reps)
+    r_pack = ratio("sft_packing_speedup", pack_m, tol)
+    packed, padded = pack["packed"][0], pack["padded"][0]
     ceiling = padding_ceiling(lengths, per_row, sft["seed"])
     windows = [(1, 4), (5, 8), (9, 12), (13, 16)]
 
     # Generation: the demo recipe with our auto sampling settings against TRL's defaults.
     demo_steps = 40
-    gen = {}
-    for tag, extra in (("auto", ()), ("trl-default", ("grpo.generation_batch_size=32", "grpo.sampler=plain"))):
-        argv = [sys.executable, str(HERE / "steptimer.py"), "--", "train", "--preset", "demo-grpo", "--no-progress",
-                "--output-dir", str(tmp / f"demo-{tag}"), "--max-steps", str(demo_steps), "--set",
-                "training.logging_steps=1", "--set", "training.save_steps=100000"]
-        for s in extra:
-            argv += ["--set", s]
-        gen[tag] = _run(argv, tmp / f"demo-{tag}.json")
-    g_auto, g_def = summary(gen["auto"]), summary(gen["trl-default"])
-    shares = g_auto["shares"]
+    gen: dict = {"auto": [], "trl-default": []}
 
+    def gen_side(key, extra):
+        def run(tag):
+            argv = [sys.executable, str(HERE / "steptimer.py"), "--", "train", "--preset", "demo-grpo",
+                    "--no-progress", "--output-dir", str(tmp / f"demo-{key}-{tag}"), "--max-steps", str(demo_steps),
+                    "--set", "training.logging_steps=1", "--set", "training.save_steps=100000",
+                    "--set", "training.eval_every=0"]
+            for s in extra:
+                argv += ["--set", s]
+            gen[key].append(_run(argv, tmp / f"demo-{key}-{tag}.json"))
+            return summary(gen[key][-1])
+        return run
+
+    gen_m = interleave(gen_side("auto", ()),
+                       gen_side("trl-default", ("grpo.generation_batch_size=32", "grpo.sampler=plain")), reps)
+    r_gen = ratio("grpo_generation_speedup", [(a["completions_per_s"], b["completions_per_s"]) for a, b in gen_m], tol)
+    r_step = ratio("grpo_step_speedup", [(a["s_per_step"], b["s_per_step"]) for a, b in gen_m], tol, invert=True)
+    g_auto, g_def = summary(gen["auto"][0]), summary(gen["trl-default"][0])
+    shares = {k: statistics.median(a["shares"][k] for a, _ in gen_m) for k in g_auto["shares"]}
+
+    ratios = [r_sft, r_grpo, r_pack, r_gen, r_step]
     result = {
-        "overhead_vs_trl": round(res_sft["ratio"], 3),
-        "grpo_overhead_vs_trl": round(res_grpo["ratio"], 3),
-        "sft_packing_speedup": round(pack_ratio, 3),
-        "grpo_generation_speedup": round(g_auto["completions_per_s"] / g_def["completions_per_s"], 3),
-        "grpo_step_speedup": round(g_def["s_per_step"] / g_auto["s_per_step"], 3),
+        **as_json(ratios),
         "grpo_step_shares": {k: round(v, 3) for k, v in shares.items()},
         "checks": {
             "sft_same_tokens": res_sft["num_tokens"]["ours"] == res_sft["num_tokens"]["plain"],
             "sft_same_first_loss": abs(res_sft["first_loss"]["ours"] - res_sft["first_loss"]["plain"]) < 1e-3,
             "grpo_same_first_loss": abs(res_grpo["first_loss"]["ours"] - res_grpo["first_loss"]["plain"]) < 1e-3,
         },
-        "machine": {"cpu_cores": os.cpu_count(), "device": args.device, **_gpu()},
+        "machine": {"cpu_cores": os.cpu_count(), "device": args.device, "load_avg_1m": _load(), **_gpu()},
         "seconds": round(time.time() - t_start, 1),
     }
-    detail = {"sft": res_sft, "grpo": res_grpo, "packing": {
-        "tokens_per_s": {"packed": tokens_per_s(packed), "padded": tokens_per_s(padded)}, "ceiling": ceiling,
+    detail = {"ratios": {r.name: r for r in ratios}, "sft": res_sft, "grpo": res_grpo, "reps": reps, "packing": {
+        "tokens_per_s": {"packed": statistics.median(a for a, _ in pack_m),
+                         "padded": statistics.median(b for _, b in pack_m)}, "ceiling": ceiling,
         "per_row": per_row, "windows": windows,
         "loss": {"packed": loss_by_steps(packed, windows), "padded": loss_by_steps(padded, windows)},
         "tokens": {"packed": num_tokens(packed), "padded": num_tokens(padded)}},
-        "generation": {"auto": g_auto, "trl_default": g_def,
-                       "reward_curve": {"auto": reward_curve(gen["auto"]), "trl_default": reward_curve(gen["trl-default"])}},
+        "generation": {"auto": {"completions_per_s": statistics.median(a["completions_per_s"] for a, _ in gen_m),
+                                "s_per_step": statistics.median(a["s_per_step"] for a, _ in gen_m)},
+                       "trl_default": {"completions_per_s": statistics.median(b["completions_per_s"] for _, b in gen_m),
+                                       "s_per_step": statistics.median(b["s_per_step"] for _, b in gen_m)},
+                       "reward_curve": {"auto": reward_curve(gen["auto"][0]),
+                                        "trl_default": reward_curve(gen["trl-default"][0])}},
         "source": source, "demo_steps": demo_steps}
-    (tmp / "result.json").write_text(json.dumps({"result": result, "detail": detail}, indent=1))
+    (tmp / "result.json").write_text(json.dumps({"result": result, "detail": detail}, indent=1, default=vars))
     if not args.no_doc:
         write_section("trl", _markdown(result, detail))
     if args.json:
         print(json.dumps(result))
     else:
         print(_markdown(result, detail))
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _gpu() -> dict:
@@ -269,23 +312,31 @@ def _fmt(x, nd=3):
 
 
 def _markdown(r: dict, d: dict) -> str:
-    s, g, p, gen = d["sft"], d["grpo"], d["packing"], d["generation"]
+    s, g, p, gen, rr = d["sft"], d["grpo"], d["packing"], d["generation"], d["ratios"]
     loss_rows = "\n".join(f"| {w[0]}-{w[1]} | {_fmt(a)} | {_fmt(b)} |" for w, a, b in zip(
         p["windows"], p["loss"]["packed"], p["loss"]["padded"]))
     curve = lambda xs: " → ".join(f"{x:.2f}" for x in xs)  # noqa: E731
+    cell = lambda name, nd=3: rr[name].text(nd)  # noqa: E731
+    flagged = [name for name in rr if not rr[name].trusted]
+    verdict = (f"**Not trusted in this run: {', '.join(flagged)}** (the pairs disagree; see the table)."
+               if flagged else f"Every ratio's pairs agreed within {next(iter(rr.values())).tolerance:.0%} of "
+                               "its median.")
     return f"""Measured by `python bench/run.py --json` (bench/bench_trl.py) in one run on {time.strftime('%Y-%m-%d')},
-{r['machine']['cpu_cores']} CPU cores, no GPU, {r['seconds']:.0f} s in all. Rows: {d['source']}, 400 rows. Model:
-random-weight Llama shape (hidden 256, 4 layers, 4k BPE vocabulary trained on the rows) in 4-bit NF4 + LoRA r=16
-on all linear layers, fp32 compute. Each ratio is taken against its baseline in the same run; s/step is the mean
-over the steps after the first (which pays one-off warm-up), best of three alternated runs per side.
+{r['machine']['cpu_cores']} CPU cores (1-minute load average {r['machine'].get('load_avg_1m')} at the end), no GPU,
+{r['seconds']:.0f} s in all. Rows: {d['source']}, 400 rows. Model: random-weight Llama shape (hidden 256, 4 layers,
+4k BPE vocabulary trained on the rows) in 4-bit NF4 + LoRA r=16 on all linear layers, fp32 compute.
 
-| ratio | value | what |
-|---|---:|---|
-| `overhead_vs_trl` | **{r['overhead_vs_trl']:.3f}** | SFT s/step: qlora-app {s['s_per_step']['ours']:.3f} / plain TRL {s['s_per_step']['plain']:.3f} (batch 4, 20 steps, packing off on both) |
-| `grpo_overhead_vs_trl` | **{r['grpo_overhead_vs_trl']:.3f}** | GRPO s/step: qlora-app {g['s_per_step']['ours']:.3f} / plain TRL {g['s_per_step']['plain']:.3f} (8 completions x 48 tokens, shaped reward on both) |
-| `sft_packing_speedup` | **{r['sft_packing_speedup']:.2f}** | SFT tokens/s: one packed row of 1024 tokens per step {p['tokens_per_s']['packed']:.0f} / {p['per_row']} padded rows per step (as many examples as a packed row holds) {p['tokens_per_s']['padded']:.0f}; in such batches padding makes {p['ceiling']:.2f}x the real tokens |
-| `grpo_generation_speedup` | **{r['grpo_generation_speedup']:.2f}** | completions/s sampling: qlora-app auto (merged sampler, 64 at once) {gen['auto']['completions_per_s']:.1f} / TRL defaults (4-bit model, 32 at once) {gen['trl_default']['completions_per_s']:.1f} (demo recipe) |
-| `grpo_step_speedup` | {r['grpo_step_speedup']:.2f} | whole GRPO step on the demo recipe: TRL default {gen['trl_default']['s_per_step']:.3f} s / auto {gen['auto']['s_per_step']:.3f} s |
+How to read it: every ratio comes from {d['reps']} interleaved pairs (A B, B A, ...: drift hits both sides alike),
+one ratio per pair; the value is the median, in brackets the lowest and highest pair (bench/ratio.py). A run's
+s/step is its median optimizer step after the first (which pays one-off warm-up). {verdict}
+
+| ratio | median (lowest-highest pair) | what |
+|---|---|---|
+| `overhead_vs_trl` | {cell('overhead_vs_trl')} | SFT s/step: qlora-app {s['s_per_step']['ours']:.3f} / plain TRL {s['s_per_step']['plain']:.3f} (medians; batch 4, 20 steps, packing off on both) |
+| `grpo_overhead_vs_trl` | {cell('grpo_overhead_vs_trl')} | GRPO s/step: qlora-app {g['s_per_step']['ours']:.3f} / plain TRL {g['s_per_step']['plain']:.3f} (8 completions x 48 tokens, shaped reward on both) |
+| `sft_packing_speedup` | {cell('sft_packing_speedup', 2)} | SFT tokens/s: one packed row of 1024 tokens per step {p['tokens_per_s']['packed']:.0f} / {p['per_row']} padded rows per step (as many examples as a packed row holds) {p['tokens_per_s']['padded']:.0f}; in such batches padding makes {p['ceiling']:.2f}x the real tokens |
+| `grpo_generation_speedup` | {cell('grpo_generation_speedup', 2)} | completions/s sampling: qlora-app auto (merged sampler, 64 at once) {gen['auto']['completions_per_s']:.1f} / TRL defaults (4-bit model, 32 at once) {gen['trl_default']['completions_per_s']:.1f} (demo recipe) |
+| `grpo_step_speedup` | {cell('grpo_step_speedup', 2)} | whole GRPO step on the demo recipe: TRL default {gen['trl_default']['s_per_step']:.3f} s / auto {gen['auto']['s_per_step']:.3f} s |
 
 Same work on both sides: SFT num_tokens {s['num_tokens']['ours']:,.0f} (qlora-app) vs {s['num_tokens']['plain']:,.0f}
 (plain TRL); loss at step 1 {_fmt(s['first_loss']['ours'], 4)} vs {_fmt(s['first_loss']['plain'], 4)}; GRPO loss at step 1

@@ -72,14 +72,20 @@ def install() -> None:
 
 
 def summary(rec: dict, skip: int = 1) -> dict:
-    """Seconds per optimizer step after ``skip`` warm-up steps, and the shares of that window spent sampling and
-    scoring rewards (the rest: log-prob passes, forward/backward, optimizer)."""
+    """Seconds per optimizer step after ``skip`` warm-up steps -- the median step (a burst of load on a shared
+    machine that stalls a few steps moves a mean, not a median; the mean is kept as mean_s_per_step) -- and the
+    shares of that window spent sampling and scoring rewards (the rest: log-prob passes, forward/backward,
+    optimizer)."""
+    import statistics
+
     steps = rec["steps"]
     if len(steps) <= skip + 1:
         raise RuntimeError(f"only {len(steps)} steps recorded")
     t0, t1 = steps[skip - 1] if skip else steps[0], steps[-1]
     n = len(steps) - (skip if skip else 1)
     window = t1 - t0
+    first = skip - 1 if skip else 0
+    durations = [b - a for a, b in zip(steps[first:], steps[first + 1:])]
 
     def inside(key):
         return sum(d for s, d in rec[key] if s >= t0 and s + d <= t1 + 1e-6)
@@ -88,7 +94,7 @@ def summary(rec: dict, skip: int = 1) -> dict:
     done = [(s, d) for s, d in rec["generate"] if s >= t0 and s + d <= t1 + 1e-6]
     calls = max(1, len(rec["generate"]))
     per_call = rec["completions"] / calls
-    return {"s_per_step": window / n, "steps": n, "window_s": window, "generation_s": gen, "reward_s": rew,
+    return {"s_per_step": statistics.median(durations), "mean_s_per_step": window / n, "steps": n, "window_s": window, "generation_s": gen, "reward_s": rew,
             "completions_per_s": (per_call * len(done) / gen) if gen else None,
             "shares": {"generation": gen / window, "reward": rew / window, "train": 1 - (gen + rew) / window}}
 

@@ -1,0 +1,94 @@
+"""Ratios that hold on a busy machine.
+
+One run of each side gives one ratio, and on a shared 2-core machine one ratio can be anything (a packing
+speed-up of 0.39 on a busy afternoon, 1.42 on a quiet one). So every ratio here comes from repeats run
+*interleaved* (A B, then B A, ...: drift in the machine's speed and any first-run/second-run effect hit both sides
+alike), one ratio per adjacent pair, reported as the median with the spread (lowest and highest pair). When the
+pairs disagree by more than ``tolerance`` (relative to the median) the ratio is not trusted: its value is printed
+as null, the reason is said, and ``run.py --strict`` exits non-zero -- a wrong number is never printed as a
+measurement.
+
+Within one run, a step's time is the median over its optimizer steps (see steptimer.summary): a burst of load
+that stalls a few steps moves a mean, not a median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Callable
+
+TOLERANCE = 0.15  # (highest pair - lowest pair) / median above this: the pairs disagree, the ratio is not trusted
+
+
+@dataclass
+class Ratio:
+    name: str
+    pairs: list[float]  # one ratio per interleaved pair
+    tolerance: float = TOLERANCE
+    sides: list[tuple[float, float]] = field(default_factory=list)  # the (a, b) measurements behind each pair
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.pairs)
+
+    @property
+    def low(self) -> float:
+        return min(self.pairs)
+
+    @property
+    def high(self) -> float:
+        return max(self.pairs)
+
+    @property
+    def spread(self) -> float:
+        """Relative width of the pairs' range."""
+        return (self.high - self.low) / abs(self.median) if self.median else float("inf")
+
+    @property
+    def trusted(self) -> bool:
+        return len(self.pairs) >= 2 and self.spread <= self.tolerance
+
+    def why_not(self) -> str | None:
+        if self.trusted:
+            return None
+        if len(self.pairs) < 2:
+            return "one pair only: no spread to judge it by"
+        return (f"pairs range {self.low:.3f}-{self.high:.3f} ({self.spread:.0%} of the median, over the "
+                f"{self.tolerance:.0%} allowed): the machine was too noisy to trust it; run again on a quiet machine")
+
+    def text(self, nd: int = 3) -> str:
+        """'1.021 (0.998-1.030, 5 pairs)' or 'not trusted: ...' for tables."""
+        head = f"{self.median:.{nd}f} ({self.low:.{nd}f}-{self.high:.{nd}f}, {len(self.pairs)} pairs)"
+        return head if self.trusted else f"**not trusted**: median {head}; {self.why_not()}"
+
+
+def interleave(run_a: Callable[[str], float], run_b: Callable[[str], float], reps: int) -> list[tuple[float, float]]:
+    """``reps`` measurements of each side, alternating which goes first: [(a, b), ...]. Each callable gets a tag
+    unique to its run (for its output folders) and returns its measurement."""
+    out = []
+    for rep in range(reps):
+        if rep % 2 == 0:
+            a = run_a(f"a{rep}")
+            b = run_b(f"b{rep}")
+        else:
+            b = run_b(f"b{rep}")
+            a = run_a(f"a{rep}")
+        out.append((a, b))
+    return out
+
+
+def ratio(name: str, measured: list[tuple[float, float]], tolerance: float = TOLERANCE,
+          invert: bool = False) -> Ratio:
+    """a / b per pair (b / a with ``invert``: a speed-up from times)."""
+    pairs = [(b / a) if invert else (a / b) for a, b in measured]
+    return Ratio(name, pairs, tolerance, list(measured))
+
+
+def as_json(ratios: list[Ratio], nd: int = 3) -> dict:
+    """{name: median or None, ..., "spread": {name: [low, high]}, "untrusted": {name: reason}}."""
+    out: dict = {r.name: (round(r.median, nd) if r.trusted else None) for r in ratios}
+    out["spread"] = {r.name: [round(r.low, nd), round(r.high, nd)] for r in ratios}
+    out["pairs"] = {r.name: len(r.pairs) for r in ratios}
+    out["untrusted"] = {r.name: r.why_not() for r in ratios if not r.trusted}
+    return out
