@@ -257,8 +257,7 @@ def main() -> None:
                        gen_side("trl-default", ("grpo.generation_batch_size=32", "grpo.sampler=plain")), reps)
     r_gen = ratio("grpo_generation_speedup", [(a["completions_per_s"], b["completions_per_s"]) for a, b in gen_m], tol)
     r_step = ratio("grpo_step_speedup", [(a["s_per_step"], b["s_per_step"]) for a, b in gen_m], tol, invert=True)
-    g_auto, g_def = summary(gen["auto"][0]), summary(gen["trl-default"][0])
-    shares = {k: statistics.median(a["shares"][k] for a, _ in gen_m) for k in g_auto["shares"]}
+    shares = {k: statistics.median(a["shares"][k] for a, _ in gen_m) for k in gen_m[0][0]["shares"]}
 
     ratios = [r_sft, r_grpo, r_pack, r_gen, r_step]
     result = {

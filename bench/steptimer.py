@@ -94,7 +94,8 @@ def summary(rec: dict, skip: int = 1) -> dict:
     done = [(s, d) for s, d in rec["generate"] if s >= t0 and s + d <= t1 + 1e-6]
     calls = max(1, len(rec["generate"]))
     per_call = rec["completions"] / calls
-    return {"s_per_step": statistics.median(durations), "mean_s_per_step": window / n, "steps": n, "window_s": window, "generation_s": gen, "reward_s": rew,
+    return {"s_per_step": statistics.median(durations), "mean_s_per_step": window / n, "steps": n,
+            "window_s": window, "generation_s": gen, "reward_s": rew,
             "completions_per_s": (per_call * len(done) / gen) if gen else None,
             "shares": {"generation": gen / window, "reward": rew / window, "train": 1 - (gen + rew) / window}}
 
