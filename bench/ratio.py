@@ -4,9 +4,9 @@ One run of each side gives one ratio, and on a shared 2-core machine one ratio c
 speed-up of 0.39 on a busy afternoon, 1.42 on a quiet one). So every ratio here comes from repeats run
 *interleaved* (A B, then B A, ...: drift in the machine's speed and any first-run/second-run effect hit both sides
 alike), one ratio per adjacent pair, reported as the median with the spread (lowest and highest pair). When the
-pairs disagree by more than ``tolerance`` (relative to the median) the ratio is not trusted: its value is printed
-as null, the reason is said, and ``run.py --strict`` exits non-zero -- a wrong number is never printed as a
-measurement.
+middle half of the pairs is wider than ``tolerance`` (relative to the median) the ratio is not trusted: its value
+is printed as null, the reason is said, and ``run.py --strict`` exits non-zero -- a wrong number is never printed
+as a measurement.
 
 Within one run, a step's time is the median over its optimizer steps (see steptimer.summary): a burst of load
 that stalls a few steps moves a mean, not a median.
@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-TOLERANCE = 0.15  # (highest pair - lowest pair) / median above this: the pairs disagree, the ratio is not trusted
+TOLERANCE = 0.10  # the middle half of the pairs wider than this (relative to the median): not trusted
 
 
 @dataclass
@@ -41,20 +41,31 @@ class Ratio:
         return max(self.pairs)
 
     @property
+    def quartiles(self) -> tuple[float, float]:
+        if len(self.pairs) < 2:
+            return self.pairs[0], self.pairs[0]
+        q1, _, q3 = statistics.quantiles(self.pairs, n=4, method="inclusive")
+        return q1, q3
+
+    @property
     def spread(self) -> float:
-        """Relative width of the pairs' range."""
-        return (self.high - self.low) / abs(self.median) if self.median else float("inf")
+        """Width of the middle half of the pairs, relative to the median. (Not the full range: on a shared
+        machine one pair in five can meet a burst of load, and the median already ignores it; when half of them
+        disagree, no number is right.)"""
+        q1, q3 = self.quartiles
+        return (q3 - q1) / abs(self.median) if self.median else float("inf")
 
     @property
     def trusted(self) -> bool:
-        return len(self.pairs) >= 2 and self.spread <= self.tolerance
+        return len(self.pairs) >= 3 and self.spread <= self.tolerance
 
     def why_not(self) -> str | None:
         if self.trusted:
             return None
-        if len(self.pairs) < 2:
-            return "one pair only: no spread to judge it by"
-        return (f"pairs range {self.low:.3f}-{self.high:.3f} ({self.spread:.0%} of the median, over the "
+        if len(self.pairs) < 3:
+            return f"{len(self.pairs)} pair(s) only: too few to judge the spread by (3 at least)"
+        q1, q3 = self.quartiles
+        return (f"the middle half of the pairs spans {q1:.3f}-{q3:.3f} ({self.spread:.0%} of the median, over the "
                 f"{self.tolerance:.0%} allowed): the machine was too noisy to trust it; run again on a quiet machine")
 
     def text(self, nd: int = 3) -> str:

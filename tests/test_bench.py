@@ -37,7 +37,7 @@ class Machine:
 TRUE_RATIO = 1.02  # side A costs 1.02 s/step, side B 1.00
 
 
-def measure(machine: Machine, reps: int = 4) -> R.Ratio:
+def measure(machine: Machine, reps: int = 5) -> R.Ratio:
     return R.ratio("x", R.interleave(machine.side(1.02), machine.side(1.00), reps))
 
 
@@ -59,31 +59,43 @@ def test_short_stalls_inside_a_run_move_the_mean_not_the_median():
     assert measure(m).trusted and abs(measure(m).median - TRUE_RATIO) < 0.01
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_noisy_machine_is_flagged_not_printed(seed):
-    """Load that comes and goes between runs: one pair alone can be far off (what a single run printed before);
-    the pairs disagree, so the ratio is null with the reason, never a wrong number."""
-    r = measure(Machine(seed, run_load=2.0))
-    assert not r.trusted
-    assert max(abs(p - TRUE_RATIO) for p in r.pairs) > 0.15  # a single pair would have printed a wrong number
-    out = R.as_json([r])
-    assert out["x"] is None and "too noisy" in out["untrusted"]["x"]
-    assert out["spread"]["x"][0] < out["spread"]["x"][1]
+def test_noisy_machine_never_prints_a_wrong_number():
+    """Load that comes and goes between runs (another job on the machine): one pair alone is often far off (what a
+    single run printed before). Over many seeds the ratio is either flagged (null, with the reason) or, where most
+    pairs happened to agree, right: never a wrong number."""
+    flagged, single_wrong = 0, 0
+    for seed in range(30):
+        r = measure(Machine(seed, run_load=2.0))
+        single_wrong += abs(r.pairs[0] - TRUE_RATIO) > 0.15
+        out = R.as_json([r])
+        if r.trusted:
+            assert abs(out["x"] - TRUE_RATIO) <= 0.05, (seed, r.pairs)
+        else:
+            flagged += 1
+            assert out["x"] is None and "too noisy" in out["untrusted"]["x"]
+            assert out["spread"]["x"][0] < out["spread"]["x"][1]
+    assert single_wrong >= 15 and flagged >= 15, (single_wrong, flagged)
 
 
 def test_interleave_alternates_which_side_goes_first():
     order = []
     R.interleave(lambda t: order.append(t) or 1.0, lambda t: order.append(t) or 1.0, 4)
-    assert order == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]
+    assert order == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]  # each side first as often
 
 
-def test_one_pair_is_never_trusted():
-    r = R.ratio("x", [(1.0, 1.0)])
-    assert not r.trusted and "one pair" in r.why_not()
+def test_too_few_pairs_are_never_trusted():
+    for n in (1, 2):
+        r = R.ratio("x", [(1.0, 1.0)] * n)
+        assert not r.trusted and "too few" in r.why_not()
+
+
+def test_one_disturbed_pair_in_five_moves_neither_the_median_nor_the_verdict():
+    r = R.ratio("x", [(1.02, 1.0), (1.03, 1.0), (1.4, 1.0), (1.01, 1.0), (1.02, 1.0)])
+    assert r.trusted and r.median == pytest.approx(1.02) and r.high == pytest.approx(1.4)
 
 
 def test_inverted_ratio_is_a_speedup_from_times():
-    r = R.ratio("speedup", [(0.5, 1.0), (0.5, 1.0)], invert=True)
+    r = R.ratio("speedup", [(0.5, 1.0)] * 3, invert=True)
     assert r.median == pytest.approx(2.0) and r.trusted
 
 
@@ -94,17 +106,17 @@ def _fake_bench(tmp_path: Path, result: dict) -> Path:
 
 def test_strict_exits_nonzero_on_an_untrusted_ratio(tmp_path, capsys):
     noisy = R.as_json([R.ratio("sft_packing_speedup", [(1.4, 1.0), (0.39, 1.0), (1.1, 1.0)]),
-                       R.ratio("overhead_vs_trl", [(1.0, 1.0), (1.01, 1.0)])])
+                       R.ratio("overhead_vs_trl", [(1.0, 1.0), (1.01, 1.0), (1.0, 1.0)])])
     here = _fake_bench(tmp_path, noisy)
     assert bench_run.main(["--json", "--strict"], here=here) == bench_run.NOISY_EXIT
     out, err = capsys.readouterr()
     printed = json.loads(out.strip().splitlines()[-1])
-    assert printed["sft_packing_speedup"] is None and printed["overhead_vs_trl"] == 1.005
+    assert printed["sft_packing_speedup"] is None and printed["overhead_vs_trl"] == 1.0
     assert "not trusted: sft_packing_speedup" in err
     assert bench_run.main(["--json"], here=here) == 0  # without --strict it reports, and does not fail
 
 
 def test_strict_passes_when_every_ratio_is_trusted(tmp_path, capsys):
-    quiet = R.as_json([R.ratio("overhead_vs_trl", [(1.0, 1.0), (1.01, 1.0)])])
+    quiet = R.as_json([R.ratio("overhead_vs_trl", [(1.0, 1.0), (1.01, 1.0), (1.0, 1.0)])])
     assert bench_run.main(["--json", "--strict"], here=_fake_bench(tmp_path, quiet)) == 0
     assert "not trusted" not in capsys.readouterr().err
