@@ -1,12 +1,29 @@
-"""Curves: a PNG in the run directory and a one-line sparkline for the terminal."""
+"""Curves people can read: one figure, drawn here for both the run's curves.png and the UI's live view, and a
+one-line sparkline for the terminal.
+
+What a reader needs from a training curve, and why each choice:
+- one step axis for every panel (from 0 to the run's max_steps while it runs: where it is, at a glance);
+- every logged point a marker, so a single logged point is visible;
+- rewards and losses smoothed (an EMA over about a fifth of the points, drawn bold) with the raw values faint
+  behind: GRPO's per-step reward zigzags by design;
+- a y-range no narrower than a sensible minimum, so flat noise (0.62308-0.62318) looks flat, not like a cliff;
+- legends with the reward components' names, in the registry's colours;
+- held-out accuracy on its own 0-100% panel, the best point marked; peak memory on its own panel.
+
+``panels()`` decides what is drawn (plain data, tested without matplotlib); ``figure()`` draws it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app import rundir
+from app.reward_registry import COMPONENTS
 
 _BARS = "▁▂▃▄▅▆▇█"
+_COLOURS = {c.name: c.colour for c in COMPONENTS}
+_MARKERS_UP_TO = 80  # more points than this: the raw curve is a faint line without markers
 
 
 def sparkline(values: list[float], width: int = 48) -> str:
@@ -38,33 +55,161 @@ def curve_keys(records: list[dict]) -> list[str]:
     return keys + rundir.component_keys(records) + held
 
 
-def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
-    records = rundir.read_metrics(run_dir)
-    keys = curve_keys(records)
-    if not keys:
+def ema(values: list[float], span: int) -> list[float]:
+    """Exponential moving average with bias correction (the first points are not pulled toward 0)."""
+    alpha = 2.0 / (span + 1)
+    out, acc, weight = [], 0.0, 0.0
+    for v in values:
+        acc = (1 - alpha) * acc + alpha * v
+        weight = (1 - alpha) * weight + alpha
+        out.append(acc / weight)
+    return out
+
+
+def smoothing_span(n: int) -> int:
+    """About a fifth of the points (TensorBoard's default smoothing on a short run), at most 50."""
+    return min(50, max(1, round(n / 5)))
+
+
+def readable_limits(values: list[float], min_span: float, pad: float = 0.08) -> tuple[float, float] | None:
+    """The data's range, widened to at least ``min_span`` around its middle, padded."""
+    if not values:
         return None
-    import matplotlib
+    lo, hi = min(values), max(values)
+    if hi - lo < min_span:
+        mid = (lo + hi) / 2
+        lo, hi = mid - min_span / 2, mid + min_span / 2
+    p = (hi - lo) * pad
+    return lo - p, hi + p
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    n = len(keys)
-    cols = min(3, n)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
-        xs, ys = series(records, key)
-        ax.plot(xs, ys, marker="." if len(xs) < 40 else None)
-        comp = rundir.component_of(key)
-        titles = {rundir.EVAL_ACCURACY: "held-out accuracy (greedy)", rundir.EVAL_REWARD: "held-out reward"}
-        ax.set_title(f"{comp} (reward)" if comp else titles.get(key, key))
+def _min_span(values: list[float], floor: float) -> float:
+    """A quarter of the values' magnitude (a relative change that matters), never below ``floor``."""
+    return max(floor, 0.25 * max(abs(v) for v in values)) if values else floor
+
+
+@dataclass
+class Series:
+    name: str
+    xs: list[int]
+    ys: list[float]
+    colour: str | None = None
+    smooth: bool = True  # draw an EMA over it, the raw points faint behind
+    label: str | None = None  # legend text (None: not in the legend)
+
+
+@dataclass
+class Panel:
+    key: str  # loss | reward | components | heldout | memory
+    title: str
+    series: list[Series] = field(default_factory=list)
+    ylim: tuple[float, float] | None = None
+    percent: bool = False
+    best: tuple[int, float] | None = None  # held-out: (step, value) of the best point
+
+
+def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Panel], tuple[float, float]]:
+    """What the figure shows, and the one step range every panel shares."""
+    out: list[Panel] = []
+    grpo = any(r.get("reward") is not None for r in records)
+    xs, ys = series(records, "loss")
+    if xs:
+        title = "loss (GRPO's stays near 0 by design: read the reward)" if grpo else "training loss"
+        s = Series("loss", xs, ys, "#444444")
+        out.append(Panel("loss", title, [s], readable_limits(ys, _min_span(ys, 0.05))))
+    xs, ys = series(records, "reward")
+    if xs:
+        out.append(Panel("reward", "reward (total, weighted)", [Series("reward", xs, ys, "#333399")],
+                         readable_limits(ys, _min_span(ys, 0.2))))
+    comps = []
+    order = {name: i for i, name in enumerate(_COLOURS)}  # the registry's order (the sliders'), then custom ones
+    for key in sorted(rundir.component_keys(records), key=lambda k: (order.get(rundir.component_of(k), 99), k)):
+        name = rundir.component_of(key)
+        cx, cy = series(records, key)
+        comps.append(Series(name, cx, cy, _COLOURS.get(name), label=name))
+    if comps:
+        every = [y for s in comps for y in s.ys]
+        out.append(Panel("components", "reward components (unweighted)", comps,
+                         readable_limits(every, _min_span(every, 0.2))))
+    held = rundir.EVAL_ACCURACY if any(r.get(rundir.EVAL_ACCURACY) is not None for r in records) else (
+        rundir.EVAL_REWARD if any(r.get(rundir.EVAL_REWARD) is not None for r in records) else None)
+    if held:
+        hx, hy = series(records, held)
+        acc = held == rundir.EVAL_ACCURACY
+        best = max(zip(hx, hy), key=lambda p: (p[1], -p[0]))  # the earliest of equal bests, as the run records it
+        label = "accuracy (greedy)" if acc else "mean reward (greedy)"
+        out.append(Panel("heldout", f"held-out {label}", [Series(held, hx, hy, "#2ca02c", smooth=False,
+                                                                  label=label)],
+                         (-0.02, 1.02) if acc else readable_limits(hy, _min_span(hy, 0.2)), percent=acc,
+                         best=best))
+    mx, my = series(records, rundir.PEAK_RESERVED)
+    if mx:
+        where = next((r.get(rundir.PEAK_DEVICE) for r in reversed(records) if r.get(rundir.PEAK_DEVICE)), "") or ""
+        unit = "GPU reserved" if where.startswith("cuda") else "process peak RSS"
+        out.append(Panel("memory", f"peak memory (GiB, {unit})", [Series("memory", mx, my, "#8c564b", smooth=False)],
+                         (0.0, max(my) * 1.15 or 1.0)))
+    steps = [x for p in out for s in p.series for x in s.xs]
+    right = max([*steps, max_steps or 0, 1])
+    return out, (0.0, right * 1.02 + 0.5)
+
+
+def figure(records: list[dict], title: str = "", max_steps: int | None = None):
+    """A matplotlib Figure (object API: no pyplot state, safe from the UI's worker threads), or None."""
+    shown, xlim = panels(records, max_steps)
+    if not shown:
+        return None
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    cols = min(3, len(shown))
+    rows = (len(shown) + cols - 1) // cols
+    fig = Figure(figsize=(4.6 * cols, 3.0 * rows), dpi=90, layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, panel in zip(axes.flat, shown):
+        for s in panel.series:
+            _draw(ax, s)
+        if panel.best:
+            step, value = panel.best
+            shown_value = f"{value:.0%}" if panel.percent else f"{value:.3g}"
+            ax.plot([step], [value], marker="*", markersize=13, color="#d4a017", linestyle="none",
+                    label=f"best: {shown_value} at step {step}", zorder=5)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlim(*xlim)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if panel.ylim:
+            ax.set_ylim(*panel.ylim)
+        if panel.percent:
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[n:]:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best", framealpha=0.8)
+    for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")
-    fig.suptitle(Path(run_dir).name, fontsize=9)
-    fig.tight_layout()
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def _draw(ax, s: Series) -> None:
+    n = len(s.xs)
+    marker = "o" if n <= _MARKERS_UP_TO else None
+    if not s.smooth or n < 3:  # nothing to smooth: the points themselves, in full
+        ax.plot(s.xs, s.ys, marker="o", markersize=4, color=s.colour, linewidth=1.5, label=s.label)
+        return
+    span = smoothing_span(n)
+    ax.plot(s.xs, s.ys, marker=marker, markersize=2.5, color=s.colour, alpha=0.3, linewidth=0.8,
+            label=None if s.label else "per logged step")
+    ax.plot(s.xs, ema(s.ys, span), color=s.colour, linewidth=2.0,
+            label=s.label if s.label else f"smoothed (EMA over ~{span} points)")
+
+
+def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
+    records = rundir.read_metrics(run_dir)
+    max_steps = (rundir.read_status(run_dir) or {}).get("max_steps")
+    fig = figure(records, Path(run_dir).name, max_steps)
+    if fig is None:
+        return None
     out = Path(out or Path(run_dir) / rundir.CURVES)
-    fig.savefig(out, dpi=90)
-    plt.close(fig)
+    fig.savefig(out)
     return out

@@ -19,7 +19,7 @@ HEAVY = {"torch", "transformers", "trl", "peft", "gradio", "datasets", "matplotl
 # Lowest first. A module may import its own layer and the ones below, never one above.
 LAYERS = (
     ("app.errors", "app.assets", "app.reward_registry", "app.batching", "app.rundir", "app.runtime",
-     "app.cpu_threads"),
+     "app.cpu_threads", "app.cpu_alloc"),
     ("app.config_schema", "app.config_keys", "app.config", "app.presets"),
     ("app.data", "app.rewards", "app.memory", "app.models", "app.unsloth_backend", "app.plots", "app.runs"),
     ("app.train", "app.eval", "app.export", "app.doctor", "app.report"),

@@ -42,9 +42,9 @@ def test_only_the_registry_lists_the_reward_components():
 
 def test_every_reader_follows_the_registry():
     from app.config import RewardConfig
+    from app.plots import _COLOURS
     from app.rewards import _CLASSES, build_reward_funcs, effective_weights
     from app.ui import handlers as h
-    from app.ui.widgets import COMPONENT_COLOURS, COMPONENT_SEED
 
     assert set(_CLASSES) == set(registry.NAMES)
     assert RewardConfig().weights == {c.name: c.weight for c in registry.COMPONENTS if c.default_on}
@@ -54,8 +54,7 @@ def test_every_reader_follows_the_registry():
     no_ref = [f.__name__ for f in build_reward_funcs(RewardConfig(accuracy=True), has_reference=False)[0]]
     assert no_ref == [c.name for c in registry.COMPONENTS if not c.needs_reference]
     assert list(h.WEIGHTS.values()) == list(registry.NAMES)  # a slider per component, accuracy included
-    assert [r["series"] for r in COMPONENT_SEED] == list(registry.NAMES)
-    assert COMPONENT_COLOURS == {c.name: c.colour for c in registry.COMPONENTS}
+    assert _COLOURS == {c.name: c.colour for c in registry.COMPONENTS}  # curves.png and the UI: one figure
     assert effective_weights()["accuracy"] == 0.0 and effective_weights(RewardConfig(accuracy=True))["accuracy"] == 1.0
     with pytest.raises(Exception, match="did you mean 'format'"):
         RewardConfig(weights={"formatt": 1.0})

@@ -1,8 +1,9 @@
 """End to end in a real headless Chromium: start a tiny GRPO run from the Train tab, watch it finish with plotted
-curves, find it in Runs, compare base vs adapter in Compare, chat with both in Chat. Saves a screenshot of each tab
-into a temporary folder, or into $QLORA_APP_SCREENSHOTS: `QLORA_APP_SCREENSHOTS=docs python -m pytest tests/test_ui_browser.py -m browser`
-refreshes the README's pictures (tests never write into tracked files otherwise). With $QLORA_APP_DEMO_RUN set to a
-run folder of `qlora-app demo`, the Compare screenshot shows that trained adapter on held-out problems."""
+curves and the log's newest line in view, find it in Runs (the table fits the page), extend it with Resume and
+watch the view follow it, compare base vs adapter in Compare, chat with both in Chat. Saves a screenshot of each tab
+into a temporary folder, or into $QLORA_APP_SCREENSHOTS (tests never write into tracked files). With
+$QLORA_APP_DEMO_RUN set to a run folder of `qlora-app demo`, Compare and Chat also show that trained adapter. The
+docs' pictures come from a realistic run instead: `python docs/ui_tour.py --docs`."""
 
 import os
 import re
@@ -27,9 +28,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _lines_drawn(page, elem_id: str) -> bool:
-    """A Vega line mark with a path (`d=`) and a colour (`stroke=`): a curve is really on screen."""
-    return page.locator(f"#{elem_id} path[aria-roledescription='line mark'][d][stroke]").count() > 0
+def _curves_drawn(page, elem_id: str) -> bool:
+    """The run's curves figure (a PNG) is on screen and decoded."""
+    img = page.locator(f"#{elem_id} img")
+    return img.count() > 0 and img.first.evaluate("el => el.complete && el.naturalWidth > 0")
+
+
+def _log_at_end(page) -> bool:
+    """The train.log box shows its newest line (scrolled to the bottom)."""
+    return page.locator("#train-log textarea").evaluate(
+        "el => el.scrollHeight <= el.clientHeight + 4 || el.scrollTop + el.clientHeight >= el.scrollHeight - 4")
 
 
 def test_train_runs_compare_in_chromium(tmp_path):
@@ -82,10 +90,16 @@ def test_train_runs_compare_in_chromium(tmp_path):
             expect(page.locator("#train-status")).to_contain_text("finished", timeout=400_000)
             expect(page.locator("#train-progress")).to_contain_text("3 / 3 steps")
             deadline = time.time() + 30
-            while not (_lines_drawn(page, "train-loss-plot") and _lines_drawn(page, "train-comp-plot")):
-                assert time.time() < deadline, "no curve drawn in the live plots"
+            while not _curves_drawn(page, "train-curves"):
+                assert time.time() < deadline, "no curves drawn in the Train tab"
                 time.sleep(0.5)
             expect(page.locator("#train-log textarea")).to_have_value(re.compile("finished at step 3"), timeout=20_000)
+            time.sleep(2.5)  # a tick after the last write
+            assert _log_at_end(page), "the train.log box does not show its newest line"
+            log_text = page.locator("#train-log textarea").input_value()
+            warned = [ln for ln in log_text.splitlines() if "WARNING" in ln]
+            assert len(warned) == len(set(warned)), "a warning is shown twice"
+            assert "{'" not in log_text.splitlines()[0], "a raw Python dict in the log"
             # the refusal is no longer true once the run has ended, and leaves the page
             expect(page.locator("#train-message")).not_to_contain_text("already in progress", timeout=20_000)
             page.screenshot(path=str(shots / "ui-train.png"), full_page=True)
@@ -98,9 +112,22 @@ def test_train_runs_compare_in_chromium(tmp_path):
             expect(page.locator("#run-status")).to_contain_text("adapter", timeout=20_000)
             expect(page.locator("#run-config")).to_contain_text("method: grpo")
             deadline = time.time() + 20
-            while not _lines_drawn(page, "run-loss-plot"):
-                assert time.time() < deadline, "no curve drawn in the Runs tab"
+            while not _curves_drawn(page, "run-curves"):
+                assert time.time() < deadline, "no curves drawn in the Runs tab"
                 time.sleep(0.5)
+            # the nine columns fit a 1400 px page: the last header cell ends inside the table's visible box
+            table = page.locator("#runs-table").bounding_box()
+            date_head = page.locator("#runs-table th").filter(has_text=re.compile(r"^\s*date\s*$")).first
+            box = date_head.bounding_box()
+            assert box and box["x"] + box["width"] <= table["x"] + table["width"] + 1 <= 1400, (box, table)
+            # Resume extends the finished run to 5 steps; the view follows it with no Refresh pressed
+            page.locator("#resume-steps input").fill("5")
+            page.locator("#resume-steps input").press("Tab")
+            page.locator("#resume-btn").click()
+            expect(page.locator("#run-message")).to_contain_text("resumed", timeout=30_000)
+            expect(page.locator("#run-status")).to_contain_text("step 5 / 5", timeout=300_000)
+            expect(page.locator("#run-status")).to_contain_text("finished", timeout=60_000)
+            expect(page.locator("#runs-table")).to_contain_text("5/5", timeout=20_000)
             page.screenshot(path=str(shots / "ui-runs.png"), full_page=True)
 
             # --- Compare: a typed prompt + 1 held-out row, base and adapter side by side

@@ -2,6 +2,7 @@
 field detection, run listing and curves. (The job manager is in test_ui_jobs.py, the browser in test_ui_browser.py.)"""
 
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from app.config import build_config, resolve
 from app.errors import UserError
 from app.presets import load_preset
 from app.ui import handlers as h
+from app.ui import run_view as rv
 from app.ui.launch import launch_kwargs, parse_auth
 
 
@@ -171,14 +173,18 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
     _fake_run(tmp_path, "done", rundir.FINISHED, metrics=recs)
     _fake_run(tmp_path, "crashed", rundir.FAILED, error="OutOfMemoryError: CUDA out of memory")
     _fake_run(tmp_path, "ghost", rundir.RUNNING, pid=2**22 + 7)  # no such process
-    rows = {r[0]: r for r in h.runs_rows(tmp_path)}
+    rows = {r[0]: r for r in rv.runs_rows(tmp_path)}
     assert rows["done"][1] == "finished" and rows["done"][5] == "3/3" and rows["done"][7] == 0.3
     assert rows["crashed"][1] == "failed"
     assert rows["ghost"][1] == rundir.CRASHED  # status.json says running, the process is gone
-    loss, reward, comps = h.curves(tmp_path / "done")
-    assert [r["value"] for r in loss] == [1.0, 0.5, 1 / 3]
-    assert {r["series"] for r in comps} == {"format", "length"} and len(comps) == 6
-    assert "OutOfMemoryError" in h.status_markdown(h.run_status(tmp_path / "crashed"))
+    fig = rv.curves(tmp_path / "done", max_steps=3)  # the figure curves.png is drawn from
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[0].startswith("loss") and titles[1].startswith("reward (total") and "components" in titles[2]
+    raw = fig.axes[0].get_lines()[0]  # every logged point, a marker each (the smoothed line over it)
+    assert list(raw.get_ydata()) == [1.0, 0.5, 1 / 3] and raw.get_marker() == "o"
+    assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["length", "format"]
+    assert rv.curves(tmp_path / "crashed") is None  # nothing logged yet: no empty chart
+    assert "OutOfMemoryError" in rv.status_markdown(rv.run_status(tmp_path / "crashed"))
 
 
 def test_run_view_shows_peak_memory(tmp_path):
@@ -186,23 +192,23 @@ def test_run_view_shows_peak_memory(tmp_path):
     fitted = "grpo.max_completion_length: 256 -> 128 (it filled the model's context)"
     _fake_run(tmp_path, "gpu", rundir.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
               adjustments=[fitted], **gpu)
-    shown = h.status_markdown(h.run_status(tmp_path / "gpu"))
+    shown = rv.status_markdown(rv.run_status(tmp_path / "gpu"))
     assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in shown
     assert "fast paths: sampling from a merged 16-bit copy, compiled" in shown
     assert f"adjusted {fitted}" in shown  # what the plan changed, and why
     # a crashed run has no final status write: the last logged peak stands in
     cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
     _fake_run(tmp_path, "cpu", rundir.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
-    assert "peak memory: 0.80 GiB peak RSS (CPU)" in h.status_markdown(h.run_status(tmp_path / "cpu"))
+    assert "peak memory: 0.80 GiB peak RSS (CPU)" in rv.status_markdown(rv.run_status(tmp_path / "cpu"))
     _fake_run(tmp_path, "old", rundir.FINISHED)  # runs from before peak memory was recorded
-    assert "peak memory" not in h.status_markdown(h.run_status(tmp_path / "old"))
+    assert "peak memory" not in rv.status_markdown(rv.run_status(tmp_path / "old"))
 
 
 def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):
     (tmp_path / rundir.LOG).write_text("start\n 10%\r 50%\r100%\nerror: boom\n")
-    assert h.log_tail(tmp_path) == "start\n100%\nerror: boom"
-    assert h.log_tail(tmp_path, 1) == "error: boom"
-    assert h.log_tail(None) == ""
+    assert rv.log_tail(tmp_path) == "start\n100%\nerror: boom"
+    assert rv.log_tail(tmp_path, 1) == "error: boom"
+    assert rv.log_tail(None) == ""
 
 
 def test_launch_defaults_are_safe(tmp_path):
@@ -221,8 +227,9 @@ def test_blocks_build_with_analytics_off(tmp_path):
 
     demo = build_app(tmp_path / "runs")
     assert demo.analytics_enabled is False
-    cfg = json.dumps(demo.get_config_file())
-    for elem in ("start-btn", "stop-btn", "detect-btn", "cli-preview", "runs-table", "cmp-btn", "train-loss-plot"):
+    cfg = json.dumps(demo.get_config_file(), default=str)  # (gr.State carries a callback)
+    for elem in ("start-btn", "stop-btn", "detect-btn", "cli-preview", "runs-table", "cmp-btn", "train-curves",
+                 "run-curves"):
         assert elem in cfg, elem
 
 
@@ -235,3 +242,30 @@ def test_ui_errors_name_the_page_controls_not_cli_flags():
     shown = err(UserError("run 'qlora-app prefetch --model org/x' or use --model arith-base"))
     assert "run 'qlora-app prefetch --model org/x' or use 'Model' = arith-base" in shown
     assert in_ui_words("--max-steps-x and --set lora.r=4 stay") == "--max-steps-x and --set lora.r=4 stay"
+
+
+def test_runs_fingerprint_changes_whenever_a_runs_view_would(tmp_path, monkeypatch):
+    """The Runs tab refreshes on its own when this changes: a step logged, a status written, a run made, and a
+    'running' process that died without writing anything (kill -9)."""
+    d = _fake_run(tmp_path, "r", rundir.RUNNING, pid=os.getpid())
+    seen = rv.runs_fingerprint(tmp_path)
+    assert rv.runs_fingerprint(tmp_path) == seen  # nothing changed: no redraw
+    rundir.append_metrics(d, {"step": 1, "loss": 1.0})
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
+    rundir.write_status(d, rundir.FINISHED)
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
+    _fake_run(tmp_path, "ghost", rundir.RUNNING, pid=2**22 + 7)
+    assert rv.runs_fingerprint(tmp_path) != seen
+    # the same files, but whether the process behind a "running" status lives changes
+    before = rv.runs_fingerprint(tmp_path)
+    monkeypatch.setattr(rv, "pid_alive", lambda pid: True)
+    assert rv.runs_fingerprint(tmp_path) != before
+
+
+def test_short_sources_fit_the_table():
+    assert rv._short_source("/work/app/assets/arith-base") == "arith-base"
+    assert rv._short_source("./data/my.jsonl") == "my.jsonl"
+    assert rv._short_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id stays whole
+    assert rv._short_source(None) == ""

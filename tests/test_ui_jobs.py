@@ -11,6 +11,7 @@ from app import rundir
 from app.errors import UserError
 from app.ui import handlers as h
 from app.ui import jobs as jobs_mod
+from app.ui import run_view as rv
 from app.ui.jobs import JobManager
 
 
@@ -45,7 +46,7 @@ def test_second_start_is_refused_and_stop_signals_the_group(tmp_path, monkeypatc
     assert jobs.is_running()
     with pytest.raises(UserError, match="already in progress"):
         jobs.start(_new_run(tmp_path, "second"))
-    assert _wait(lambda: "child started" in h.log_tail(d))  # console output lands in train.log
+    assert _wait(lambda: "child started" in rv.log_tail(d))  # console output lands in train.log
     msg = jobs.stop(grace=10)
     assert "stop requested" in msg
     assert _wait(lambda: proc.poll() is not None)
@@ -60,7 +61,7 @@ def test_stop_escalates_to_sigkill(tmp_path, monkeypatch):
     jobs = JobManager(tmp_path)
     d = _new_run(tmp_path)
     proc = jobs.start(d)
-    assert _wait(lambda: "ready" in h.log_tail(d))
+    assert _wait(lambda: "ready" in rv.log_tail(d))
     jobs.stop(grace=1)
     assert _wait(lambda: proc.poll() is not None, timeout=10) and proc.returncode == -9
     assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
@@ -130,23 +131,22 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     assert cfg["model"]["name_or_path"] == str(Path(tiny_model).resolve())
     with pytest.raises(UserError, match="already in progress"):
         h.start_run(jobs, runs, form)
-    assert _wait(lambda: not jobs.is_running(), timeout=300), h.log_tail(d)
+    assert _wait(lambda: not jobs.is_running(), timeout=300), rv.log_tail(d)
     st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED, (st, h.log_tail(d))
-    live = h.live_status(jobs, runs)
+    assert st["status"] == rundir.FINISHED, (st, rv.log_tail(d))
+    live = rv.live_status(jobs, runs)
     assert live["status"] == rundir.FINISHED and "3 / 3" in live["markdown"]
-    loss, _, _ = h.curves(d)
-    assert [r["step"] for r in loss] == [1, 2, 3]
-    assert h.runs_rows(runs)[0][:2] == [d.name, "finished"]
+    assert list(rv.curves(d).axes[0].get_lines()[0].get_xdata()) == [1, 2, 3]
+    assert rv.runs_rows(runs)[0][:2] == [d.name, "finished"]
     with pytest.raises(UserError, match="already finished; set 'Extend to steps' to train it further"):
         h.resume_run(jobs, runs, d.name)
     with pytest.raises(UserError, match="is at step 3; set 'Extend to steps' above that"):
         h.resume_run(jobs, runs, d.name, 3)
     # Resume can extend a finished run, as the CLI's --resume RUN --max-steps N does
     h.resume_run(jobs, runs, d.name, 5)
-    assert _wait(lambda: not jobs.is_running(), timeout=300), h.log_tail(d)
+    assert _wait(lambda: not jobs.is_running(), timeout=300), rv.log_tail(d)
     st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 5, (st, h.log_tail(d))
+    assert st["status"] == rundir.FINISHED and st["step"] == 5, (st, rv.log_tail(d))
     assert [r["step"] for r in rundir.read_metrics(d)] == [1, 2, 3, 4, 5]
     # a second run never reuses the first one's folder
     d2 = h.start_run(jobs, runs, form)

@@ -94,5 +94,7 @@ class HeldoutEval(TrainerCallback):
             rundir.write_status(self.run_dir, None, **{rundir.BEST_STEP: step, rundir.BEST_SCORE: score})
             if self.keep_best:
                 save_adapter(model, self.tok, self.run_dir, rundir.BEST_ADAPTER)
-        log.info("held-out at step %d: accuracy %s, reward %s", step, summary.accuracy, summary.mean_reward)
+        acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"
+        reward = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
+        log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)", step, acc, reward, len(outs))
         return rec

@@ -12,13 +12,13 @@ import os
 import shutil
 import time
 import traceback
-import warnings
 from dataclasses import replace
 from pathlib import Path
 
 from app import rundir
 from app.config import AppConfig, load_yaml_file, resolve, validate, warnings_for
 from app.config_keys import changed_keys
+from app.cpu_alloc import reuse_freed_memory
 from app.cpu_threads import ThreadGovernor
 from app.data import build_splits
 from app.errors import RunFailed, UserError
@@ -33,42 +33,11 @@ from app.train.checkpoints import save_adapter
 from app.train.grpo import build_grpo_trainer
 from app.train.launch import is_main
 from app.train.plan import RunPlan, decide_packing, load_model, make_plan
+from app.train.runlog import close_logging, setup_logging
 from app.train.sft import build_sft_trainer
 from app.unsloth_backend import import_first
 
 log = logging.getLogger("qlora_app")
-
-LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
-
-class _RunLog(logging.FileHandler):
-    """train.log. A line that cannot be written (a full disk) is dropped quietly: the run's own error path says
-    what happened in one line, where logging's default would print a traceback per lost line."""
-
-    def handleError(self, record) -> None:
-        pass
-
-    def close(self) -> None:
-        try:
-            super().close()
-        except OSError:
-            pass
-
-
-def _setup_logging(run_dir: Path) -> logging.Handler:
-    handler = _RunLog(Path(run_dir) / rundir.LOG)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
-    for name in LOGGERS:
-        lg = logging.getLogger(name)
-        lg.addHandler(handler)
-    # Our own messages at INFO; the libraries' INFO (every config file they read) would drown the log and,
-    # through their own stderr handlers, the terminal.
-    logging.getLogger("qlora_app").setLevel(logging.INFO)
-    logging.captureWarnings(True)
-    # transformers 5 renamed gradient_checkpointing -> activation_checkpointing and TRL still uses the old name
-    # internally; the FutureWarning tells a user nothing actionable.
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-    return handler
-
 
 # report_to names whose package (same name) transformers' integration imports; without it, it raises a bare
 # RuntimeError deep inside Trainer(). tensorboard is satisfied by tensorboardX too.
@@ -163,6 +132,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     quiet_library_noise()
     busy: list[str] = []  # said with the plan's notes, once the run directory exists
     threads = ThreadGovernor(cfg.runtime.threads, note=busy.append)
+    reuse_freed_memory()  # before the model's first tensors: see app/cpu_alloc.py
     check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only)  # fail fast, before data
     # Data first: a wrong column name should fail in a second, not after the model has loaded.
     train_raw, heldout_raw, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
@@ -171,15 +141,15 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
     try:
         if resume is not None:  # nothing to resume is said first, and leaves the run exactly as it was
             d = prepare_run_dir(cfg, resume, None)
-            handler = _setup_logging(d) if main else None
+            handler = setup_logging(d) if main else None
             ckpt = resume_point(d, console, cfg)
         planned = make_plan(cfg, train_raw, det)  # its notes are said once the run directory (and its log) exists
         plan = planned.plan
         if resume is None:  # a run the plan refuses leaves no folder behind
             d = prepare_run_dir(plan.cfg, None, run_dir)
-            handler = _setup_logging(d) if main else None
+            handler = setup_logging(d) if main else None
     except BaseException:
-        _close_logging(handler)
+        close_logging(handler)
         raise
     try:
         if main:
@@ -204,7 +174,7 @@ def run_training(cfg: AppConfig, resume: Path | None = None, run_dir: Path | Non
             log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
         raise
     finally:
-        _close_logging(handler)
+        close_logging(handler)
     return d
 
 
@@ -233,13 +203,6 @@ def _record_plan_change(d: Path, plan: RunPlan, main: bool) -> None:
     if main:
         rundir.write_atomic(d / rundir.CONFIG, plan.config_yaml())
         rundir.write_status(d, None, adjustments=[a.line() for a in plan.adjustments])
-
-
-def _close_logging(handler: logging.Handler | None) -> None:
-    if handler is not None:
-        for name in LOGGERS:
-            logging.getLogger(name).removeHandler(handler)
-        handler.close()
 
 
 # How a failed write reads when a library wraps the OSError in its own type: safetensors (SafetensorError "...I/O

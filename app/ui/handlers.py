@@ -26,19 +26,16 @@ from app.data.loading import detect_dataset
 from app.errors import UserError
 from app.memory import estimate_memory, format_estimate
 from app.models import check_model_source
-from app.plots import curve_keys, series
 from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
-from app.runs import run_summary
 from app.runtime import hub_offline
-from app.ui.jobs import running_elsewhere
+from app.ui.run_view import run_status
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
-LOG_TAIL_BYTES = 64 * 1024
 
 # widget name -> (dotted config key, the `qlora-app train` flag that sets it, or None = use --set)
 FORM = {
@@ -307,101 +304,3 @@ def resume_run(jobs, runs_dir: str | Path, name: str, max_steps: int | None = No
         raise UserError(f"run '{name}' has no checkpoint to resume from; start a new run instead")
     jobs.start(d, resume=True, max_steps=max_steps)
     return d
-
-
-def run_status(d: Path, records: list[dict] | None = None) -> dict:
-    """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
-    return run_summary(d, records)
-
-
-RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
-
-
-def runs_rows(runs_dir: str | Path) -> list[list]:
-    rows = []
-    for d in rundir.list_runs(runs_dir):
-        s = run_status(d)
-        step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
-        rows.append([s["name"], s["status"], s["method"] or "", s["model"] or "", s["dataset"] or "", str(step),
-                     "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"], s["date"]])
-    return rows
-
-
-def curves(run_dir: Path | None, records: list[dict] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
-    """(loss, reward, reward components) as long-format records {step, value, series} for line plots, from
-    ``records`` (metrics.jsonl rows already read) or the run's metrics.jsonl."""
-    if run_dir is None:
-        return [], [], []
-    recs = rundir.read_metrics(run_dir) if records is None else records
-    out: dict[str, list[dict]] = {"loss": [], "reward": [], "comp": []}
-    for key in curve_keys(recs):
-        if key.startswith(rundir.EVAL_PREFIX):  # its own axis in curves.png; shown as text in the run view
-            continue
-        xs, ys = series(recs, key)
-        bucket = key if key in ("loss", "reward") else "comp"
-        name = rundir.component_of(key) or key
-        out[bucket] += [{"step": x, "value": y, "series": name} for x, y in zip(xs, ys)]
-    return out["loss"], out["reward"], out["comp"]
-
-
-def log_tail(run_dir: Path | None, lines: int = 80) -> str:
-    if run_dir is None:
-        return ""
-    p = Path(run_dir) / rundir.LOG
-    try:
-        with open(p, "rb") as f:
-            f.seek(max(0, p.stat().st_size - LOG_TAIL_BYTES))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    # A progress bar redraws one line with carriage returns; show only its latest state.
-    shown = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text.rstrip("\n").split("\n")]
-    return "\n".join(shown[-lines:])
-
-
-def status_markdown(s: dict) -> str:
-    head = f"**{s['name']}** — status **{s['status']}**"
-    if s.get("max_steps"):
-        head += f" — step {s.get('step') or 0} / {s['max_steps']}"
-    parts = [head]
-    if s.get("error"):
-        parts.append(f"<span style='color:#b3261e'>**error:** {s['error']}</span>")
-    if s.get("peak_memory"):
-        parts.append(f"peak memory: {s['peak_memory']}")
-    if s.get("fast_paths"):
-        parts.append(f"fast paths: {s['fast_paths']}")
-    parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
-    if s.get("adapter"):
-        parts.append(f"adapter: `{s['adapter']}`")
-    if s.get("heldout"):
-        parts.append(f"held-out during training: {s['heldout']}")
-    if s.get("comparison"):
-        parts.append(f"held-out comparison: {s['comparison']}")
-    if s.get("resume_command"):
-        parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
-    elif s["status"] == rundir.CRASHED:
-        parts.append("the training process is gone and left no complete checkpoint: start the run again")
-    return "  \n".join(parts)
-
-
-def progress_html(s: dict | None) -> str:
-    if not s or not s.get("max_steps"):
-        return ""
-    step, total = s.get("step") or 0, s["max_steps"]
-    pct = int(100 * step / max(total, 1))
-    return (f"<div><progress value='{step}' max='{total}' style='width:100%'></progress>"
-            f"<div style='font-size:0.9em'>{step} / {total} steps ({pct}%)</div></div>")
-
-
-def live_status(jobs, runs_dir: str | Path) -> dict:
-    """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
-    d = jobs.run_dir or running_elsewhere(Path(runs_dir))
-    if d is None or not Path(d).is_dir():
-        return {"run_dir": None, "status": None, "markdown": "No run started yet.", "progress": "", "log": "",
-                "records": []}
-    recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
-    s = run_status(Path(d), recs)
-    if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
-        s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
-    return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
-            "progress": progress_html(s), "log": log_tail(Path(d)), "records": recs}

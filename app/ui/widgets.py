@@ -1,4 +1,4 @@
-"""What the three tabs share: the one-line error, curve frames with fixed dtypes, the plot row, tooltips."""
+"""What the tabs share: the one-line error, the curves view, tooltips."""
 
 import logging
 import re
@@ -8,15 +8,8 @@ from pathlib import Path
 
 from app.config_keys import field_help
 from app.errors import UserError
-from app.reward_registry import COMPONENTS
 
 log = logging.getLogger("qlora_app.ui")
-PLOT_COLUMNS = ["step", "value", "series"]
-# Gradio's LinePlot fixes its colour domain from the first value it renders, so the component plot starts with
-# one empty (NaN) point per registry component, coloured as in the registry; a series missing from it would be
-# drawn without a colour (custom reward functions therefore show in the Runs tab's curves.png only).
-COMPONENT_SEED = [{"step": 1, "value": float("nan"), "series": c.name} for c in COMPONENTS]
-COMPONENT_COLOURS = {c.name: c.colour for c in COMPONENTS}
 
 
 @dataclass
@@ -56,32 +49,11 @@ def err(e: BaseException) -> str:
     return f"<span style='color:#b3261e'>error: {type(e).__name__}: {first}</span>"
 
 
-def frame(records: list[dict]):
-    """Long-format curve data with fixed dtypes: the plot takes its axis types from the dtypes, and an empty
-    frame would otherwise be all-object (a discrete axis, no lines drawn)."""
-    import pandas as pd
-
-    df = pd.DataFrame(records, columns=PLOT_COLUMNS)
-    return df.astype({"step": "int64", "value": "float64", "series": "string"})
-
-
-def components_frame(records: list[dict]):
-    return frame(COMPONENT_SEED + records)
-
-
 def plots(ids: str):
-    """loss, total reward and reward components side by side."""
+    """The run's curves: the very figure its curves.png is drawn from (app/plots.py), as a PNG."""
     import gradio as gr
 
-    with gr.Row():
-        loss = gr.LinePlot(frame([]), x="step", y="value", title="loss", height=280, label="loss",
-                           elem_id=f"{ids}-loss-plot")
-        reward = gr.LinePlot(frame([]), x="step", y="value", title="reward (total)", height=280, label="reward",
-                             elem_id=f"{ids}-reward-plot")
-        comps = gr.LinePlot(components_frame([]), x="step", y="value", color="series", color_map=COMPONENT_COLOURS,
-                            title="reward components", height=280, label="reward components",
-                            elem_id=f"{ids}-comp-plot")
-    return loss, reward, comps
+    return gr.Plot(label="training curves", format="png", elem_id=f"{ids}-curves", show_label=False)
 
 
 def config_help(dotted: str) -> str | None:

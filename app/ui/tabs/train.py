@@ -5,8 +5,9 @@ from app.config import DEFAULT_GRPO_MODEL
 from app.errors import UserError
 from app.reward_registry import BY_NAME
 from app.ui import handlers as h
+from app.ui import run_view as rv
 from app.ui.jobs import BUSY_MESSAGE
-from app.ui.widgets import Context, components_frame, config_help, err, frame, plots
+from app.ui.widgets import Context, config_help, err, plots
 
 POLL_SECONDS = 2.0
 
@@ -103,7 +104,8 @@ def build(ctx: Context) -> None:
             message = gr.Markdown(elem_id="train-message")
             status = gr.Markdown("No run started yet.", elem_id="train-status")
             progress = gr.HTML(elem_id="train-progress")
-    t_loss, t_reward, t_comps = plots("train")
+    t_curves = plots("train")
+    shown_curves = gr.State(None)  # the curves_key of what t_curves shows: redraw only when it changes
     log_box = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True, interactive=False,
                          elem_id="train-log")
     timer = gr.Timer(POLL_SECONDS)
@@ -159,13 +161,16 @@ def build(ctx: Context) -> None:
     start_btn.click(on_start, inputs, message)
     stop_btn.click(lambda: jobs.stop(), None, message)
 
-    def on_tick(shown_message):
-        s = h.live_status(jobs, runs_dir)
-        loss, reward, comps = h.curves(s["run_dir"], s["records"])
+    def on_tick(shown_message, shown_key):
+        s = rv.live_status(jobs, runs_dir)
+        key = s["curves_key"]
+        if key == shown_key:
+            curves = gr.update()
+        else:
+            curves = rv.curves(s["run_dir"], s["records"], (s["summary"] or {}).get("max_steps"))
         # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
         stale = bool(shown_message) and BUSY_MESSAGE in shown_message and not jobs.is_running()
-        return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], frame(loss),
-                frame(reward), components_frame(comps))
+        return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], curves, key)
 
-    timer.tick(on_tick, message, [message, status, progress, log_box, t_loss, t_reward, t_comps],
+    timer.tick(on_tick, [message, shown_curves], [message, status, progress, log_box, t_curves, shown_curves],
                show_progress="hidden")

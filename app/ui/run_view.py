@@ -1,0 +1,141 @@
+"""What the Train and Runs tabs show of a run, as plain functions (no Gradio imports): its status line, the runs
+table, the curves figure (app/plots.py, the one curves.png is drawn from), the log tail, and the fingerprint that
+tells a view when to refresh."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app import rundir
+from app.plots import figure
+from app.runs import run_summary
+from app.runtime import pid_alive
+from app.ui.jobs import running_elsewhere
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def run_status(d: Path, records: list[dict] | None = None) -> dict:
+    """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
+    return run_summary(d, records)
+
+
+RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+
+
+def runs_rows(runs_dir: str | Path) -> list[list]:
+    rows = []
+    for d in rundir.list_runs(runs_dir):
+        s = run_status(d)
+        step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
+        rows.append([s["name"], s["status"], s["method"] or "", _short_source(s["model"]),
+                     _short_source(s["dataset"]), str(step),
+                     "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"], s["date"]])
+    return rows
+
+
+def _short_source(name: str | None) -> str:
+    """A local path as its last part (the table must fit a 1400 px page; the run view has the whole path); a hub
+    id whole."""
+    if not name:
+        return ""
+    return Path(name).name if name.startswith(("/", ".", "~")) or "\\" in name else name
+
+
+def curves(run_dir: Path | None, records: list[dict] | None = None, max_steps: int | None = None):
+    """The run's curves: the figure its curves.png is drawn from (app/plots.py), or None before a logged step.
+    ``records``: metrics.jsonl rows already read; ``max_steps``: the run's end, so the shared step axis shows
+    how far it has come."""
+    if run_dir is None:
+        return None
+    recs = rundir.read_metrics(run_dir) if records is None else records
+    return figure(recs, Path(run_dir).name, max_steps)
+
+
+def curves_key(run_dir: Path | None, records: list[dict], summary: dict | None) -> tuple:
+    """What the curves depend on: a view redraws (a PNG, ~0.2 s on a CPU) only when this changes."""
+    last = records[-1] if records else {}
+    return (str(run_dir), len(records), last.get("step"), (summary or {}).get("max_steps"))
+
+
+def runs_fingerprint(runs_dir: str | Path) -> tuple:
+    """Changes whenever anything a Runs view shows may have: a run's status.json or metrics.jsonl written, a run
+    made or removed, a "running" process gone (kill -9 writes nothing). A few stat calls per run."""
+    out = []
+    for d in rundir.list_runs(runs_dir):
+        row: list = [d.name]
+        for name in (rundir.STATUS, rundir.METRICS):
+            try:
+                st = (d / name).stat()
+                row += [st.st_mtime_ns, st.st_size]
+            except OSError:
+                row += [None, None]
+        if row[1] is not None:
+            st = rundir.read_status(d) or {}
+            row.append(st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")))
+        out.append(tuple(row))
+    return tuple(out)
+
+
+def log_tail(run_dir: Path | None, lines: int = 80) -> str:
+    if run_dir is None:
+        return ""
+    p = Path(run_dir) / rundir.LOG
+    try:
+        with open(p, "rb") as f:
+            f.seek(max(0, p.stat().st_size - LOG_TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    # A progress bar redraws one line with carriage returns; show only its latest state.
+    shown = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text.rstrip("\n").split("\n")]
+    return "\n".join(shown[-lines:])
+
+
+def status_markdown(s: dict) -> str:
+    head = f"**{s['name']}** — status **{s['status']}**"
+    if s.get("max_steps"):
+        head += f" — step {s.get('step') or 0} / {s['max_steps']}"
+    parts = [head]
+    if s.get("error"):
+        parts.append(f"<span style='color:#b3261e'>**error:** {s['error']}</span>")
+    if s.get("peak_memory"):
+        parts.append(f"peak memory: {s['peak_memory']}")
+    if s.get("fast_paths"):
+        parts.append(f"fast paths: {s['fast_paths']}")
+    parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
+    if s.get("adapter"):
+        parts.append(f"adapter: `{s['adapter']}`")
+    if s.get("heldout"):
+        parts.append(f"held-out during training: {s['heldout']}")
+    if s.get("comparison"):
+        parts.append(f"held-out comparison: {s['comparison']}")
+    if s.get("resume_command"):
+        parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
+    elif s["status"] == rundir.CRASHED:
+        parts.append("the training process is gone and left no complete checkpoint: start the run again")
+    return "  \n".join(parts)
+
+
+def progress_html(s: dict | None) -> str:
+    if not s or not s.get("max_steps"):
+        return ""
+    step, total = s.get("step") or 0, s["max_steps"]
+    pct = int(100 * step / max(total, 1))
+    return (f"<div><progress value='{step}' max='{total}' style='width:100%'></progress>"
+            f"<div style='font-size:0.9em'>{step} / {total} steps ({pct}%)</div></div>")
+
+
+def live_status(jobs, runs_dir: str | Path) -> dict:
+    """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
+    d = jobs.run_dir or running_elsewhere(Path(runs_dir))
+    if d is None or not Path(d).is_dir():
+        return {"run_dir": None, "status": None, "summary": None, "markdown": "No run started yet.", "progress": "",
+                "log": "", "records": [], "curves_key": curves_key(None, [], None)}
+    recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
+    s = run_status(Path(d), recs)
+    if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
+        s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
+    return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
+            "progress": progress_html(s), "log": log_tail(Path(d)), "records": recs,
+            "curves_key": curves_key(Path(d), recs, s)}

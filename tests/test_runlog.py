@@ -1,0 +1,51 @@
+"""train.log gets each record once, also when the engine's console is train.log itself (the UI's runs)."""
+
+import logging
+import warnings
+
+from app import rundir
+from app.train.runlog import close_logging, setup_logging
+
+
+def _lines(d, text):
+    return [ln for ln in (d / rundir.LOG).read_text().splitlines() if text in ln]
+
+
+def test_a_library_warning_is_written_once_when_the_console_is_train_log(tmp_path):
+    (tmp_path / rundir.LOG).touch()
+    console = open(tmp_path / rundir.LOG, "a", buffering=1)  # what the UI does: stdout/stderr appended to train.log
+    lib = logging.getLogger("transformers")
+    own = logging.StreamHandler(console)  # transformers' default stderr handler, here writing into train.log
+    lib.addHandler(own)
+    handler = setup_logging(tmp_path)  # set up before the library's handler is used: checked per record
+    try:
+        logging.getLogger("transformers.modeling_utils").warning("a library warning")
+        logging.getLogger("qlora_app").info("our own line")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("a python warning", UserWarning, stacklevel=1)
+    finally:
+        close_logging(handler)
+        lib.removeHandler(own)
+        console.close()
+        logging.captureWarnings(False)
+    assert len(_lines(tmp_path, "a library warning")) == 1
+    assert len(_lines(tmp_path, "our own line")) == 1 and "INFO qlora_app" in _lines(tmp_path, "our own line")[0]
+    assert len(_lines(tmp_path, "UserWarning: a python warning")) == 1
+
+
+def test_a_terminal_console_still_gets_its_copy_and_the_file_its_own(tmp_path):
+    other = open(tmp_path / "terminal.txt", "w", buffering=1)  # a console that is not train.log
+    lib = logging.getLogger("transformers")
+    own = logging.StreamHandler(other)
+    lib.addHandler(own)
+    handler = setup_logging(tmp_path)
+    try:
+        logging.getLogger("transformers.modeling_utils").warning("seen on the terminal and in the file")
+    finally:
+        close_logging(handler)
+        lib.removeHandler(own)
+        other.close()
+        logging.captureWarnings(False)
+    assert len(_lines(tmp_path, "seen on the terminal")) == 1
+    assert "seen on the terminal" in (tmp_path / "terminal.txt").read_text()
