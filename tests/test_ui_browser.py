@@ -117,7 +117,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 time.sleep(0.5)
             # the nine columns fit a 1400 px page: the last header cell ends inside the table's visible box
             table = page.locator("#runs-table").bounding_box()
-            date_head = page.locator("#runs-table th").filter(has_text=re.compile(r"^\s*date\s*$")).first
+            date_head = page.locator("#runs-table").get_by_text("date", exact=True).first
             box = date_head.bounding_box()
             assert box and box["x"] + box["width"] <= table["x"] + table["width"] + 1 <= 1400, (box, table)
             # Resume extends the finished run to 5 steps; the view follows it with no Refresh pressed

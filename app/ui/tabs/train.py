@@ -10,6 +10,7 @@ from app.ui.jobs import BUSY_MESSAGE
 from app.ui.widgets import Context, config_help, err, plots
 
 POLL_SECONDS = 2.0
+FOLLOW_LOG_JS = "() => { const t = document.querySelector('#train-log textarea'); if (t) t.scrollTop = t.scrollHeight; }"
 
 
 def _info(name: str) -> str | None:
@@ -174,3 +175,6 @@ def build(ctx: Context) -> None:
 
     timer.tick(on_tick, [message, shown_curves], [message, status, progress, log_box, t_curves, shown_curves],
                show_progress="hidden")
+    # Gradio's own autoscroll does not follow a value set from the server (found in Chromium: at 10/10 the box still
+    # showed steps 1-3); after each new tail the page scrolls the box to its newest line.
+    log_box.change(None, None, None, js=FOLLOW_LOG_JS)
