@@ -127,7 +127,7 @@ def test_runs_show_and_the_ui_show_the_latest_comparison(bare_run):
 
     from app.report import print_run_summary
     from app.runs import run_summary
-    from app.ui.handlers import status_markdown
+    from app.ui.run_view import status_markdown
 
     rundir.record_comparison(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
                                                     "wins": 30, "ties": 65, "losses": 5, "n": 100}})

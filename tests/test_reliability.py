@@ -159,7 +159,7 @@ def _new_runs(root, results):
 
 def test_a_dead_running_run_shows_as_crashed_with_the_resume_command(tmp_path):
     from app.runs import run_summary
-    from app.ui.handlers import runs_rows, status_markdown
+    from app.ui.run_view import runs_rows, status_markdown
 
     d = rundir.new_run_dir(tmp_path, "r")
     (d / rundir.CONFIG).write_text("method: sft\n")

@@ -10,7 +10,8 @@ from app.ui.jobs import BUSY_MESSAGE
 from app.ui.widgets import Context, config_help, err, plots
 
 POLL_SECONDS = 2.0
-FOLLOW_LOG_JS = "() => { const t = document.querySelector('#train-log textarea'); if (t) t.scrollTop = t.scrollHeight; }"
+FOLLOW_LOG_JS = ("() => { const t = document.querySelector('#train-log textarea'); "
+                 "if (t) t.scrollTop = t.scrollHeight; }")
 
 
 def _info(name: str) -> str | None:
