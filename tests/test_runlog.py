@@ -34,6 +34,22 @@ def test_a_library_warning_is_written_once_when_the_console_is_train_log(tmp_pat
     assert len(_lines(tmp_path, "UserWarning: a python warning")) == 1
 
 
+def test_python_warnings_reach_train_log_after_an_earlier_run_in_the_same_process(tmp_path):
+    # An earlier run left logging's capture switch on, and something since put the original showwarning back (what
+    # a warnings.catch_warnings block or pytest does): the next run's warnings must still be written.
+    logging.captureWarnings(True)
+    warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
+    handler = setup_logging(tmp_path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("warned in the second run", UserWarning, stacklevel=1)
+    finally:
+        close_logging(handler)
+    assert len(_lines(tmp_path, "UserWarning: warned in the second run")) == 1
+    assert warnings.showwarning is warnings._showwarning_orig  # type: ignore[attr-defined]  # closed: back to stderr
+
+
 def test_a_terminal_console_still_gets_its_copy_and_the_file_its_own(tmp_path):
     other = open(tmp_path / "terminal.txt", "w", buffering=1)  # a console that is not train.log
     lib = logging.getLogger("transformers")

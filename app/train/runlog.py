@@ -66,6 +66,10 @@ def setup_logging(run_dir: Path) -> logging.Handler:
     # Our own messages at INFO; the libraries' INFO (every config file they read) would drown the log and,
     # through their own stderr handlers, the terminal.
     logging.getLogger("qlora_app").setLevel(logging.INFO)
+    # Python warnings into train.log. Turned off and on again: logging's switch remembers an earlier run in this
+    # process (the demo, the UI's in-process paths) as "already on" even when something since (a
+    # warnings.catch_warnings block, a test runner) put the original showwarning back; then nothing would be captured.
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
     # transformers 5 renamed gradient_checkpointing -> activation_checkpointing and TRL still uses the old name
     # internally; the FutureWarning tells a user nothing actionable.
@@ -78,3 +82,4 @@ def close_logging(handler: logging.Handler | None) -> None:
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
+        logging.captureWarnings(False)  # the pair of setup_logging's: warnings go back to stderr after the run
