@@ -14,6 +14,7 @@ from app.cli import app as cli_app
 from app.config import build_config, resolve
 from app.errors import UserError
 from app.presets import load_preset
+from app.runs import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.launch import launch_kwargs, parse_auth
@@ -184,7 +185,7 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
     assert list(raw.get_ydata()) == [1.0, 0.5, 1 / 3] and raw.get_marker() == "o"
     assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["length", "format"]
     assert rv.curves(tmp_path / "crashed") is None  # nothing logged yet: no empty chart
-    assert "OutOfMemoryError" in rv.status_markdown(rv.run_status(tmp_path / "crashed"))
+    assert "OutOfMemoryError" in rv.status_markdown(run_summary(tmp_path / "crashed"))
 
 
 def test_run_view_shows_peak_memory(tmp_path):
@@ -192,16 +193,16 @@ def test_run_view_shows_peak_memory(tmp_path):
     fitted = "grpo.max_completion_length: 256 -> 128 (it filled the model's context)"
     _fake_run(tmp_path, "gpu", rundir.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
               adjustments=[fitted], **gpu)
-    shown = rv.status_markdown(rv.run_status(tmp_path / "gpu"))
+    shown = rv.status_markdown(run_summary(tmp_path / "gpu"))
     assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in shown
     assert "fast paths: sampling from a merged 16-bit copy, compiled" in shown
     assert f"adjusted {fitted}" in shown  # what the plan changed, and why
     # a crashed run has no final status write: the last logged peak stands in
     cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
     _fake_run(tmp_path, "cpu", rundir.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
-    assert "peak memory: 0.80 GiB peak RSS (CPU)" in rv.status_markdown(rv.run_status(tmp_path / "cpu"))
+    assert "peak memory: 0.80 GiB peak RSS (CPU)" in rv.status_markdown(run_summary(tmp_path / "cpu"))
     _fake_run(tmp_path, "old", rundir.FINISHED)  # runs from before peak memory was recorded
-    assert "peak memory" not in rv.status_markdown(rv.run_status(tmp_path / "old"))
+    assert "peak memory" not in rv.status_markdown(run_summary(tmp_path / "old"))
 
 
 def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):

@@ -29,8 +29,8 @@ from app.models import check_model_source
 from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
+from app.runs import run_summary
 from app.runtime import hub_offline
-from app.ui.run_view import run_status
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
@@ -293,7 +293,7 @@ def resume_run(jobs, runs_dir: str | Path, name: str, max_steps: int | None = No
     if not name:
         raise UserError("select a run to resume")
     d = rundir.require_run_dir(Path(runs_dir) / name)
-    s = run_status(d)
+    s = run_summary(d)
     max_steps = int(max_steps) if max_steps else None
     if max_steps is not None and max_steps <= (s.get("step") or 0):
         raise UserError(f"run '{name}' is at step {s.get('step') or 0}; set 'Extend to steps' above that, or clear it")

@@ -15,18 +15,13 @@ from app.ui.jobs import running_elsewhere
 LOG_TAIL_BYTES = 64 * 1024
 
 
-def run_status(d: Path, records: list[dict] | None = None) -> dict:
-    """run_summary: status (a dead "running" process shows as crashed), metrics, resume command."""
-    return run_summary(d, records)
-
-
 RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
 
 
 def runs_rows(runs_dir: str | Path) -> list[list]:
     rows = []
     for d in rundir.list_runs(runs_dir):
-        s = run_status(d)
+        s = run_summary(d)
         step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
         rows.append([s["name"], s["status"], s["method"] or "", _short_source(s["model"]),
                      _short_source(s["dataset"]), str(step),
@@ -133,7 +128,7 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
         return {"run_dir": None, "status": None, "summary": None, "markdown": "No run started yet.", "progress": "",
                 "log": "", "records": [], "curves_key": curves_key(None, [], None)}
     recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
-    s = run_status(Path(d), recs)
+    s = run_summary(Path(d), recs)
     if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
         s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
     return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),

@@ -3,6 +3,7 @@ follows the folder: when a run's status or metrics change (a run training, resum
 and the selected run's view refresh on their own."""
 
 from app import rundir
+from app.runs import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.widgets import Context, err, plots
@@ -28,7 +29,7 @@ def build(ctx: Context, tab):
     run_md = gr.Markdown(elem_id="run-status")
     r_curves = plots("run")
     run_cfg = gr.Code(language="yaml", label="config.yaml", interactive=False, max_lines=30, elem_id="run-config")
-    seen = gr.State(None)  # handlers.runs_fingerprint of what the tab shows
+    seen = gr.State(None)  # run_view.runs_fingerprint of what the tab shows
     timer = gr.Timer(REFRESH_SECONDS)
 
     def table(current):
@@ -43,7 +44,7 @@ def build(ctx: Context, tab):
         d = runs_dir / name
         try:
             records = rundir.read_metrics(d)
-            s = rv.run_status(d, records)
+            s = run_summary(d, records)
             text = (d / rundir.CONFIG).read_text() if (d / rundir.CONFIG).is_file() else ""
         except Exception as e:  # noqa: BLE001
             return err(e), "", None
