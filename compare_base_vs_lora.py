@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from app import cli
     from app.errors import UserError
-    from app.runtime import quiet_library_noise
+    from app.offline import quiet_library_noise
 
     quiet_library_noise()
 

@@ -1,7 +1,11 @@
-"""`qlora-app` command line.
+"""`qlora-app` command line: train (and --dry-run), inspect, score, compare, demo, ui, presets, runs, doctor here;
+chat, export, push and prefetch in app/cli_ship.py.
 
-Module level imports stay light (typer, rich, pydantic, yaml): `qlora-app --help` must not pay for torch,
-transformers or gradio. Each command imports what it needs inside its body.
+Owns: the commands' options and how their input becomes a request (app.config.build_config, with the option ->
+config key table app.config_keys.FLAGS that the UI's form shares). A run goes through its session
+(app/train/session.py); nothing here trains, plans or writes a run folder. Bad input is one red line and exit 2
+(``main``). Module level imports stay light (typer, rich, pydantic, yaml): `qlora-app --help` must not pay for
+torch, transformers or gradio.
 """
 
 from __future__ import annotations
@@ -15,26 +19,21 @@ from rich.console import Console
 from rich.table import Table
 
 from app import cli_ship, rundir
-from app.config import DEFAULT_GRPO_MODEL, build_config, load_yaml_file, validate
+from app.config import DEFAULT_GRPO_MODEL, build_config, load_yaml_file
+from app.config_keys import CLI_FLAGS, flags_layer
 from app.data.inspect_cmd import run_inspect
 from app.demo.run import DemoInterrupted, run_demo
 from app.doctor import report
 from app.errors import UserError
 from app.eval.cli import run_compare_cli
+from app.offline import apply_local_only, quiet_library_noise
 from app.presets import list_presets, load_preset, preset_path
 from app.report import print_plan, print_run_summary
 from app.rewards.score_cmd import run_score
 from app.runs import run_summary
-from app.runtime import apply_local_only, quiet_library_noise
-from app.train.launch import (
-    check_same_world,
-    is_main,
-    is_worker,
-    launch_run,
-    wants_launcher,
-)
-from app.train.runner import run_training
-from app.ui.launch import launch
+from app.train.session import Session
+from app.train.torchrun import is_worker, wants_launcher
+from app.ui.serve import launch
 
 app = typer.Typer(
     name="qlora-app",
@@ -107,6 +106,7 @@ def train(
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
+    flags = flags_layer({name: value for name, value in locals().items() if name in CLI_FLAGS})
 
     if resume is not None and (preset or config):
         raise UserError("--resume reuses the run's own config.yaml; drop --preset/--config (use --set to change keys)")
@@ -117,18 +117,6 @@ def train(
         base = load_yaml_file(config)
     elif preset is not None:
         base = load_preset(preset)
-    flags = {
-        "method": method,
-        "model": {"name_or_path": model},
-        "data": {"dataset": dataset, "config_name": dataset_config, "prompt_field": prompt_field,
-                 "reference_field": reference_field},
-        "training": {"max_steps": max_steps},
-        "runtime": {"local_only": True if local_only else None, "num_processes": num_processes, "nnodes": nnodes,
-                    "node_rank": node_rank, "master_addr": master_addr, "master_port": master_port,
-                    "fit_check": False if no_fit_check else None},
-        "reward": {"custom": list(reward) if reward else None},
-        "output_dir": output_dir,
-    }
     cfg = build_config(base, flags, list(set_ or []))
     if explain_only:
         explain = True
@@ -138,15 +126,13 @@ def train(
         print_plan(cfg, explain_only if explain else None, console, err_console)
         return
 
-    if resume is not None:
-        check_same_world(validate(base).runtime, cfg.runtime)
-    if wants_launcher(cfg.runtime):
-        d = launch_run(cfg, resume, run_dir, list(set_ or []), max_steps, console)
-    else:
-        d = run_training(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
-                         console=console)
-    if is_main() and not is_worker():  # a worker's summary would be printed twice: the launcher prints it
-        print_run_summary(d, console)
+    session = Session(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
+                      console=console)
+    d = session.launch(list(set_ or []), max_steps) if wants_launcher(cfg.runtime) else session.run()
+    if is_worker():  # the launcher prints the summary once; a worker's 0 keeps torchrun from reporting a failure
+        return
+    print_run_summary(d, console)
+    raise typer.Exit(session.exit_code)
 
 
 # ---------------------------------------------------------------------------------------------- data and reward

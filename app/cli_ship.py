@@ -16,7 +16,7 @@ from app.eval.chat import Chat
 from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch
 from app.export.push import push_run
-from app.runtime import apply_local_only
+from app.offline import apply_local_only
 
 console = Console()
 err_console = Console(stderr=True)

@@ -32,7 +32,7 @@ from app.errors import UserError
 
 __all__ = ["AppConfig", "DataConfig", "GRPOConfig", "LoraConfig", "ModelConfig", "RewardConfig", "RuntimeConfig",
            "TrainingConfig", "BUILTIN_MODEL", "build_config", "validate", "load_yaml_file", "resolve",
-           "with_absolute_paths", "warnings_for", "effective_batch"]
+           "with_absolute_paths", "with_values", "warnings_for", "effective_batch", "model_name"]
 
 # A model that fits an 8 GB GPU for GRPO in 4-bit (about 1.2 GB of weights, room for 4-8 generations of
 # 512 tokens) and already follows instructions well enough for GSM8K to give a useful reward signal.
@@ -94,6 +94,19 @@ def build_config(preset: dict | None = None, flags: dict | None = None, sets: li
     return validate(data)
 
 
+def with_values(cfg: AppConfig, values: dict) -> AppConfig:
+    """A copy of ``cfg`` with these dotted keys set ({"grpo.generation_batch_size": 16}), validated again: the one
+    way a decided change enters a config (the run plan's adjustments, its trial estimates, the out-of-memory ladder)."""
+    data = cfg.model_dump()
+    for dotted, value in values.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    return validate(data)
+
+
 def _drop_none(d: dict) -> dict:
     out = {}
     for k, v in d.items():
@@ -152,13 +165,20 @@ def sft_rank_for_size(num_rows: int | None) -> int:
     return 256
 
 
+def model_name(cfg: AppConfig) -> str:
+    """The model a config trains: its name_or_path, the method's default, or the shipped tiny model's folder. The
+    one rule, read by resolve and by the checks that must fail before anything is resolved or loaded."""
+    if cfg.model.name_or_path is None:
+        return DEFAULT_GRPO_MODEL if cfg.method == "grpo" else DEFAULT_SFT_MODEL
+    if cfg.model.name_or_path == BUILTIN_MODEL:  # the tiny model shipped for the offline demo
+        return str(builtin_model_path())
+    return cfg.model.name_or_path
+
+
 def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
     """Fill every auto value; returns a new, complete config (what gets written to the run directory)."""
     c = cfg.model_copy(deep=True)
-    if c.model.name_or_path is None:
-        c.model.name_or_path = DEFAULT_GRPO_MODEL if c.method == "grpo" else DEFAULT_SFT_MODEL
-    elif c.model.name_or_path == BUILTIN_MODEL:  # the tiny model shipped for the offline demo
-        c.model.name_or_path = str(builtin_model_path())
+    c.model.name_or_path = model_name(c)
     if c.lora.r is None:
         c.lora.r = DEFAULT_RANK["grpo"] if c.method == "grpo" else sft_rank_for_size(num_rows)
     if c.lora.alpha is None:

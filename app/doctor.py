@@ -17,7 +17,7 @@ def _default_plan() -> tuple:
     """(plan, None) for what `qlora-app train --dataset gsm8k` would do here (device, dtype, backend, sampler,
     vLLM, kernels, memory estimate), decided by the run plan itself; (None, why) when it would be refused."""
     try:
-        return make_plan(build_config({"data": {"dataset": "gsm8k"}}), offline=True).plan, None
+        return make_plan(build_config({"data": {"dataset": "gsm8k"}}), offline=True), None
     except UserError as e:
         return None, str(e)
 

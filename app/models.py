@@ -8,16 +8,16 @@ CPU too (slowly), so tests exercise it for real on tiny models.
 from __future__ import annotations
 
 import contextlib
-
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import runtime
+from app import machine
 from app.config import LoraConfig, ModelConfig
 from app.errors import UserError
+from app.machine import DTYPES, installed, torch_dtype
+from app.offline import quiet_library_noise
 from app.rundir import find_adapter
-from app.runtime import installed, quiet_library_noise
 
 
 def looks_local(name: str) -> bool:
@@ -131,12 +131,6 @@ def flash_attn_installed() -> bool:
     return installed("flash_attn")
 
 
-def torch_dtype(name: str):
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
-
-
 def model_on_disk(name: str) -> bool:
     """Whether the model's config is at hand without the network: a local folder, or the hub id in the HF cache."""
     if looks_local(name):
@@ -188,7 +182,7 @@ def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
 def quant_storage(compute_dtype: str) -> str:
     """bnb_4bit_quant_storage under FSDP (app/train/fsdp.py): the 4-bit weights packed in the compute dtype, so
     FSDP can flatten and shard them together with the LoRA weights."""
-    return {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[compute_dtype]
+    return DTYPES[compute_dtype]
 
 
 def load_tokenizer(mc: ModelConfig, local_only: bool = False):
@@ -213,13 +207,17 @@ class Placement:
     vram_gb: float | None
     compute_dtype: str  # bf16 | fp16 | fp32
     attention: str  # the kernel asked for (the model may fall back, see load_base_model)
+    planned: bool = False  # a card this machine does not have (train --dry-run --gpu-memory GB)
 
 
-def placement(mc: ModelConfig, device: str = "auto") -> Placement:
-    facts = runtime.device_facts(device)
+def placement(mc: ModelConfig, device: str = "auto", facts: dict | None = None) -> Placement:
+    """Where a model runs: on this machine's device (``runtime.device``), or on the device ``facts`` describe (a
+    planned card: app.machine.planned_card)."""
+    facts = facts or machine.device_facts(device)
     return Placement(cuda=facts["cuda"], bf16=facts["bf16"], gpu=facts["gpu"], vram_gb=facts["vram_gb"],
                      compute_dtype=pick_compute_dtype(mc.compute_dtype, facts["cuda"], facts["bf16"]),
-                     attention=pick_attention(mc.attn_implementation, facts["cuda"], flash_attn_installed()))
+                     attention=pick_attention(mc.attn_implementation, facts["cuda"], flash_attn_installed()),
+                     planned=bool(facts.get("planned")))
 
 
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",

@@ -31,7 +31,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> Non
         pass
     notes: list[str] = []
     try:
-        plan = make_plan(cfg, rows, det, note=notes.append, offline=True).plan
+        plan = make_plan(cfg, rows, det, note=notes.append, offline=True)
     except UserError as e:
         plan, refused = None, str(e)
     shown = plan.cfg if plan is not None else resolve(cfg)

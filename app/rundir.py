@@ -100,15 +100,46 @@ def new_run_dir(output_dir: str | Path, run_name: str) -> Path:
             n += 1
 
 
+def check_new_run_dir(path: str | Path) -> Path:
+    """``--run-dir`` of a new run: a folder that does not exist yet, or an empty one. A file, a run, or a folder
+    holding other files is refused in one line: a new run never writes into what is already there."""
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise UserError(f"--run-dir '{d}' is a file, not a folder; pass a new folder for the run")
+    if d.is_dir() and any(d.iterdir()):
+        if is_run_dir(d):
+            raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten), or "
+                            f"continue it with qlora-app train --resume {d}")
+        raise UserError(f"--run-dir '{d}' is a folder with other files in it; pass a new or empty folder for the run")
+    blocked = next((p for p in d.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"--run-dir '{d}' cannot be made: '{blocked}' is a file; pass a folder path")
+    return d
+
+
+def unused_run_dir(output_dir: str | Path, run_name: str) -> Path:
+    """A path for a new run under ``output_dir`` that nothing uses yet (not created: the run's session creates
+    it, e.g. in the UI's subprocess): ``run_name``, or it with a -2, -3 ... suffix."""
+    root, n = Path(output_dir), 1
+    while True:
+        candidate = root / (run_name if n == 1 else f"{run_name}-{n}")
+        if not candidate.exists():
+            return candidate
+        n += 1
+
+
 def create_run_dir(output_dir: str | Path, run_name: str | None, method: str, dataset: str | None,
                    run_dir: str | Path | None = None) -> Path:
-    """The run directory of a new run, the one way one is made (CLI, torchrun launcher, UI): ``run_dir`` when the
-    caller names one (it must not hold a run yet), else a fresh <output_dir>/<run_name or date-method-dataset>."""
+    """The run directory of a new run: ``run_dir`` when the caller names one (new or empty:
+    ``check_new_run_dir``), else a fresh <output_dir>/<run_name or date-method-dataset>. Only the run's session
+    (app/train/session.py) calls this."""
     if run_dir is not None:
-        d = Path(run_dir)
-        if read_status(d) is not None:
-            raise UserError(f"'{d}' already holds a run; pick a new --run-dir (runs are never overwritten)")
-        d.mkdir(parents=True, exist_ok=True)
+        d = check_new_run_dir(run_dir)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot create the run directory '{d}' ({e.strerror or e}); pass a writable "
+                            "--run-dir") from None
         return d
     try:
         return new_run_dir(output_dir, run_name or default_run_name(method, dataset))
@@ -150,30 +181,6 @@ def write_status(run_dir: Path, status: str | None, **fields) -> dict:
             f.write(text)
             f.truncate()
     return data
-
-
-def record_comparison(run_dir: Path, data: dict) -> Path:
-    """The run's latest comparison is RUN/compare.json; the one it replaces moves to RUN/comparisons/, stamped."""
-    path = Path(run_dir) / COMPARE_JSON
-    if path.exists():
-        old = Path(run_dir) / COMPARISONS
-        old.mkdir(exist_ok=True)
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
-        target = old / f"compare-{stamp}.json"
-        n = 1
-        while target.exists():
-            n += 1
-            target = old / f"compare-{stamp}-{n}.json"
-        os.replace(path, target)
-    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
-    return path
-
-
-def latest_comparison(run_dir: Path) -> dict | None:
-    try:
-        return json.loads((Path(run_dir) / COMPARE_JSON).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def read_status(run_dir: Path) -> dict | None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from app import rundir
-from app.runtime import pid_alive
+from app import proof, rundir
+from app.procs import pid_alive
 
 
 def run_summary(d: Path, records: list[dict] | None = None) -> dict:
@@ -48,7 +48,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         # the running peak status.json holds, or the last logged one for a crashed run
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
-        "comparison": comparison_text(rundir.latest_comparison(d)),
+        "comparison": comparison_text(proof.latest_comparison(d)),
         "heldout": heldout_text(recs, st),
         "resumable": resumable,
         # what to type next for a run that stopped before its end

@@ -9,21 +9,19 @@ import sys
 
 from app.config import AppConfig, LoraConfig
 from app.errors import UserError
+from app.machine import installed, torch_dtype
 from app.rundir import find_adapter
-from app.runtime import installed, use_cuda
 
 # Unsloth wants explicit projection names; "all-linear" means every attention and MLP projection.
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def unsloth_load_kwargs(cfg: AppConfig, dtype: str) -> dict:
-    import torch
-
     return dict(
         model_name=cfg.model.name_or_path,
         max_seq_length=max(cfg.training.max_length, cfg.grpo.max_completion_length + 512),
         load_in_4bit=cfg.model.load_in_4bit,
-        dtype={"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype],
+        dtype=torch_dtype(dtype),
         local_files_only=cfg.runtime.local_only,
     )
 
@@ -40,33 +38,35 @@ def unsloth_installed() -> bool:
     return installed("unsloth")
 
 
-def pick_backend(setting: str, cuda: bool, unsloth_installed: bool) -> str:
-    """Unsloth only runs on CUDA; 'auto' uses it when it can and falls back to plain HF otherwise."""
+def pick_backend(setting: str, cuda: bool, usable: bool, installed: bool | None = None) -> str:
+    """Unsloth only runs on CUDA, and only when it is imported before transformers (``usable``: installed and
+    transformers not loaded yet in this process); 'auto' uses it when it can and falls back to plain HF otherwise.
+    ``installed`` (default: ``usable``) tells a missing package from one that came too late."""
+    installed = usable if installed is None else installed
     if setting == "unsloth":
         if not cuda:
             raise UserError("runtime.backend=unsloth needs a CUDA GPU; use runtime.backend=hf (or auto) on this machine")
-        if not unsloth_installed:
+        if not installed:
             raise UserError("runtime.backend=unsloth but unsloth is not installed; pip install 'qlora-app[unsloth]'")
+        if not usable:
+            raise UserError("runtime.backend=unsloth must be imported before transformers, and this process loaded "
+                            "transformers first; start the run with `qlora-app train` in a new process, or use "
+                            "runtime.backend=auto")
         return "unsloth"
-    if setting == "auto" and cuda and unsloth_installed:
+    if setting == "auto" and cuda and usable:
         return "unsloth"
     return "hf"
-
 
 
 # The versions whose GRPO runs on a CPU (trl 1.15 + transformers 5.17, which current Unsloth pins, fail there).
 CPU_GRPO_FLOORS = {"trl": "1.16", "transformers": "5.23"}
 
 
-def import_first(backend: str, device: str) -> bool:
-    """Import Unsloth before transformers / trl / peft when the run's backend resolves to it: Unsloth patches those
-    libraries at import, and patches applied after they are loaded are partly lost (it warns so). Call it first
-    in a training process; returns whether Unsloth was imported."""
-    if backend == "hf" or not unsloth_installed():
-        return False
-    import torch
-
-    if pick_backend(backend, use_cuda(device, torch.cuda.is_available()), True) != "unsloth":
+def import_first(backend: str) -> bool:
+    """Import Unsloth before transformers / trl / peft when the run's decided ``backend`` (pick_backend, once) is
+    Unsloth: it patches those libraries at import, and patches applied after they are loaded are partly lost (it
+    warns so). Called by the session before anything imports them; returns whether Unsloth was imported."""
+    if backend != "unsloth":
         return False
     late = [m for m in ("transformers", "trl", "peft") if m in sys.modules]
     import unsloth  # noqa: F401 - for its patches

@@ -66,7 +66,8 @@ def main() -> None:
     import torch
 
     from app.config import ModelConfig
-    from app.eval.compare import format_prompt, generate, load_pair
+    from app.eval.compare import load_pair
+    from app.generation import format_prompt, generate
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, adapter_dir = build(Path(tmp))

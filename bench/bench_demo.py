@@ -48,7 +48,7 @@ def reward_share(out: Path) -> dict:
     from app import rundir
     from app.config import build_config
     from app.demo.recipe import grpo_preset
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     real = rewards.build_reward_funcs
 
@@ -62,7 +62,7 @@ def reward_share(out: Path) -> dict:
                            sets=["training.max_steps=20", "logging_steps=1"])
         Timed.total = 0.0
         t = time.perf_counter()
-        d = run_training(cfg, progress=False)
+        d = Session(cfg, progress=False).run()
         wall = time.perf_counter() - t
     finally:
         rewards.build_reward_funcs = real

@@ -59,7 +59,7 @@ def _wait(cond, timeout: float, what: str) -> None:
 def tour(runs: Path, out: Path) -> list[Path]:
     from playwright.sync_api import expect, sync_playwright
 
-    from app.ui.launch import launch
+    from app.ui.serve import launch
 
     out.mkdir(parents=True, exist_ok=True)
     shots: list[Path] = []

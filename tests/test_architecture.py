@@ -18,10 +18,11 @@ HEAVY = {"torch", "transformers", "trl", "peft", "gradio", "datasets", "matplotl
 
 # Lowest first. A module may import its own layer and the ones below, never one above.
 LAYERS = (
-    ("app.errors", "app.assets", "app.reward_registry", "app.batching", "app.rundir", "app.runtime",
-     "app.cpu_threads", "app.cpu_alloc"),
+    ("app.errors", "app.assets", "app.reward_registry", "app.batching", "app.rundir", "app.proof", "app.offline", "app.procs",
+     "app.machine", "app.cpu_threads", "app.cpu_alloc"),
     ("app.config_schema", "app.config_keys", "app.config", "app.presets"),
-    ("app.data", "app.rewards", "app.memory", "app.models", "app.unsloth_backend", "app.plots", "app.runs"),
+    ("app.data", "app.rewards", "app.memory", "app.models", "app.generation", "app.unsloth_backend", "app.plots",
+     "app.runs"),
     ("app.train", "app.eval", "app.export", "app.doctor", "app.report"),
     ("app.demo", "app.ui"),
     ("app.cli", "app.cli_ship"),
@@ -175,11 +176,11 @@ def test_the_graph_checks_see_hidden_imports(tmp_path, monkeypatch):
     """A function-local upward import is seen, with the package it runs first, and is flagged as upward."""
     heavy_at_import.cache_clear()
     src = tmp_path / "rundir.py"
-    src.write_text("def f():\n    from app.train.runner import run_training\n")
+    src.write_text("def f():\n    from app.train.session import Session\n")
     monkeypatch.setitem(MODULES, "app.rundir", src)
     found = {(t, local, parent) for t, local, _, _, parent in imports("app.rundir")}
-    assert found == {("app.train.runner", True, False), ("app.train", True, True)}
-    assert layer("app.train.runner") > layer("app.rundir")
+    assert found == {("app.train.session", True, False), ("app.train", True, True)}
+    assert layer("app.train.session") > layer("app.rundir")
     monkeypatch.undo()
     heavy_at_import.cache_clear()
-    assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.runner")
+    assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.session")

@@ -240,7 +240,7 @@ def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_pat
 def test_ui_prints_its_own_share_hint_not_gradios():
     from types import SimpleNamespace
 
-    from app.ui.launch import launch_kwargs, serving_message
+    from app.ui.serve import launch_kwargs, serving_message
 
     assert launch_kwargs("127.0.0.1", 7860, False, None, Path("runs"))["quiet"] is True  # no "share=True in launch()"
     demo = SimpleNamespace(local_url="http://127.0.0.1:7860/", share_url=None)

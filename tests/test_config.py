@@ -129,10 +129,12 @@ def test_grpo_loss_variants_are_checked_config():
     help_text = next(f for f in dataclasses.fields(trl.GRPOConfig) if f.name == "loss_type").metadata["help"]
     documented = re.findall(r"'(\w+)'", help_text.split("Supported values are", 1)[1].split(".", 1)[0])
     assert sorted(documented) == sorted(LOSS_TYPES)
-    cfg = resolve(build_config(sets=["grpo.loss_type=dr_grpo", "grpo.importance_sampling_level=sequence",
-                                     "grpo.scale_rewards=none", "grpo.mask_truncated_completions=true",
-                                     "grpo.epsilon_high=0.28"]))
-    kw = grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])
+    from conftest import plan_for
+
+    cfg = build_config(sets=["grpo.loss_type=dr_grpo", "grpo.importance_sampling_level=sequence",
+                             "grpo.scale_rewards=none", "grpo.mask_truncated_completions=true",
+                             "grpo.epsilon_high=0.28", "runtime.device=cpu"])
+    kw = grpo_kwargs(plan_for(cfg), "/tmp/r", [1.0])
     args = trl.GRPOConfig(**kw)
     assert (args.loss_type, args.importance_sampling_level, args.scale_rewards, args.mask_truncated_completions,
             args.epsilon, args.epsilon_high) == ("dr_grpo", "sequence", "none", True, 0.2, 0.28)

@@ -91,11 +91,11 @@ def test_a_completion_length_that_fills_the_context_is_halved(tiny_model):
     ds = _prompts_ds(tok, ["Tom has 3 apples."] * 3)
     cfg = build_config({"method": "grpo"}, {}, ["grpo.max_completion_length=256"])
     said = []
-    fitted, out = fit_grpo(cfg, ds, tok, 256, note=said.append)
-    assert fitted.grpo.max_completion_length == 128 and cfg.grpo.max_completion_length == 256 and len(out) == 3
+    changes, out = fit_grpo(cfg, ds, tok, 256, note=said.append)
+    assert changes == {"grpo.max_completion_length": 128} and cfg.grpo.max_completion_length == 256 and len(out) == 3
     assert "using 128" in said[0] and "below 256" in said[0]
-    assert fit_grpo(cfg, ds, tok, 1024, note=said.append) == (cfg, ds) and len(said) == 1
-    assert fit_grpo(cfg, ds, tok, None) == (cfg, ds)  # a config without a context: nothing to do
+    assert fit_grpo(cfg, ds, tok, 1024, note=said.append) == ({}, ds) and len(said) == 1
+    assert fit_grpo(cfg, ds, tok, None) == ({}, ds)  # a config without a context: nothing to do
 
 
 def test_sft_max_length_is_cut_to_the_context():
@@ -104,9 +104,9 @@ def test_sft_max_length_is_cut_to_the_context():
 
     cfg = build_config({"method": "sft"}, {}, ["training.max_length=1024"])
     said = []
-    short = fit_sft_length(cfg, 256, note=said.append)
-    assert short.training.max_length == 256 and cfg.training.max_length == 1024 and "256-token" in said[0]
-    assert fit_sft_length(cfg, 4096) is cfg and fit_sft_length(cfg, None) is cfg
+    assert fit_sft_length(cfg, 256, note=said.append) == {"training.max_length": 256}
+    assert cfg.training.max_length == 1024 and "256-token" in said[0]
+    assert fit_sft_length(cfg, 4096) == {} and fit_sft_length(cfg, None) == {}
 
 
 def test_auto_attention_falls_back_for_an_architecture_without_sdpa(odd_models):
@@ -127,7 +127,7 @@ def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_m
     from app import rundir
     from app.config import build_config
     from app.eval.compare import run_comparison
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     for method in ("grpo", "sft"):
         cfg = build_config(
@@ -137,7 +137,7 @@ def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_m
             {"training": {"max_steps": 2}},
             ["max_completion_length=16", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
              "num_generations=4", "gradient_checkpointing=false", "runtime.device=cpu", "training.max_length=512"])
-        d = run_training(cfg, progress=False)
+        d = Session(cfg, progress=False).run()
         assert rundir.read_status(d)["status"] == rundir.FINISHED
         log = (d / rundir.LOG).read_text()
         if method == "grpo":
@@ -166,13 +166,13 @@ def test_the_run_says_when_transformers_quantized_nothing(tiny_model, math_jsonl
     """Falcon in transformers 5.23 loads with no 4-bit layer at all, behind a line about 'eetq'; the run says it."""
     from app import models, rundir
     from app.config import build_config
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     monkeypatch.setattr(models, "_has_4bit_layers", lambda model: False)
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_model)},
                         "data": {"dataset": str(math_jsonl)}, "output_dir": str(tmp_path)},
                        {"training": {"max_steps": 1}}, ["runtime.device=cpu", "gradient_checkpointing=false"])
-    log = (run_training(cfg, progress=False) / rundir.LOG).read_text()
+    log = (Session(cfg, progress=False).run() / rundir.LOG).read_text()
     assert "quantized none of the layers" in log and "4-bit=False" in log
 
 
@@ -181,14 +181,14 @@ def test_lora_targets_that_match_no_layer_name_the_layers_there_are(odd_models, 
     """GPT-2 names its layers c_attn / c_fc / c_proj: Llama's q_proj,v_proj match nothing there (before: PEFT's
     traceback)."""
     from app.config import build_config
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(odd_models["gpt2"])},
                         "data": {"dataset": str(long_jsonl)}, "output_dir": str(tmp_path)},
                        {"training": {"max_steps": 1}}, ["lora.target_modules=q_proj,v_proj", "runtime.device=cpu"])
     with pytest.raises(UserError, match=r"matches no layer of this model; its linear layers are: c_attn, c_fc, "
                                         r"c_proj \(or use all-linear\)"):
-        run_training(cfg, progress=False)
+        Session(cfg, progress=False).run()
 
 
 def test_packing_is_measured_on_the_loaded_model(odd_models, tiny_models):
@@ -211,15 +211,15 @@ def test_a_model_that_mixes_packed_examples_trains_sft_unpacked(odd_models, long
     repacking behind: a 4-bit layer with a bias then failed in backward); packing forced on is refused."""
     from app import rundir
     from app.config import build_config
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     def cfg(*sets):
         return build_config({"method": "sft", "model": {"name_or_path": str(odd_models["opt"])},
                              "data": {"dataset": str(long_jsonl)}, "output_dir": str(tmp_path)},
                             {"training": {"max_steps": 2}}, ["runtime.device=cpu", "training.max_length=256", *sets])
 
-    d = run_training(cfg(), progress=False)
+    d = Session(cfg(), progress=False).run()
     assert rundir.read_status(d)["status"] == rundir.FINISHED
     assert "packing is off: OPTForCausalLM lets packed examples attend to each other" in (d / rundir.LOG).read_text()
     with pytest.raises(UserError, match="packing=true: with this architecture \\(measured"):
-        run_training(cfg("training.packing=true"), progress=False)
+        Session(cfg("training.packing=true"), progress=False).run()

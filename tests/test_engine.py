@@ -13,7 +13,7 @@ import yaml
 
 from app import rundir
 from app.config import build_config
-from app.train.runner import run_training
+from app.train.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -91,14 +91,14 @@ def test_base_loads_in_4bit(tiny_model):
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
 def test_sft_few_steps_each_architecture(arch, tiny_models, math_jsonl, tmp_path):
-    d = run_training(_cfg(tiny_models[arch], math_jsonl, tmp_path, "sft", steps=2), progress=False)
+    d = Session(_cfg(tiny_models[arch], math_jsonl, tmp_path, "sft", steps=2), progress=False).run()
     _check_run_dir(d, "sft", 2)
     _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_grpo_few_steps_logs_each_reward_component(arch, tiny_models, math_jsonl, tmp_path):
-    d = run_training(_cfg(tiny_models[arch], math_jsonl, tmp_path, "grpo", steps=2), progress=False)
+    d = Session(_cfg(tiny_models[arch], math_jsonl, tmp_path, "grpo", steps=2), progress=False).run()
     _check_run_dir(d, "grpo", 2)
     _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
     assert (d / rundir.CURVES).is_file()
@@ -106,9 +106,9 @@ def test_grpo_few_steps_logs_each_reward_component(arch, tiny_models, math_jsonl
 
 def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, tmp_path):
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2)
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     adapter_bytes = (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
-    d2 = run_training(cfg, progress=False)  # same run_name: a new folder, the finished one untouched
+    d2 = Session(cfg, progress=False).run()  # same run_name: a new folder, the finished one untouched
     assert d2 != d and d2.name == d.name + "-2"
     assert (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes() == adapter_bytes
     # Resume from the last checkpoint with a longer budget (extending a run), through the CLI.
@@ -136,9 +136,9 @@ def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, t
 def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, tmp_path):
     run = tmp_path / "stopme"
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=500, extra=["save_steps=1000"])
-    run.mkdir()
-    (run / rundir.CONFIG).write_text(cfg.to_yaml())
-    p = subprocess.Popen([sys.executable, "-m", "app.cli", "train", "--config", str(run / rundir.CONFIG),
+    request = tmp_path / "request.yaml"
+    request.write_text(cfg.to_yaml())
+    p = subprocess.Popen([sys.executable, "-m", "app.cli", "train", "--config", str(request),
                           "--run-dir", str(run), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and len(rundir.read_metrics(run)) < 2:
@@ -146,6 +146,7 @@ def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, 
     assert rundir.read_metrics(run), "training never logged a step"
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=300)
+    assert p.returncode == 130  # stopped, not a success: what a shell reports for Ctrl-C
     st = rundir.read_status(run)
     assert st["status"] == rundir.INTERRUPTED, st
     assert rundir.last_checkpoint(run) is not None and st["step"] < 500
@@ -158,7 +159,7 @@ def test_reward_that_raises_does_not_kill_training(tiny_model, math_jsonl, tmp_p
                    "    return [1.0 if i % 2 else (_ for _ in ()).throw(ValueError('boom')) "
                    "for i, _ in enumerate(completions)]\n")
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2, extra=[f"reward.custom=['{bad}:flaky']"])
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     assert rundir.read_status(d)["status"] == rundir.FINISHED
     assert rundir.read_metrics(d)[-1]["reward_errors"] > 0
 
@@ -168,17 +169,13 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
     import torch
 
     from app.data import build_splits
-    from app.train.grpo import build_grpo_trainer
-    from app.train.plan import load_model, make_plan
+    from app.train.build import build_trainer, load_model
+    from app.train.plan import make_plan
 
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo")
-    from app.config import resolve
-
-    cfg = resolve(cfg)
     train, _, det = build_splits(cfg.data, 0)
-    planned = make_plan(cfg, train, det)
-    loaded = load_model(planned.plan, planned.tokenizer)
-    trainer = build_grpo_trainer(planned.plan, loaded.model, loaded.tokenizer, planned.train_ds, tmp_path / "r", True)
+    plan = make_plan(cfg, train, det)
+    trainer, _ = build_trainer(plan, load_model(plan), tmp_path / "r", True)
     dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
     assert dtypes == {torch.float32}
 
@@ -187,7 +184,7 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     from app.errors import UserError
     from app.export.bundle import export_run
 
-    d = run_training(_cfg(tiny_model, math_jsonl, tmp_path, "sft", steps=1), progress=False)
+    d = Session(_cfg(tiny_model, math_jsonl, tmp_path, "sft", steps=1), progress=False).run()
     copied = export_run(d, tmp_path / "copy").out
     assert (copied / "adapter_model.safetensors").read_bytes() == (
         d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
@@ -270,11 +267,11 @@ def test_grpo_on_a_few_rows_trains_and_a_run_that_cannot_step_says_so(tiny_model
     data.write_text("".join(_json.dumps({"question": f"What is {i}+1?", "answer": str(i + 1)}) + "\n"
                             for i in range(3)))
     cfg = _cfg(tiny_model, data, tmp_path, "grpo", steps=2, extra=["gradient_accumulation_steps=2"])
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     st = rundir.read_status(d)
     assert st["status"] == rundir.FINISHED and st["step"] == 2
     assert "the training data has 3 prompts: sampling 2 at a time" in (d / rundir.LOG).read_text()
     stuck = _cfg(tiny_model, data, tmp_path, "grpo", steps=2,
                  extra=["gradient_accumulation_steps=2", "training.extra_args={steps_per_generation: 8}"])
     with pytest.raises(UserError, match="no training step ran: the 3 training rows gave no full batch"):
-        run_training(stuck, progress=False)
+        Session(stuck, progress=False).run()

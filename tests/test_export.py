@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
+from app import proof, rundir
 from app.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
                        "wins": 6, "ties": 3, "losses": 1, "n": 10},
            "config": {"dataset": "math.jsonl", "greedy": True, "max_new_tokens": 48,
                       "adapter": str(bare_run / rundir.ADAPTER)}, "rows": []}
-    rundir.record_comparison(bare_run, cmp)
+    proof.record_comparison(bare_run, cmp)
     out = export_run(bare_run, tmp_path / "a").out
     card = (out / "README.md").read_text()
     assert "[More Information Needed]" not in card  # PEFT's blank card is replaced
@@ -115,9 +115,9 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
 
 
 def test_record_comparison_keeps_the_previous_one(tmp_path):
-    rundir.record_comparison(tmp_path, {"n": 1})
-    rundir.record_comparison(tmp_path, {"n": 2})
-    assert rundir.latest_comparison(tmp_path) == {"n": 2}
+    proof.record_comparison(tmp_path, {"n": 1})
+    proof.record_comparison(tmp_path, {"n": 2})
+    assert proof.latest_comparison(tmp_path) == {"n": 2}
     (old,) = (tmp_path / rundir.COMPARISONS).iterdir()
     assert json.loads(old.read_text()) == {"n": 1}
 
@@ -129,7 +129,7 @@ def test_runs_show_and_the_ui_show_the_latest_comparison(bare_run):
     from app.runs import run_summary
     from app.ui.run_view import status_markdown
 
-    rundir.record_comparison(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
+    proof.record_comparison(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
                                                     "wins": 30, "ties": 65, "losses": 5, "n": 100}})
     want = "accuracy base 20.0% -> adapter 45.0% (+25.0 pts), 30 wins / 65 ties / 5 losses, n = 100"
     assert run_summary(bare_run)["comparison"] == want
@@ -187,12 +187,12 @@ def demo_run(tmp_path_factory):
     from app.config import build_config
     from app.demo.recipe import EVAL_MAX_NEW_TOKENS, base_model_path, grpo_preset
     from app.eval.compare import run_comparison
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     out = tmp_path_factory.mktemp("demo")
     cfg = build_config({**grpo_preset(base_model_path()), "output_dir": str(out), "run_name": "demo-grpo"},
                        sets=["training.max_steps=6", "training.seed=3", "logging_steps=1"])
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     run_comparison(d, num_samples=24, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=24, local_only=True)
     return d
 
@@ -204,8 +204,8 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from app.eval.compare import format_prompt
     from app.export.bundle import export_run
+    from app.generation import format_prompt
 
     cmp = json.loads((demo_run / rundir.COMPARE_JSON).read_text())  # compare recorded itself in the run
     res = export_run(demo_run, tmp_path / "ollama", fmt="ollama")

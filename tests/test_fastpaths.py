@@ -1,7 +1,10 @@
 """GPU fast paths: the auto decisions per machine, the refusals when one is forced where it cannot run, and their
 translation into TRL's own arguments (accepted by GRPOConfig / SFTConfig)."""
 
+from dataclasses import replace
+
 import pytest
+from conftest import plan_for
 
 from app.batching import AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, steps_per_generation
 from app.config import build_config, resolve
@@ -57,17 +60,19 @@ def test_forced_off_stays_off_and_offloading_is_sft_only():
 def test_translation_into_trl_arguments():
     from trl import GRPOConfig, SFTConfig
 
-    cfg = _cfg("grpo.vllm_gpu_memory_utilization=0.4")
-    kw = grpo_kwargs(cfg, "/tmp/r", "bf16", True, [1.0], fast=decide(cfg, GPU_ALL))
+    cfg = build_config(sets=["grpo.vllm_gpu_memory_utilization=0.4"])
+    gpu = plan_for(cfg, gpu_gb=80)  # as planned for a card, with vLLM and Liger installed there
+    kw = grpo_kwargs(replace(gpu, fast=decide(gpu.cfg, GPU_ALL)), "/tmp/r", [1.0])
     assert kw["use_vllm"] and kw["vllm_mode"] == "colocate" and kw["vllm_gpu_memory_utilization"] == 0.4
-    assert kw["use_liger_kernel"] and kw["steps_per_generation"] % cfg.training.gradient_accumulation_steps == 0
-    cpu = grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])
+    assert kw["use_liger_kernel"] and kw["steps_per_generation"] % gpu.cfg.training.gradient_accumulation_steps == 0
+    cpu = grpo_kwargs(plan_for(build_config(sets=["runtime.device=cpu"])), "/tmp/r", [1.0])
     assert cpu["use_vllm"] is False and cpu["use_liger_kernel"] is False and "vllm_mode" not in cpu
     GRPOConfig(**cpu)  # TRL accepts every key on the CPU path
-    sft = _cfg(method="sft")
-    skw = sft_kwargs(sft, "/tmp/r", "bf16", True, fast=decide(sft, GPU_ALL, needs_room=True))
+    sft = plan_for(build_config({"method": "sft"}), gpu_gb=80, packing=True)
+    skw = sft_kwargs(replace(sft, fast=decide(sft.cfg, GPU_ALL, needs_room=True)), "/tmp/r")
     assert skw["activation_offloading"] and skw["use_liger_kernel"]
-    SFTConfig(**sft_kwargs(sft, "/tmp/r", "fp32", False))
+    SFTConfig(**sft_kwargs(plan_for(build_config({"method": "sft"}, sets=["runtime.device=cpu"]), packing=True),
+                           "/tmp/r"))
 
 
 @pytest.mark.parametrize("batch, accum, want", [
@@ -90,7 +95,8 @@ def test_explicit_generation_batch_is_checked_and_trl_knobs_win():
         steps_per_generation(2, 1, 6, 4)
     cfg = _cfg("training.extra_args={steps_per_generation: 2}")
     assert decide(cfg, CPU_ALL).steps_per_generation is None  # the user's own TRL setting is passed through
-    assert grpo_kwargs(cfg, "/tmp/r", "fp32", False, [1.0])["steps_per_generation"] == 2
+    plan = plan_for(build_config(sets=["runtime.device=cpu", "training.extra_args={steps_per_generation: 2}"]))
+    assert grpo_kwargs(plan, "/tmp/r", [1.0])["steps_per_generation"] == 2
 
 
 def test_auto_can_be_typed_as_well_as_left_empty():

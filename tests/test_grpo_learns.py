@@ -21,7 +21,8 @@ def brevity(completions, **kwargs):
 def _sampled_reward(run_dir, prompts, seed=0):
     """Mean brevity reward of 8 sampled completions per prompt, adapter off vs on (same seed, same prompts)."""
     from app.config import load_yaml_file, validate
-    from app.eval.compare import format_prompt, generate, load_pair, resolve_target
+    from app.eval.compare import load_pair, resolve_target
+    from app.generation import format_prompt, generate
 
     adapter_dir, run_cfg, mc, trained_on = resolve_target(run_dir)
     model, tok = load_pair(mc, adapter_dir, True, trained_on, device="cpu")
@@ -44,7 +45,7 @@ def test_grpo_raises_the_expected_reward(math_jsonl, tmp_path):
 
     from app.config import build_config
     from app.demo.recipe import base_model_path
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     reward_file = tmp_path / "brevity.py"
     reward_file.write_text(REWARD)
@@ -58,7 +59,7 @@ def test_grpo_raises_the_expected_reward(math_jsonl, tmp_path):
         sets=["max_steps=12", "learning_rate=1e-3", "per_device_train_batch_size=32", "gradient_accumulation_steps=1",
               "num_generations=8", "max_completion_length=40", "gradient_checkpointing=false", "local_only=true",
               "runtime.device=cpu", "logging_steps=1", "training.seed=0"])
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     assert rundir.read_status(d)["status"] == rundir.FINISHED
     prompts = [json.loads(line)["question"] for line in math_jsonl.read_text().splitlines()[:32]]
     before, after = _sampled_reward(d, prompts)

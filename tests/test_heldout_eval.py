@@ -14,11 +14,11 @@ pytestmark = pytest.mark.slow
 def _run(tmp_path, name, sets):
     from app.config import build_config
     from app.demo.recipe import base_model_path, grpo_preset
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     cfg = build_config({**grpo_preset(base_model_path()), "output_dir": str(tmp_path), "run_name": name},
                        sets=["training.max_steps=6", "training.seed=5", "logging_steps=1", *sets])
-    return run_training(cfg, progress=False)
+    return Session(cfg, progress=False).run()
 
 
 def test_points_best_step_keep_best_and_training_untouched(tmp_path):

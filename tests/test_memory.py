@@ -162,20 +162,18 @@ def test_exact_parts_match_real_tensors(tmp_path):
     assert used == pytest.approx(lora_param_count(shape, 8, "all-linear") * lora_bytes_per_param(cuda=False), rel=0.05)
 
 
-def _on_a_gpu(monkeypatch, gb: float) -> None:
-    import app.runtime
-
-    monkeypatch.setattr(app.runtime, "device_facts", lambda device="auto": {
-        "cuda": True, "bf16": True, "gpu": "a test GPU", "vram_gb": gb})
-
-
-def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
+def test_auto_generation_batch_shrinks_to_what_the_gpu_holds():
     """GRPO samples several optimizer steps' completions at once on auto; on a GPU without room for that, it
     samples as many steps' worth as fit instead of refusing the run. An explicit size is the user's: refused."""
-    from app.train.plan import make_plan
+    from app.train.plan import decide_machine, make_plan
+
+    gpu = {}
+
+    def _on_a_gpu(_, gb: float) -> None:  # the card the plan is made for (train --dry-run --gpu-memory GB)
+        gpu["gb"] = gb
 
     def preflight(c, note=None):
-        return make_plan(c, note=note, offline=True).plan
+        return make_plan(c, note=note, offline=True, machine=decide_machine(c, card_gb=gpu["gb"]))
 
     cfg = resolve(build_config({"method": "grpo", "model": {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}},
                                {}, ["per_device_train_batch_size=2", "gradient_accumulation_steps=8",
@@ -185,7 +183,7 @@ def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
     full, least = estimate_memory(cfg)["total_gb"], estimate_memory(one_step)["total_gb"]
     assert full > least + 1.0  # the generation batch is a real part of this run's memory
     said = []
-    _on_a_gpu(monkeypatch, (full + least) / 2)
+    _on_a_gpu(None, (full + least) / 2)
     plan = preflight(cfg, note=said.append)
     assert 16 <= plan.fast.completions_at_once < 64 and plan.estimate["total_gb"] <= (full + least) / 2
     assert f"sampling {plan.fast.completions_at_once} completions at a time" in said[0]
@@ -193,14 +191,14 @@ def test_auto_generation_batch_shrinks_to_what_the_gpu_holds(monkeypatch):
     assert plan.cfg.grpo.generation_batch_size == plan.fast.completions_at_once
     assert [a.key for a in plan.adjustments] == ["grpo.generation_batch_size"]
     assert "completions at a time" in plan.adjustments[0].reason and "grpo.generation_batch_size" in plan.config_yaml()
-    _on_a_gpu(monkeypatch, full + 1)
+    _on_a_gpu(None, full + 1)
     assert preflight(cfg).fast.completions_at_once == 64  # room enough: the auto size stands
     fixed = cfg.model_copy(deep=True)
     fixed.grpo.generation_batch_size = 64
-    _on_a_gpu(monkeypatch, (full + least) / 2)
+    _on_a_gpu(None, (full + least) / 2)
     with pytest.raises(UserError, match="the memory estimate is"):
         preflight(fixed)
-    _on_a_gpu(monkeypatch, least - 0.5)
+    _on_a_gpu(None, least - 0.5)
     with pytest.raises(UserError, match="the memory estimate is"):  # not even one step's worth fits
         preflight(cfg)
 

@@ -93,7 +93,13 @@ def test_packed_sft_batch_keeps_examples_apart(tiny_models, attention, tmp_path)
     path = tiny_models["llama"]
     tok = AutoTokenizer.from_pretrained(path)
     m = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention)
-    kw = sft_kwargs(build_config({"method": "sft"}), tmp_path, "fp32", False, attention=attention)
+    from conftest import plan_for
+
+    from app.models import pick_packing
+
+    plan = plan_for(build_config({"method": "sft"}, sets=["runtime.device=cpu"]),
+                    packing=pick_packing(None, attention))  # what decide_packing picks for this kernel
+    kw = sft_kwargs(plan, tmp_path)
     assert kw["packing"] is True
     rows = [{"prompt": [{"role": "user", "content": f"Tom has {a} apples and buys {b} more."}],
              "completion": [{"role": "assistant", "content": f"Answer: {a} + {b} = {a + b}"}]}

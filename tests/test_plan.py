@@ -33,7 +33,7 @@ def _rows(cfg):
 def test_the_plan_adjusts_once_and_records_why():
     cfg = _arith("grpo.max_completion_length=256")
     said = []
-    plan = make_plan(cfg, *_rows(cfg), note=said.append).plan
+    plan = make_plan(cfg, *_rows(cfg), note=said.append)
     assert plan.context == 256 and plan.cfg.grpo.max_completion_length == 128
     [adj] = [a for a in plan.adjustments if a.key == "grpo.max_completion_length"]
     assert (adj.was, adj.now) == ("256", "128") and "fills the model's whole 256-token context" in adj.reason
@@ -43,14 +43,14 @@ def test_the_plan_adjusts_once_and_records_why():
     assert yaml.safe_load(text)["grpo"]["max_completion_length"] == 128
     assert plan.status_fields()["adjustments"] == [a.line() for a in plan.adjustments]
     # config.yaml re-plans to the same run: nothing left to adjust, the same fast paths and estimate
-    again = make_plan(validate(yaml.safe_load(text)), *_rows(cfg)).plan
+    again = make_plan(validate(yaml.safe_load(text)), *_rows(cfg))
     assert again.adjustments == () and again.cfg == plan.cfg
     assert again.fast == plan.fast and again.estimate["total_gb"] == plan.estimate["total_gb"]
 
 
 def test_sft_max_length_is_cut_to_the_context_in_the_plan():
     cfg = _arith("training.max_length=1024", method="sft")
-    plan = make_plan(cfg, *_rows(cfg)).plan
+    plan = make_plan(cfg, *_rows(cfg))
     assert plan.cfg.training.max_length == 256
     assert [(a.key, a.was, a.now) for a in plan.adjustments] == [("training.max_length", "1024", "256")]
 
@@ -58,7 +58,7 @@ def test_sft_max_length_is_cut_to_the_context_in_the_plan():
 def test_a_plan_without_data_or_model_files_says_so_and_adjusts_nothing():
     cfg = build_config({"data": {"dataset": "gsm8k"}})  # the default hub model is not on this machine
     said = []
-    plan = make_plan(cfg, note=said.append, offline=True).plan
+    plan = make_plan(cfg, note=said.append, offline=True)
     assert plan.context is None and plan.adjustments == () and not plan.lengths_known
     assert any("context was not checked" in line for line in said)
 
@@ -74,12 +74,12 @@ def _dry_run(*args, cwd):
 def test_a_run_records_what_it_trained_and_its_config_replans_the_same(tmp_path):
     """The halved completion length is in config.yaml (with its reason) and status.json; `train --config
     RUN/config.yaml --dry-run` shows that plan again, with nothing left to adjust and the same fast paths."""
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     sets = ["grpo.max_completion_length=256", "training.max_steps=1", "training.save_steps=1",
             "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.num_generations=4",
             "data.max_samples=16", "gradient_checkpointing=false"]
-    d = run_training(_arith(*sets, tmp_path=tmp_path / "runs"), progress=False)
+    d = Session(_arith(*sets, tmp_path=tmp_path / "runs"), progress=False).run()
     st = rundir.read_status(d)
     assert st["status"] == rundir.FINISHED
     recorded = yaml.safe_load((d / rundir.CONFIG).read_text())
@@ -93,7 +93,7 @@ def test_a_run_records_what_it_trained_and_its_config_replans_the_same(tmp_path)
 
     extended = validate(load_yaml_file(d / rundir.CONFIG))
     extended.training.max_steps = 2
-    run_training(extended, resume=d, progress=False)
+    Session(extended, resume=d, progress=False).run()
     text = (d / rundir.CONFIG).read_text()
     assert "# grpo.max_completion_length: 256 -> 128 (" in text and yaml.safe_load(text)["training"]["max_steps"] == 2
     recorded = yaml.safe_load(text)
@@ -114,7 +114,7 @@ def test_status_fast_paths_follow_the_sampler_that_sampled(tiny_model, math_json
     """The plan says the merged copy samples; when it fails mid-run the run samples with TRL's own path, and
     status.json's fast paths say so, with the step and the reason."""
     from app.train import sampler
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     if fails:
         def broken(self, *a, **k):
@@ -125,7 +125,7 @@ def test_status_fast_paths_follow_the_sampler_that_sampled(tiny_model, math_json
                        ["training.max_steps=2", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
                         "num_generations=4", "max_completion_length=8", "grpo.sampler=merged",
                         "gradient_checkpointing=false", "runtime.device=cpu"])
-    d = run_training(cfg, progress=False)
+    d = Session(cfg, progress=False).run()
     st = rundir.read_status(d)
     assert st["status"] == rundir.FINISHED
     if fails:

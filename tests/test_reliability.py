@@ -86,7 +86,7 @@ def test_torn_checkpoints_are_named_and_skipped(tmp_path):
 
 
 def test_resume_with_only_torn_checkpoints_is_a_clean_user_error(tmp_path):
-    from app.train.runner import resume_point
+    from app.train.request import resume_point
 
     (_fake_checkpoint(tmp_path, 3) / rundir.TRAINER_STATE).write_text("{")
     with pytest.raises(UserError, match=r"no complete checkpoint to resume from \(checkpoint-3 torn\)"):
@@ -223,7 +223,7 @@ def test_exposed_ui_without_auth_is_refused(argv, needle):
 
 
 def test_loopback_needs_no_auth_and_auth_allows_exposure():
-    from app.ui.launch import check_exposure, launch_kwargs
+    from app.ui.serve import check_exposure, launch_kwargs
 
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         check_exposure(host, False, None)
@@ -236,7 +236,7 @@ def test_with_auth_an_unauthenticated_client_sees_nothing_of_the_app(tmp_path):
     import urllib.error
     import urllib.request
 
-    from app.ui.launch import launch
+    from app.ui.serve import launch
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -415,7 +415,7 @@ def test_wrapped_write_errors_read_as_failed_writes():
     """safetensors and torch.save wrap a full disk in their own exception types; they must still reach the
     disk-full message (a checkpoint save that hit ENOSPC first ended in a traceback before)."""
     from app.errors import UserError
-    from app.train.runner import write_failure
+    from app.train.faults import write_failure
 
     class SafetensorError(Exception):
         pass
@@ -437,7 +437,7 @@ def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_cop
 
     from app.config import build_config
     from app.errors import RunFailed
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     def torn(self, model, trial):  # what a full disk does inside TRL's save: half a file, then safetensors' error
         ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
@@ -450,7 +450,7 @@ def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_cop
                         "data": {"dataset": str(math_jsonl)}, "output_dir": str(tmp_path / "runs")},
                        {"training": {"max_steps": 4}}, FAST)
     with pytest.raises(RunFailed, match=r"^the disk is full \(.* no complete checkpoint was saved yet"):
-        run_training(cfg, progress=False)
+        Session(cfg, progress=False).run()
     d = _only_run(tmp_path / "runs")
     assert rundir.read_status(d)["status"] == rundir.FAILED
     assert not list((d / rundir.CHECKPOINTS).rglob("checkpoint-*"))  # the torn save was removed, not kept

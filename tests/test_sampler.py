@@ -82,26 +82,27 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
 
     import torch
 
-    from app.config import build_config, resolve
+    from app.config import build_config
     from app.data import build_splits, to_grpo
+    from app.train.build import build_trainer, load_model
     from app.train.fastpaths import Env, decide
-    from app.train.grpo import build_grpo_trainer
-    from app.train.plan import load_model, make_plan
+    from app.train.plan import make_plan
     from app.train.sampler import MergedSampler
 
-    cfg = resolve(build_config(
+    cfg = (build_config(
         {"model": {"name_or_path": str(tiny_model)}, "data": {"dataset": str(math_jsonl)}},
         None, ["training.max_steps=4", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
                "num_generations=4", "grpo.generation_batch_size=8", "max_completion_length=12",
                "learning_rate=5e-3", "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu",
                f"model.load_in_4bit={str(four_bit).lower()}"]))
     train, _, det = build_splits(cfg.data, 0)
-    planned = make_plan(cfg, train, det)
-    plan = replace(planned.plan, fast=decide(planned.plan.cfg, Env(cuda=False), copy_fits=True))
+    planned = make_plan(cfg, train, det)  # the copy fits on any machine with a quarter of its RAM free for it
+    plan = replace(planned, fast=decide(planned.cfg, Env(cuda=False), copy_fits=True),
+                   train_ds=to_grpo(train, det, planned.tokenizer, None))  # prompts without the system prompt
     assert plan.fast.sampler == "merged"
-    loaded = load_model(plan, planned.tokenizer)
-    model, tok = loaded.model, loaded.tokenizer
-    trainer = build_grpo_trainer(plan, model, tok, to_grpo(train, det, tok, None), tmp_path / "r", True)
+    loaded = load_model(plan)
+    tok = loaded.tokenizer
+    trainer, _ = build_trainer(plan, loaded, tmp_path / "r", True)
     sampler = trainer.merged_sampler
     assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
     base = trainer.model.get_base_model()  # embeddings and LM head are shared, not copied
@@ -134,7 +135,7 @@ def test_a_failing_fast_sampler_steps_down_and_the_run_goes_on(tiny_model, math_
     run steps down (compiled -> uncompiled copy -> TRL's own sampling), says so once per step, and finishes."""
     from app.config import build_config
     from app.train import sampler as S
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     calls = {"n": 0}
     real = S.MergedSampler.generate
@@ -159,7 +160,7 @@ def test_a_failing_fast_sampler_steps_down_and_the_run_goes_on(tiny_model, math_
                         "num_generations=4", "grpo.generation_batch_size=4", "max_completion_length=8",
                         "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu", "logging_steps=1"])
     with caplog.at_level("WARNING", logger="qlora_app"):
-        d = run_training(cfg, progress=False)
+        d = Session(cfg, progress=False).run()
     from app import rundir
 
     assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 3

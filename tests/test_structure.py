@@ -95,7 +95,7 @@ def test_no_import_circles_between_eval_and_train():
 def test_runtime_device_decides_where_a_run_goes(monkeypatch):
     import torch
 
-    from app.runtime import device_facts, use_cuda
+    from app.machine import device_facts, use_cuda
 
     assert use_cuda("cpu", True) is False and use_cuda("auto", True) is True and use_cuda("auto", False) is False
     with pytest.raises(UserError, match="runtime.device=cuda"):
@@ -103,7 +103,7 @@ def test_runtime_device_decides_where_a_run_goes(monkeypatch):
     # On a GPU machine, runtime.device=cpu must keep every decision on the CPU branch (and not query the GPU).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: pytest.fail("queried the GPU"))
-    assert device_facts("cpu") == {"cuda": False, "bf16": False, "gpu": None, "vram_gb": None}
+    assert device_facts("cpu") == {"cuda": False, "bf16": False, "gpu": None, "vram_gb": None, "planned": False}
 
 
 @pytest.mark.slow

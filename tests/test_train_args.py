@@ -1,16 +1,18 @@
 """AppConfig -> TRL arguments, without loading a model."""
 
 import pytest
+from conftest import plan_for
 
-from app.config import build_config, resolve
+from app.config import build_config
 from app.errors import UserError
 from app.train.args import grpo_kwargs, sft_kwargs
 
 
 def _kw(sets, fn=grpo_kwargs, **kw):
-    cfg = resolve(build_config(sets=sets))
-    args = (cfg, "/tmp/run", "fp32", False) + ((kw.get("weights", [1.0]),) if fn is grpo_kwargs else ())
-    return fn(*args)
+    cfg = build_config(sets=["runtime.device=cpu", *sets])
+    if fn is grpo_kwargs:
+        return grpo_kwargs(plan_for(cfg), "/tmp/run", kw.get("weights", [1.0]))
+    return sft_kwargs(plan_for(cfg, packing=True), "/tmp/run")
 
 
 def test_grpo_translation():
@@ -24,9 +26,8 @@ def test_grpo_translation():
 
 
 def test_gpu_dtype_choice_maps_to_trainer_flags():
-    cfg = resolve(build_config())
-    bf = grpo_kwargs(cfg, "/tmp/r", "bf16", True, [1.0])
-    fp = grpo_kwargs(cfg, "/tmp/r", "fp16", True, [1.0])
+    bf = grpo_kwargs(plan_for(build_config(), gpu_gb=24), "/tmp/r", [1.0])
+    fp = grpo_kwargs(plan_for(build_config(sets=["model.compute_dtype=fp16"]), gpu_gb=24), "/tmp/r", [1.0])
     assert bf["bf16"] and not bf["fp16"] and fp["fp16"] and not fp["bf16"]
     assert bf["optim"] == "paged_adamw_8bit" and not bf["use_cpu"]
 
@@ -38,8 +39,8 @@ def test_trackio_never_publishes_a_space_by_default():
 
 
 def test_extra_args_checked_against_trl_fields():
-    kw = _kw(["method=sft", "training.extra_args={packing: true}"], fn=sft_kwargs)
-    assert kw["packing"] is True
+    kw = _kw(["method=sft", "training.extra_args={packing: false}"], fn=sft_kwargs)
+    assert kw["packing"] is False  # TRL's own field, passed through as set
     with pytest.raises(UserError, match="did you mean 'packing'"):
         _kw(["method=sft", "training.extra_args={packng: true}"], fn=sft_kwargs)
     with pytest.raises(UserError, match="local-only"):

@@ -46,7 +46,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
         pytest.skip(f"{CHROMIUM} not installed (apt-get install -y chromium)")
     from playwright.sync_api import expect, sync_playwright
 
-    from app.ui.launch import launch
+    from app.ui.serve import launch
 
     runs = tmp_path / "runs"
     trained = os.environ.get("QLORA_APP_DEMO_RUN")

@@ -17,7 +17,7 @@ from app.presets import load_preset
 from app.runs import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
-from app.ui.launch import launch_kwargs, parse_auth
+from app.ui.serve import launch_kwargs, parse_auth
 
 
 def _edited_form(model: str, data: str) -> dict:

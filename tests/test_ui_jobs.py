@@ -1,5 +1,6 @@
-"""The UI's single training subprocess: one at a time, Stop via the process group, crashes recorded, and a real
-tiny run started through the same path the Start button uses."""
+"""The UI's single training subprocess: one at a time, Stop via the process group, crashes recorded (through the
+session's records), an early refusal shown, and a real tiny run started through the same path the Start button
+uses: the form's command line with --run-dir, the folder made by the run's own session."""
 
 import sys
 import time
@@ -21,8 +22,10 @@ def _fake(monkeypatch, code: str):
 
 
 def _new_run(runs: Path, name: str = "r") -> Path:
+    """A run folder as a session leaves it once training started (a stand-in: these tests fake the engine)."""
     d = rundir.new_run_dir(runs, name)
     (d / rundir.CONFIG).write_text("method: grpo\n")
+    rundir.write_status(d, rundir.RUNNING, step=0)
     return d
 
 
@@ -46,7 +49,7 @@ def test_second_start_is_refused_and_stop_signals_the_group(tmp_path, monkeypatc
     assert jobs.is_running()
     with pytest.raises(UserError, match="already in progress"):
         jobs.start(_new_run(tmp_path, "second"))
-    assert _wait(lambda: "child started" in rv.log_tail(d))  # console output lands in train.log
+    assert _wait(lambda: "child started" in jobs_mod.console_tail(jobs.console))  # the console is kept
     msg = jobs.stop(grace=10)
     assert "stop requested" in msg
     assert _wait(lambda: proc.poll() is not None)
@@ -61,25 +64,38 @@ def test_stop_escalates_to_sigkill(tmp_path, monkeypatch):
     jobs = JobManager(tmp_path)
     d = _new_run(tmp_path)
     proc = jobs.start(d)
-    assert _wait(lambda: "ready" in rv.log_tail(d))
+    assert _wait(lambda: "ready" in jobs_mod.console_tail(jobs.console))
     jobs.stop(grace=1)
     assert _wait(lambda: proc.poll() is not None, timeout=10) and proc.returncode == -9
     assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
     assert "killed" in rundir.read_status(d)["note"]
 
 
-def test_a_crash_before_any_status_is_recorded_with_its_error(tmp_path, monkeypatch):
+def test_a_run_refused_before_its_folder_exists_shows_why(tmp_path, monkeypatch):
+    """The session checks and plans before it makes the folder: a refusal leaves no folder, and the Train tab shows
+    the one line the process printed."""
     _fake(monkeypatch, "import sys; print('error: dataset file not found; pass an existing file'); sys.exit(2)")
+    jobs = JobManager(tmp_path)
+    d = tmp_path / "never-made"
+    jobs.start(d)
+    assert _wait(lambda: not jobs.is_running() and jobs.error)
+    assert jobs.error == "error: dataset file not found; pass an existing file" and not d.exists()
+    live = rv.live_status(jobs, tmp_path)
+    assert "did not start" in live["markdown"] and "dataset file not found" in live["markdown"]
+    assert "dataset file not found" in live["log"]
+    # the UI is fine and can start the next run
+    _fake(monkeypatch, "print('ok')")
+    jobs.start(_new_run(tmp_path, "next"))
+
+
+def test_a_process_that_dies_after_its_session_started_is_recorded_with_its_error(tmp_path, monkeypatch):
+    _fake(monkeypatch, "import sys; print('Killed: out of host memory'); sys.exit(137)")
     jobs = JobManager(tmp_path)
     d = _new_run(tmp_path)
     jobs.start(d)
     assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.FAILED)
     err = rundir.read_status(d)["error"]
-    assert "exit code 2" in err and "dataset file not found" in err
-    assert not jobs.is_running()
-    # the UI is fine and can start the next run
-    _fake(monkeypatch, "print('ok')")
-    jobs.start(_new_run(tmp_path, "next"))
+    assert "exit code 137" in err and "out of host memory" in err
 
 
 def test_engine_status_is_not_overwritten(tmp_path, monkeypatch):
@@ -126,6 +142,7 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     assert h.detect("my-data.jsonl")["detection"]["prompt_field"] == "question"  # "Detect fields" reads it too
     d = h.start_run(jobs, runs, form)
     assert d.parent == runs.resolve() or d.parent == runs
+    assert _wait(lambda: rundir.is_run_dir(d), timeout=300), jobs_mod.console_tail(jobs.console)  # its session made it
     cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
     assert cfg["data"]["dataset"] == str(home / "my-data.jsonl")  # absolute: a resume from anywhere finds it
     assert cfg["model"]["name_or_path"] == str(Path(tiny_model).resolve())

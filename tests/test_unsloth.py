@@ -74,12 +74,15 @@ def test_unsloth_is_imported_before_transformers_when_the_backend_resolves_to_it
     code = textwrap.dedent(f"""
         import torch
         torch.cuda.is_available = lambda: {cuda}
+        import app.machine  # the device facts of a (faked) GPU: this torch has no CUDA to query
+        app.machine.device_facts = lambda setting="auto": {{"cuda": {cuda}, "bf16": {cuda}, "gpu": "a faked GPU",
+                                                           "vram_gb": 24.0 if {cuda} else None, "planned": False}}
         from app.config import build_config
         from app.errors import UserError
-        from app.train.runner import run_training
+        from app.train.session import Session
         try:
-            run_training(build_config({{"data": {{"dataset": {str(tmp_path / 'none.jsonl')!r}}},
-                                        "model": {{"name_or_path": {str(tmp_path / 'no-model')!r}}}}}))
+            Session(build_config({{"data": {{"dataset": {str(tmp_path / 'none.jsonl')!r}}},
+                                        "model": {{"name_or_path": {str(tmp_path / 'no-model')!r}}}}})).run()
         except UserError:
             pass
     """)
@@ -101,11 +104,11 @@ def test_a_tracker_that_is_not_installed_is_a_user_error(monkeypatch, tmp_path):
 
     from app.config import build_config
     from app.errors import UserError
-    from app.train.runner import run_training
+    from app.train.session import Session
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
     cfg = build_config({"data": {"dataset": "arith"}, "output_dir": str(tmp_path)}, None, ["report_to=[trackio]"])
     with pytest.raises(UserError, match="runtime.report_to names trackio, which is not installed: pip install trackio"):
-        run_training(cfg)
+        Session(cfg).run()
     assert not any(tmp_path.iterdir())

@@ -4,7 +4,7 @@
 2. a GRPO run with the shaped reward straight from that base (presets/demo-grpo.yaml),
 3. base vs adapter, greedy, on held-out `arith` problems -> DIR/compare.json.
 
-Nothing here trains or scores on its own: it only chains `run_training` and `run_comparison`, so the demo proves
+Nothing here trains or scores on its own: it only chains a run's `Session` and `run_comparison`, so the demo proves
 the same code path a GPU user runs. The whole gain it shows is GRPO's: there is no SFT phase.
 """
 
@@ -23,7 +23,7 @@ from app.demo.recipe import EVAL_MAX_NEW_TOKENS, EVAL_SIZE, base_model_path, grp
 from app.eval.compare import run_comparison
 from app.eval.render import print_result
 from app.plots import series, sparkline
-from app.train.runner import run_training
+from app.train.session import Session
 
 # --quick: the same path on a smaller budget, still long enough to show GRPO's lift (60 steps, 100 held-out problems:
 # about 26 s on 2 cores; docs/performance.md has the seeds).
@@ -57,32 +57,50 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     comparison's seed (evaluation is greedy on the whole held-out split). ``sets``: --set overrides of the demo's
     GRPO config (bench/bench_losses.py measures loss variants through them)."""
     console = console or Console()
-    show = console.is_terminal if progress is None else progress
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     timings: dict[str, float] = {}
-
     console.rule("[bold]qlora-app demo[/]: 4-bit QLoRA + GRPO on CPU, offline")
     t = time.time()
     base = base_model_path()
     timings["prepare_model_s"] = time.time() - t
     console.print(f"base model: {base}")
 
-    layer = {"output_dir": str(output_dir)}
+    t = time.time()
+    grpo_dir = _train(base, output_dir, quick, seed, sets, console, console.is_terminal if progress is None else progress)
+    timings["grpo_s"] = time.time() - t
+    quarters = _show_curves(grpo_dir, console)
+
+    n_eval = QUICK["eval"] if quick else EVAL_SIZE
+    console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy)")
+    t = time.time()
+    result = run_comparison(grpo_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
+                            local_only=True, seed=seed)
+    timings["compare_s"] = time.time() - t
+    timings["total_s"] = time.time() - t0
+    out = _record(result, output_dir, grpo_dir, quick, seed, quarters, timings)
+    _print_outcome(result, console, grpo_dir, out, timings["total_s"])
+    return result
+
+
+def _train(base: Path, output_dir: Path, quick: bool, seed: int, sets, console, progress: bool) -> Path:
+    """Stage 1: the GRPO run, through the one door every run takes. Ctrl-C ends the demo (DemoInterrupted)."""
     sets = [f"training.seed={seed}", *sets] + (
         [f"training.max_steps={QUICK['grpo_steps']}", "logging_steps=1"] if quick else [])
-
     console.print("[bold]1/2[/] GRPO with the shaped reward, straight from the 4-bit base (no warm-up)")
-    t = time.time()
-    grpo_cfg = build_config({**grpo_preset(base), **layer, "run_name": "demo-grpo"}, sets=sets)
-    grpo_dir = run_training(grpo_cfg, progress=show, console=console)
+    cfg = build_config({**grpo_preset(base), "output_dir": str(output_dir), "run_name": "demo-grpo"}, sets=sets)
+    grpo_dir = Session(cfg, progress=progress, console=console).run()
     st = rundir.read_status(grpo_dir) or {}
     if st.get("status") == rundir.INTERRUPTED:  # Ctrl-C ends the demo: a half-trained adapter proves nothing
         console.print(f"[yellow]interrupted[/] at step {st.get('step')}: no comparison, no lift claimed; the run is "
                       f"kept in {grpo_dir} (qlora-app train --resume {grpo_dir} continues it)", highlight=False)
         raise DemoInterrupted()
-    timings["grpo_s"] = time.time() - t
+    return grpo_dir
+
+
+def _show_curves(grpo_dir: Path, console) -> tuple[float | None, float | None]:
+    """The reward, its components and the held-out accuracy as sparklines; returns the reward's quarter means."""
     recs = rundir.read_metrics(grpo_dir)
     _, reward = series(recs, "reward")
     first_q, last_q = quarter_means(reward)
@@ -95,40 +113,41 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     if acc:  # the held-out evaluation during training: accuracy as it rose, step 0 being the base
         console.print(f"   held-out    {sparkline(acc, 40)}  {acc[0]:.1%} (step {steps[0]}) -> {acc[-1]:.1%} "
                       f"(step {steps[-1]})")
+    return first_q, last_q
 
-    n_eval = QUICK["eval"] if quick else EVAL_SIZE
-    console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy)")
-    t = time.time()
-    result = run_comparison(grpo_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
-                            local_only=True, seed=seed)
-    timings["compare_s"] = time.time() - t
-    timings["total_s"] = time.time() - t0
+
+def _record(result, output_dir: Path, grpo_dir: Path, quick: bool, seed: int, quarters, timings: dict) -> Path:
+    """DIR/compare.json: the comparison with the demo's stages and timings (a previous one is kept aside)."""
     s = result.summary
     # Ordered: the first entry is where GRPO started (the base), the last what it made.
     stages = {"base": {"accuracy": s.base.accuracy, "mean_reward": s.base.mean_reward},
               "grpo": {"accuracy": s.adapter.accuracy, "mean_reward": s.adapter.mean_reward}}
-    lift = stages["grpo"]["accuracy"] - stages["base"]["accuracy"]
     result.config["demo"] = {
-        "quick": quick, "seed": seed, "grpo_run": str(grpo_dir), "stages": stages, "grpo_lift": lift,
-        "grpo_reward_quarters": {"first": first_q, "last": last_q},
+        "quick": quick, "seed": seed, "grpo_run": str(grpo_dir), "stages": stages,
+        "grpo_lift": stages["grpo"]["accuracy"] - stages["base"]["accuracy"],
+        "grpo_reward_quarters": {"first": quarters[0], "last": quarters[1]},
         "timings": {k: round(v, 1) for k, v in timings.items()}}
     out = output_dir / rundir.COMPARE_JSON
     _keep_previous(out)
     rundir.write_atomic(out, json.dumps(result.to_dict(), indent=2))
+    return out
 
-    print_result(result, console, max_rows=4)
+
+def _print_outcome(result, console, grpo_dir: Path, out: Path, total_s: float) -> None:
     from rich.table import Table
 
+    print_result(result, console, max_rows=4)
+    stages = result.config["demo"]["stages"]
     st = Table(title="held-out accuracy by phase")
     for col in ("model", "accuracy", "mean shaped reward"):
         st.add_column(col, justify="left" if col == "model" else "right")
     for name, label in (("base", "base (4-bit)"), ("grpo", "+ GRPO (final adapter)")):
         st.add_row(label, f"{stages[name]['accuracy']:.1%}", f"{stages[name]['mean_reward']:.3f}")
     console.print(st)
+    s, lift = result.summary, result.config["demo"]["grpo_lift"]
     console.print(
         f"\nGRPO's own lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy (base "
         f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/]); mean reward "
         f"{s.base.mean_reward:.3f} -> {s.adapter.mean_reward:.3f}")
     console.print(f"curves: {grpo_dir / rundir.CURVES}")
-    console.print(f"comparison: {out}  (total {timings['total_s']:.0f} s)")
-    return result
+    console.print(f"comparison: {out}  (total {total_s:.0f} s)")

@@ -2,18 +2,22 @@
 
 Built from compare's parts, so a greedy reply is compare's answer for the same prompt: the same 4-bit base wrapped
 once with the adapter (the base side runs under PEFT's ``disable_adapter()``, no second copy), the same prompt
-formatting (the run's system prompt and the tokenizer's chat template) and the same decoding arguments. Each side
-keeps its own history: in a side-by-side chat the base answers the conversation it has had, not the adapter's.
+formatting (the run's system prompt and the tokenizer's chat template) and the same generation path
+(app/generation.py: chat generates one prompt at a time, as compare does at batch size 1; the module says when a
+batched compare may differ). Each side keeps its own history: in a side-by-side chat the base answers the
+conversation it has had, not the adapter's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Callable
 
 from app.cpu_threads import ThreadGovernor
 from app.errors import UserError
-from app.eval.compare import decoding, format_prompt, load_pair, resolve_target
+from app.eval.compare import load_pair, resolve_target
+from app.generation import adds_special_tokens, format_prompt, generate_one
 from app.models import check_model_source, context_length
 
 SIDES = ("adapter", "base")
@@ -55,7 +59,7 @@ class Chat:
     def _fit(self, side: str, message: str, max_new_tokens: int) -> list[int]:
         """The prompt's token ids, dropping the oldest exchanges while they leave no room for the reply; a message
         that alone does not fit is one line."""
-        add_special = not getattr(self.tok, "chat_template", None)
+        add_special = adds_special_tokens(self.tok)
         while True:
             ids = self.tok(self.prompt(side, message), add_special_tokens=add_special)["input_ids"]
             if self.context is None or len(ids) + max_new_tokens <= self.context:
@@ -69,9 +73,6 @@ class Chat:
     def reply(self, side: str, message: str, temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0,
               on_text: Callable[[str], None] | None = None, stop: threading.Event | None = None) -> str:
         """The ``side``'s answer to ``message`` (added to its history). ``on_text`` gets each streamed piece."""
-        import torch
-        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
-
         if side not in SIDES:
             raise UserError(f"side {side!r} is not one of {', '.join(SIDES)}")
         if temperature < 0:
@@ -81,46 +82,7 @@ class Chat:
         if not message or not message.strip():
             raise UserError("the message is empty; type something to send")
         ids = self._fit(side, message, max_new_tokens)
-        device = next(self.model.parameters()).device
-        enc = {"input_ids": torch.tensor([ids], device=device),
-               "attention_mask": torch.ones(1, len(ids), dtype=torch.long, device=device)}
-
-        class _Stop(StoppingCriteria):
-            def __call__(self, input_ids, scores, **kwargs):
-                return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool,
-                                  device=input_ids.device)
-
-        streamer = TextIteratorStreamer(self.tok, skip_prompt=True, skip_special_tokens=True)
-        out: dict = {}
-
-        def run():
-            try:
-                torch.manual_seed(seed)
-                kw = dict(**enc, **decoding(self.model, self.tok, max_new_tokens, temperature), streamer=streamer,
-                          stopping_criteria=StoppingCriteriaList([_Stop()]))
-                with torch.inference_mode():
-                    if side == "base":
-                        with self.model.disable_adapter():
-                            out["seq"] = self.model.generate(**kw)
-                    else:
-                        out["seq"] = self.model.generate(**kw)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
-                out["error"] = e
-                streamer.end()
-
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        started = False
-        for piece in streamer:
-            if not started:  # the reply is shown stripped, as compare shows it
-                piece = piece.lstrip()
-                started = bool(piece)
-            if on_text and piece:
-                on_text(piece)
-        worker.join()
-        if "error" in out:
-            raise out["error"]
-        new = [t for t in out["seq"][0, len(ids):].tolist() if t != self.tok.pad_token_id]
-        text = self.tok.decode(new, skip_special_tokens=True).strip()  # as compare decodes its answers
+        with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+            text = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
         self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
         return text

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from app import rundir
+from app import proof, rundir
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "ollama": "gguf"}
 
@@ -50,7 +50,7 @@ def proof_table(cmp: dict | None) -> list[str]:
 def _comparison_of(run: Path | None, adapter_dir: Path | None) -> dict | None:
     """The run's latest comparison, when it compared this very adapter (a checkpoint's export must not carry the
     final adapter's numbers)."""
-    cmp = rundir.latest_comparison(run) if run else None
+    cmp = proof.latest_comparison(run) if run else None
     if not cmp or adapter_dir is None:
         return cmp
     compared = (cmp.get("config") or {}).get("adapter")

@@ -1,6 +1,7 @@
-"""Translate an AppConfig into TRL's SFTConfig / GRPOConfig keyword arguments.
+"""Translate a run plan into TRL's SFTConfig / GRPOConfig keyword arguments.
 
-Kept separate from the trainers so the translation can be unit-tested without loading a model.
+Owns the translation only: every value comes from the plan (app/train/plan.py), which decided it; nothing here
+decides again. Kept separate from the trainers so the translation can be unit-tested without loading a model.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ from pathlib import Path
 from app import rundir
 from app.config import AppConfig
 from app.errors import UserError
-from app.models import pick_packing
-from app.train.fastpaths import Env, FastPaths, decide, trl_kwargs
+from app.train.fastpaths import trl_kwargs
 from app.train.fsdp import fsdp_training_args
 
 
@@ -63,24 +63,21 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
     return kw
 
 
-def sft_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
-               fsdp_layers: list[str] | None = None, attention: str = "sdpa", fast: FastPaths | None = None,
-               packing: bool | None = None) -> dict:
-    """``packing``: the run plan's decision (app.train.plan.decide_packing); None decides from the config for the
-    ``attention`` kernel (what unit tests want)."""
-    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
-    kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
-    if packing is None:
-        packing = pick_packing(cfg.training.packing, attention, cfg.model.trust_remote_code)
-    kw.update(max_length=cfg.training.max_length, packing=packing)
+def sft_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
+    """SFTConfig's arguments for a plan whose packing is decided (app.train.plan.decide_packing)."""
+    if plan.packing is None:
+        raise ValueError("the plan's packing is decided on the loaded model (app.train.plan.decide_packing) first")
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
+    kw.update(trl_kwargs(plan.fast, cfg))
+    kw.update(max_length=cfg.training.max_length, packing=plan.packing)
     return _with_extra(kw, cfg, "SFTConfig")
 
 
-def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, reward_weights: list[float],
-                fsdp_layers: list[str] | None = None, fast: FastPaths | None = None) -> dict:
-    """``fast``: the run's fast-path decisions (app.train.fastpaths); None decides for a machine without the
-    optional libraries (what unit tests want)."""
-    kw = common_kwargs(cfg, run_dir, compute_dtype, cuda, fsdp_layers)
+def grpo_kwargs(plan, run_dir: Path, reward_weights: list[float], fsdp_layers: list[str] | None = None) -> dict:
+    """GRPOConfig's arguments for a plan."""
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
     g = cfg.grpo
     kw.update(
         num_generations=g.num_generations,
@@ -97,7 +94,7 @@ def grpo_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool, r
         reward_weights=reward_weights,
         log_completions=False,
     )
-    kw.update(trl_kwargs(fast or decide(cfg, Env(cuda=cuda)), cfg))
+    kw.update(trl_kwargs(plan.fast, cfg))
     return _with_extra(kw, cfg, "GRPOConfig")
 
 

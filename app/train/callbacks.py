@@ -1,4 +1,5 @@
-"""Trainer callbacks: the metrics file the UI tails, the terminal progress bar, status.json, and graceful Stop.
+"""Trainer callbacks: the metrics file the UI tails, the terminal progress bar, the run's progress reported to its
+session (which writes status.json), and graceful Stop.
 
 Stop (from the UI, or Ctrl-C) arrives as SIGTERM/SIGINT. Killing the process mid-step would lose the work since
 the last checkpoint, so the signal only raises a flag; at the end of the current step the callback asks the
@@ -97,9 +98,11 @@ class RunDirCallback(TrainerCallback):
     loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
 
     def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True, cuda: bool = False, every_step=None):
-        """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load)."""
+                 write: bool = True, cuda: bool = False, every_step=None, record=None):
+        """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load);
+        ``record(status, **fields)``: the session's record of the run's progress (status.json)."""
         self.run_dir = Path(run_dir)
+        self.record = record or (lambda status, **fields: None)
         self.every_step = every_step
         self.cuda = cuda
         # Every rank of a distributed run has this callback (stop and NaN decisions must be the same on all);
@@ -121,7 +124,7 @@ class RunDirCallback(TrainerCallback):
         peakmem.reset(self.cuda)
         if not self.write:
             return
-        rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
+        self.record(rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
         if self.progress:
             self.progress.start(state.max_steps, state.global_step)
 
@@ -188,8 +191,8 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
-            rundir.write_status(self.run_dir, rundir.RUNNING, step=state.global_step, max_steps=state.max_steps,
-                                **peakmem.sample(self.cuda))
+            self.record(rundir.RUNNING, step=state.global_step, max_steps=state.max_steps,
+                        **peakmem.sample(self.cuda))
         if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True

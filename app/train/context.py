@@ -8,6 +8,8 @@ default) can exceed a small model's context. So, once the model is loaded:
   completion length that alone fills the context (a default on a small model) is halved, saying so.
 - SFT: max_length is lowered to the context (TRL truncates each example there; packed examples restart their
   positions, so a packed row of that length stays inside it).
+Each step returns the config changes it decided ({dotted key: value}); the run plan (app/train/plan.py) applies and
+records them. Nothing here edits a config.
 """
 
 from __future__ import annotations
@@ -36,19 +38,20 @@ def _count(tok, text: str, add_special: bool) -> int:
     return len(tok(text, add_special_tokens=add_special)["input_ids"])
 
 
-def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning):
-    """(cfg, ds) for a GRPO run inside the model's context: a completion length that fills the whole context is
-    halved to leave room for prompts, and rows whose prompt leaves less than it are dropped."""
+def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning) -> tuple[dict, object]:
+    """(changes, ds) for a GRPO run inside the model's context: a completion length that fills the whole context is
+    halved to leave room for prompts (a change of grpo.max_completion_length), and rows whose prompt leaves less
+    than it are dropped."""
     if context is None:
-        return cfg, ds
+        return {}, ds
+    changes = {}
     completion = cfg.grpo.max_completion_length
     if completion >= context:
         shorter = context // 2
         note(f"grpo.max_completion_length={completion} fills the model's whole {context}-token context: using "
              f"{shorter} so prompts fit (set grpo.max_completion_length below {context} to choose)")
-        cfg = cfg.model_copy(deep=True)
-        cfg.grpo.max_completion_length = completion = shorter
-    return cfg, fit_grpo_prompts(ds, tok, context, completion, note)
+        changes["grpo.max_completion_length"] = completion = shorter
+    return changes, fit_grpo_prompts(ds, tok, context, completion, note)
 
 
 def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log.warning):
@@ -72,12 +75,10 @@ def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log
     return ds.select([i for i in range(len(ds)) if i not in drop])
 
 
-def fit_sft_length(cfg, context: int | None, note=log.warning):
-    """cfg with training.max_length no longer than the model's context."""
+def fit_sft_length(cfg, context: int | None, note=log.warning) -> dict:
+    """The change that keeps training.max_length inside the model's context (none when it fits)."""
     if context is None or cfg.training.max_length <= context:
-        return cfg
+        return {}
     note(f"training.max_length={cfg.training.max_length} is longer than the model's {context}-token context: "
          f"examples are cut at {context} tokens")
-    out = cfg.model_copy(deep=True)
-    out.training.max_length = context
-    return out
+    return {"training.max_length": context}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from app.batching import steps_per_generation
 from app.errors import UserError
-from app.runtime import installed
+from app.machine import installed
 from app.train.sampler import pick_sampler
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.models import torch_dtype
+from app.machine import torch_dtype
 from app.rewards import build_reward_funcs
 from app.train.args import grpo_kwargs
 from app.train.common import make_trainer
@@ -26,8 +26,7 @@ def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_r
 
     cfg, where = plan.cfg, plan.where
     funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
-    args = GRPOConfig(**grpo_kwargs(cfg, run_dir, where.compute_dtype, where.cuda, weights,
-                                    fsdp_layers=getattr(model, "_no_split_modules", None), fast=plan.fast))
+    args = GRPOConfig(**grpo_kwargs(plan, run_dir, weights, fsdp_layers=getattr(model, "_no_split_modules", None)))
     trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=funcs)
     trainer.on_sampler_change = on_sampler_change
     if plan.fast.sampler == "merged":

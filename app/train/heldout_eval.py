@@ -17,8 +17,9 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from app import rundir
-from app.eval.compare import format_prompt, generate, score_cell
+from app.eval.compare import score_cell
 from app.eval.result import side_summary
+from app.generation import format_prompt, generate
 from app.models import context_length, eval_keeping_4bit
 from app.train.checkpoints import save_adapter
 
@@ -43,8 +44,10 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
-                 keep_best: bool = False, sink: dict | None = None):
-        """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line."""
+                 keep_best: bool = False, sink: dict | None = None, record=None):
+        """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
+        **fields)``: the session's record of the run (status.json keeps the best point)."""
+        self.record = record or (lambda status, **fields: None)
         self.run_dir, self.items, self.tok, self.reward_cfg = Path(run_dir), items, tok, reward_cfg
         self.sink = sink if sink is not None else {}
         self.setting, self.max_new_tokens, self.keep_best = every, max_new_tokens, keep_best
@@ -87,11 +90,11 @@ class HeldoutEval(TrainerCallback):
         rec.update({f"{rundir.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
-        rundir.write_status(self.run_dir, None, **{rundir.EVAL_SECONDS: round(self.seconds, 2)})
+        self.record(None, **{rundir.EVAL_SECONDS: round(self.seconds, 2)})
         score = summary.accuracy if summary.accuracy is not None else summary.mean_reward
         if score is not None and (self.best[1] is None or score > self.best[1]):
             self.best = (step, score)
-            rundir.write_status(self.run_dir, None, **{rundir.BEST_STEP: step, rundir.BEST_SCORE: score})
+            self.record(None, **{rundir.BEST_STEP: step, rundir.BEST_SCORE: score})
             if self.keep_best:
                 save_adapter(model, self.tok, self.run_dir, rundir.BEST_ADAPTER)
         acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"

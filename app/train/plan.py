@@ -1,28 +1,31 @@
 """The run plan: every decision of a training run, made once, before the trainer is built, and then only read.
 
-``make_plan`` takes the config as the user gave it, the training rows and this machine, and decides, in order:
-  1. the resolved config with absolute paths (app.config.resolve);
-  2. where it runs: device, compute dtype, attention kernel (app.models.placement), backend, world size;
-  3. memory, before any model download: the estimate from the data's token lengths, the fit check, and what
+Owns the decisions: ``decide_machine`` (device, compute dtype, attention kernel, backend) and ``make_plan``, which
+takes the config as the user gave it, the training rows and that machine, and decides, in order:
+  1. the resolved config with absolute paths (app.config.resolve: the one resolution of a run);
+  2. memory, before any model download: the estimate from the data's token lengths, the fit check, and what
      fitting gave up (a smaller GRPO generation batch, SFT activation offloading, vLLM) (app.train.preflight);
-  4. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
+  3. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
      halved, prompts that leave no room are dropped, SFT's max_length is cut to it (app.train.context);
-  5. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are
+  4. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are
      (app.train.fastpaths).
 The SFT packing check needs the loaded model: ``decide_packing`` is the one decision taken after loading.
 
-Every value the plan changed from the config is an ``Adjustment`` with its reason: ``RunPlan.cfg`` holds the
-changed value, so the run directory's config.yaml (``config_yaml``) is what trained and re-runs the same, and
-status.json and train.log carry the reasons. Nothing downstream decides again: the trainer builders read the plan.
+Every value the plan changed from the config is an ``Adjustment`` with its reason, applied through one function
+(app.config.with_values): ``RunPlan.cfg`` holds the changed value, so the run directory's config.yaml
+(``config_yaml``) is what trained and re-runs the same, and status.json and train.log carry the reasons. Nothing
+downstream decides again: the trainer builders read the plan. Writes nothing (app/train/session.py records it).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.config import AppConfig, resolve, with_absolute_paths
+from app import machine as this_machine
+from app.config import AppConfig, resolve, with_absolute_paths, with_values
 from app.config_keys import differences
 from app.data import to_grpo, to_sft
 from app.errors import UserError
@@ -31,7 +34,6 @@ from app.models import (
     PACKING_KERNELS,
     Placement,
     context_length,
-    load_base_model,
     load_tokenizer,
     model_load_error,
     model_on_disk,
@@ -42,14 +44,9 @@ from app.models import (
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
-from app.train.launch import world_size
 from app.train.preflight import fit_memory, token_lengths
-from app.unsloth_backend import (
-    load_with_unsloth,
-    pick_backend,
-    stack_problem,
-    unsloth_installed,
-)
+from app.train.torchrun import world_size
+from app.unsloth_backend import pick_backend, stack_problem, unsloth_installed
 
 
 @dataclass(frozen=True)
@@ -78,12 +75,15 @@ class RunPlan:
     packing: bool | None = None  # SFT, after decide_packing
     adjustments: tuple[Adjustment, ...] = ()
     notes: tuple[str, ...] = ()  # every line the plan said, adjustments' reasons included
+    # What planning prepared on the way (None where not at hand); not part of the plan's identity.
+    train_ds: Any = field(default=None, compare=False, repr=False)  # the rows in TRL's format, fitted to the context
+    tokenizer: Any = field(default=None, compare=False, repr=False)
 
     def describe(self) -> str:
         """A few short lines for --dry-run and the run log."""
         est = self.estimate
-        where = (f"on this {self.where.vram_gb:.0f} GB GPU" if self.where.vram_gb
-                 else "for a GPU (this run is on the CPU)")
+        where = (f"on this {self.where.vram_gb:.0f} GB GPU" if self.where.vram_gb and not self.where.planned
+                 else f"on {self.where.gpu}" if self.where.planned else "for a GPU (this run is on the CPU)")
         basis = "the data's token lengths" if self.lengths_known else "max_length (data not read)"
         lines = [f"memory estimate {where}: {est['summary']} (from {basis})",
                  f"fast paths: {self.fast.describe()}",
@@ -107,17 +107,8 @@ class RunPlan:
 
 
 @dataclass
-class Planned:
-    """make_plan's result: the plan, and what it prepared on the way (None where not at hand)."""
-
-    plan: RunPlan
-    train_ds: Any = None  # the rows in TRL's format, fitted to the context
-    tokenizer: Any = None
-
-
-@dataclass
 class _Steps:
-    """Collects what each planning step changed, paired with the lines it said."""
+    """Applies what each planning step decided, paired with the lines it said (the reasons)."""
 
     note: Any = None
     said: list[str] = field(default_factory=list)
@@ -129,21 +120,45 @@ class _Steps:
         if self.note:
             self.note(line)
 
-    def record(self, before: AppConfig, after: AppConfig) -> None:
+    def apply(self, cfg: AppConfig, changes: dict) -> AppConfig:
+        """``cfg`` with ``changes`` ({dotted key: value}) applied, each recorded with the lines said since the
+        last step as its reason."""
+        if not changes:
+            return cfg
+        after = with_values(cfg, changes)
         reason = "; ".join(self.said[self._mark:]) or "fitted by the plan"
         self._mark = len(self.said)
-        self.adjustments += [Adjustment(k, was, now, reason) for k, was, now in differences(before, after)]
+        self.adjustments += [Adjustment(k, was, now, reason) for k, was, now in differences(cfg, after)]
+        return after
 
 
-def make_plan(cfg: AppConfig, rows=None, det=None, *, note=None, base: str | Path | None = None,
-              offline: bool = False) -> Planned:
-    """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det``.
-    ``note(line)`` hears each change as it is made; ``offline``: read the model's files only from disk and never
-    fail for their absence (--dry-run, doctor). Raises UserError for a run that cannot go ahead here."""
+def late_for_unsloth() -> bool:
+    """Whether this process imported transformers / trl / peft already: Unsloth patches them at import, so it can
+    only be used when it comes first (a fresh `qlora-app train` process; not a test runner or a notebook that
+    loaded transformers before)."""
+    return any(m in sys.modules for m in ("transformers", "trl", "peft"))
+
+
+def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placement, str]:
+    """(placement, backend) of a run: this machine's device as runtime.device picks it, or a planned CUDA card of
+    ``card_gb`` GB (train --dry-run --gpu-memory). Decided once per run, before anything imports transformers (the
+    session imports Unsloth first when the backend is Unsloth)."""
+    facts = this_machine.planned_card(card_gb) if card_gb else this_machine.device_facts(cfg.runtime.device)
+    where = placement(cfg.model, facts=facts)
+    usable = unsloth_installed() and not late_for_unsloth()
+    backend = pick_backend(cfg.runtime.backend, where.cuda, usable, installed=unsloth_installed())
+    return where, backend
+
+
+def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, str] | None = None,
+              note=None, base: str | Path | None = None, offline: bool = False) -> RunPlan:
+    """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det`` on
+    ``machine`` (decide_machine's (placement, backend); None: decided here). ``note(line)`` hears each change as it
+    is made; ``offline``: read the model's files only from disk and never fail for their absence (--dry-run,
+    doctor). Raises UserError for a run that cannot go ahead there."""
     steps = _Steps(note)
     cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
-    where = placement(cfg.model, cfg.runtime.device)
-    backend = pick_backend(cfg.runtime.backend, where.cuda, unsloth_installed())
+    where, backend = machine or decide_machine(cfg)
     check_fsdp(cfg.runtime, where.cuda)
     stack = stack_problem(cfg.method, where.cuda)
     if stack:
@@ -152,40 +167,31 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, note=None, base: str | Pat
     lengths = token_lengths(cfg, rows, det)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say)
-    steps.record(cfg, fit.cfg)
-    cfg = fit.cfg
+    cfg = steps.apply(cfg, fit.changes)
 
     tok, context = _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
     train_ds = None
     if tok is not None and rows is not None:
-        fitted = cfg
         if cfg.method == "grpo":
             if det.reference_field is None:
                 steps.say("dataset has no reference field: GRPO runs without the reference-match component")
-            train_ds = to_grpo(rows, det, tok, cfg.data.system_prompt)
-            fitted, train_ds = fit_grpo(cfg, train_ds, tok, context, steps.say)  # says how many it dropped
+            changes, train_ds = fit_grpo(cfg, to_grpo(rows, det, tok, cfg.data.system_prompt), tok, context,
+                                         steps.say)  # says how many it dropped
         else:
-            fitted = fit_sft_length(cfg, context, steps.say)
-            train_ds = to_sft(rows, det, tok, cfg.data.system_prompt)
-        steps.record(cfg, fitted)
-        cfg = fitted
+            changes, train_ds = fit_sft_length(cfg, context, steps.say), to_sft(rows, det, tok, cfg.data.system_prompt)
+        cfg = steps.apply(cfg, changes)
 
     fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
     if cfg.method == "grpo" and train_ds is not None:
-        fitted_fast = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
-        if fitted_fast != fast:  # recorded as the explicit size it now is, so a re-run samples the same
-            fitted = cfg.model_copy(deep=True)
-            fitted.grpo.generation_batch_size = fitted_fast.completions_at_once
-            steps.record(cfg, fitted)
-            cfg = fitted
+        fitted = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
+        if fitted != fast:  # recorded as the explicit size it now is, so a re-run samples the same
+            cfg = steps.apply(cfg, {"grpo.generation_batch_size": fitted.completions_at_once})
             fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
-    estimate = estimate_memory(cfg, lengths)  # of the config that trains
-    plan = RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate=estimate,
+    return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate=estimate_memory(cfg, lengths),
                    lengths_known=lengths is not None, fast=fast, context=context,
-                   adjustments=tuple(steps.adjustments), notes=tuple(steps.said))
-    return Planned(plan, train_ds, tok)
+                   adjustments=tuple(steps.adjustments), notes=tuple(steps.said), train_ds=train_ds, tokenizer=tok)
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
@@ -207,50 +213,28 @@ def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
     return tok, context_length(config)
 
 
-@dataclass
-class Loaded:
-    model: Any
-    tokenizer: Any
-    attention: str  # the kernel the model really runs ("unsloth": Unsloth's own)
-    quantized: bool  # 4-bit layers were made (transformers quantizes none for some architectures)
-
-
-def load_model(plan: RunPlan, tok=None) -> Loaded:
-    """The base model as the plan placed it: HF + bitsandbytes, or Unsloth on CUDA."""
-    cfg = plan.cfg
-    if plan.backend == "unsloth":
-        model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
-        return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit)
-    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, device=cfg.runtime.device,
-                                       fsdp=cfg.runtime.fsdp, where=plan.where, tok=tok)
-    return Loaded(model, tok, info["attention"], info["4bit"])
-
-
-def decide_packing(plan: RunPlan, loaded: Loaded, note=None) -> RunPlan:
-    """SFT packing, measured on the loaded model (app.models.packed_examples_stay_apart): where packed examples
-    would read each other, auto turns packing off (an adjustment) and an explicit true is refused."""
+def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
+    """SFT packing, measured on the loaded ``model`` running ``attention`` (app.models.packed_examples_stay_apart):
+    where packed examples would read each other, auto turns packing off (an adjustment) and an explicit true is
+    refused."""
     cfg = plan.cfg
     if cfg.method != "sft":
         return plan
     kept_apart, why = True, ""
     # FSDP shards the model only inside the trainer: before that it cannot run a forward to measure
-    if (cfg.training.packing is not False and loaded.attention in PACKING_KERNELS and not cfg.model.trust_remote_code
+    if (cfg.training.packing is not False and attention in PACKING_KERNELS and not cfg.model.trust_remote_code
             and not cfg.runtime.fsdp):
-        name = type(loaded.model).__name__
+        name = type(model).__name__
         try:
-            kept_apart = packed_examples_stay_apart(loaded.model)
+            kept_apart = packed_examples_stay_apart(model)
             why = f"{name} lets packed examples attend to each other (measured)"
         except Exception as e:  # noqa: BLE001 - a forward with restarting positions failed: packing would too
             kept_apart, why = False, f"a packed forward failed on {name} ({type(e).__name__})"
-    packing = pick_packing(cfg.training.packing, loaded.attention, cfg.model.trust_remote_code, kept_apart)
+    packing = pick_packing(cfg.training.packing, attention, cfg.model.trust_remote_code, kept_apart)
     if kept_apart or cfg.training.packing is not None:
         return replace(plan, packing=packing)
-    line = f"packing is off: {why}, so each example trains in its own padded row"
-    if note:
-        note(line)
-    off = cfg.model_copy(deep=True)
-    off.training.packing = False
-    steps = _Steps(said=[line])
-    steps.record(cfg, off)
+    steps = _Steps(note)
+    steps.say(f"packing is off: {why}, so each example trains in its own padded row")
+    off = steps.apply(cfg, {"training.packing": False})
     return replace(plan, cfg=off, packing=False, adjustments=plan.adjustments + tuple(steps.adjustments),
-                   notes=plan.notes + (line,))
+                   notes=plan.notes + tuple(steps.said))

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 from app.batching import steps_per_generation
+from app.config import with_values
 from app.data.convert import completion_text, prompt_text
 from app.errors import UserError
 from app.memory import estimate_memory, fit_problem
@@ -60,34 +61,37 @@ def _local_tokenizer(cfg):
 
 @dataclass(frozen=True)
 class MemoryFit:
-    cfg: object  # the config after what fitting changed (a smaller generation batch, offloading on)
+    changes: dict  # the config changes fitting decided ({dotted key: value}): a smaller generation batch, offloading
     env: Env  # vLLM dropped where its copy would not fit
     needs_room: bool  # SFT: only activation offloading makes it fit
     copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
 
 
 def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
-    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changed. ``say(line)`` hears
+    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changes. ``say(line)`` hears
     each change."""
     cuda = env.cuda
+    changes: dict = {}
     est = estimate_memory(cfg, lengths)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
     if problem and cfg.method == "sft" and cfg.training.activation_offloading is None:
-        offloaded = cfg.model_copy(deep=True)
-        offloaded.training.activation_offloading = True
+        offloaded = with_values(cfg, {"training.activation_offloading": True})
         if fit_problem(estimate_memory(offloaded, lengths), offloaded, gpu_gb) is None:
             needs_room, problem = True, None
             if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already
                 say("activation offloading is on: only with it does the run fit this "
                     f"{gpu_gb:.0f} GB GPU (training.activation_offloading sets it)")
+                changes["training.activation_offloading"] = True
                 cfg, est = offloaded, estimate_memory(offloaded, lengths)
     if problem and cfg.method == "grpo":
         smaller = generation_batch_that_fits(cfg, lengths, gpu_gb)
         if smaller is not None:
-            say(f"sampling {smaller.grpo.generation_batch_size} completions at a time, the most this "
-                f"{gpu_gb:.0f} GB GPU has room for (grpo.generation_batch_size sets it)")
-            cfg, est, problem = smaller, estimate_memory(smaller, lengths), None
+            say(f"sampling {smaller} completions at a time, the most this {gpu_gb:.0f} GB GPU has room for "
+                "(grpo.generation_batch_size sets it)")
+            changes["grpo.generation_batch_size"] = smaller
+            cfg = with_values(cfg, {"grpo.generation_batch_size": smaller})
+            est, problem = estimate_memory(cfg, lengths), None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
     copy_fits = False
@@ -105,12 +109,12 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
                 f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
     if problem:
         say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
-    return MemoryFit(cfg=cfg, env=env, needs_room=needs_room, copy_fits=copy_fits)
+    return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits)
 
 
-def generation_batch_that_fits(cfg, lengths, gpu_gb: float):
+def generation_batch_that_fits(cfg, lengths, gpu_gb: float) -> int | None:
     """On auto, GRPO samples several optimizer steps' completions at once; where that does not fit the GPU, the
-    config sampling the most optimizer steps' worth that does (down to one step's), or None."""
+    largest generation batch (completions) of whole optimizer steps that does (down to one step's), or None."""
     t = cfg.training
     if cfg.grpo.generation_batch_size is not None or {"steps_per_generation", "generation_batch_size"} & set(
             t.extra_args):
@@ -119,8 +123,7 @@ def generation_batch_that_fits(cfg, lengths, gpu_gb: float):
     auto_steps = steps_per_generation(t.per_device_train_batch_size, t.gradient_accumulation_steps, None,
                                       cfg.grpo.num_generations) // t.gradient_accumulation_steps
     for steps in range(auto_steps - 1, 0, -1):
-        trial = cfg.model_copy(deep=True)
-        trial.grpo.generation_batch_size = per_step * steps
+        trial = with_values(cfg, {"grpo.generation_batch_size": per_step * steps})
         if fit_problem(estimate_memory(trial, lengths), trial, gpu_gb) is None:
-            return trial
+            return per_step * steps
     return None

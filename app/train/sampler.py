@@ -170,7 +170,7 @@ def sampling_trainer(cls):
     class SamplingTrainer(cls):
         merged_sampler: MergedSampler | None = None
         # called with the sampler left (None: TRL's own path) and the reason, when the fast path steps down, so
-        # the run directory can record the plan that now runs (app.train.runner)
+        # the run directory can record the plan that now runs (app.train.session)
         on_sampler_change = None
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,

@@ -13,7 +13,5 @@ def build_sft_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
     """``plan.packing``: decided on the loaded model (app.train.plan.decide_packing)."""
     from trl import SFTConfig, SFTTrainer  # heavy: imported when a trainer is built
 
-    args = SFTConfig(**sft_kwargs(plan.cfg, run_dir, plan.where.compute_dtype, plan.where.cuda,
-                                  fsdp_layers=getattr(model, "_no_split_modules", None), fast=plan.fast,
-                                  packing=plan.packing))
+    args = SFTConfig(**sft_kwargs(plan, run_dir, fsdp_layers=getattr(model, "_no_split_modules", None)))
     return make_trainer(SFTTrainer, args, plan, model, tok, train_ds)

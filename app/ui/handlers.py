@@ -2,8 +2,9 @@
 (app/ui/tabs/).
 
 The Train form is turned into exactly what a user would type on the command line -- a preset, the CLI's own flags
-dict and ``--set`` overrides -- and then into an AppConfig by ``app.config.build_config``, the function the CLI
-uses. So the config the UI starts is, by construction, the config the shown CLI command would start.
+(the one widget -> flag -> config key table, app.config_keys.FLAGS) and ``--set`` overrides -- and Start runs that
+command line in a subprocess (app/ui/jobs.py). So the run the UI starts is, by construction, the run the shown CLI
+command starts; the UI never writes into a run folder (the run's session does).
 """
 
 from __future__ import annotations
@@ -18,50 +19,27 @@ from app.config import (
     AppConfig,
     RewardConfig,
     build_config,
+    model_name,
     resolve,
     with_absolute_paths,
 )
+from app.config_keys import WIDGETS, flags_layer
 from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.errors import UserError
 from app.memory import estimate_memory, format_estimate
 from app.models import check_model_source
+from app.offline import hub_offline
 from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
 from app.runs import run_summary
-from app.runtime import hub_offline
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
-# widget name -> (dotted config key, the `qlora-app train` flag that sets it, or None = use --set)
-FORM = {
-    "method": ("method", "--method"),
-    "model": ("model.name_or_path", "--model"),
-    "dataset": ("data.dataset", "--dataset"),
-    "dataset_config": ("data.config_name", "--dataset-config"),
-    "prompt_field": ("data.prompt_field", "--prompt-field"),
-    "reference_field": ("data.reference_field", "--reference-field"),
-    "max_steps": ("training.max_steps", "--max-steps"),
-    "local_only": ("runtime.local_only", "--local-only"),
-    "num_processes": ("runtime.num_processes", "--num-processes"),
-    "run_name": ("run_name", None),
-    "lora_r": ("lora.r", None),
-    "lora_alpha": ("lora.alpha", None),
-    "learning_rate": ("training.learning_rate", None),
-    "batch_size": ("training.per_device_train_batch_size", None),
-    "grad_accum": ("training.gradient_accumulation_steps", None),
-    "max_length": ("training.max_length", None),
-    "save_steps": ("training.save_steps", None),
-    "gradient_checkpointing": ("training.gradient_checkpointing", None),
-    "num_generations": ("grpo.num_generations", None),
-    "max_completion_length": ("grpo.max_completion_length", None),
-    "grpo_temperature": ("grpo.temperature", None),
-    "beta": ("grpo.beta", None),
-}
 WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
 # Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
 # are text boxes and their text is parsed here.
@@ -130,8 +108,8 @@ def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
     Auto values stay empty so that an untouched field keeps meaning "auto"."""
     data = build_config(_load_preset(preset)).model_dump(mode="json")
     out = {"preset": preset or NO_PRESET}
-    for name, (key, _) in FORM.items():
-        out[name] = _get(data, key)
+    for name, flag in WIDGETS.items():
+        out[name] = _get(data, flag.key)
     out["local_only"] = bool(out["local_only"] or local_only)
 
     weights = effective_weights(RewardConfig.model_validate(data["reward"]))
@@ -158,28 +136,20 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     preset = form.get("preset")
     preset = None if not preset or preset == NO_PRESET else preset
     base = build_config(_load_preset(preset)).model_dump(mode="json")
-    flags: dict = {"method": None, "model": {"name_or_path": None},
-                   "data": {"dataset": None, "config_name": None, "prompt_field": None, "reference_field": None},
-                   "training": {"max_steps": None}, "runtime": {"local_only": None, "num_processes": None},
-                   "reward": {"custom": None},
-                   "output_dir": str(runs_dir)}
+    given: dict = {"output_dir": str(runs_dir)}  # option values by parameter name, as the CLI's train gets them
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
     sets: list[str] = []
-    for name, (key, flag) in FORM.items():
+    for name, flag in WIDGETS.items():
         v = _number(name, form.get(name)) if name in AUTO_NUMBERS else _clean(form.get(name))
         if name == "local_only":
             v = bool(v)
-        if _same(v, _get(base, key)):
+        if _same(v, _get(base, flag.key)):
             continue
-        if flag and v is not None and v is not False:  # a flag can set a value, never unset one
-            node = flags
-            parts = key.split(".")
-            for p in parts[:-1]:
-                node = node[p]
-            node[parts[-1]] = v
-            argv += [flag] if v is True else [flag, str(v)]
+        if flag.cli and v is not None and v is not False:  # a flag can set a value, never unset one
+            given[flag.param] = v
+            argv += [flag.cli] if v is True else [flag.cli, str(v)]
         else:
-            sets.append(f"{key}={_fmt(v)}")
+            sets.append(f"{flag.key}={_fmt(v)}")
 
     weights = effective_weights(RewardConfig.model_validate(base["reward"]))
     for name, comp in WEIGHTS.items():
@@ -190,7 +160,7 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     argv += ["--output-dir", str(runs_dir)]
     for s in sets:
         argv += ["--set", s]
-    return preset, flags, sets, argv
+    return preset, flags_layer(given), sets, argv
 
 
 def config_from_form(form: dict, runs_dir: str | Path) -> AppConfig:
@@ -273,18 +243,19 @@ def detection_markdown(result: dict) -> str:
 
 
 def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
-    """Validate, create a fresh run directory with config.yaml, start `qlora-app train` on it. Paths typed in the
-    form are relative to the folder the UI was started in; config.yaml gets them absolute, so the run (and any
-    later resume) reads the same files wherever it is started from."""
+    """Validate the form and start its command line (`qlora-app train ... --run-dir RUN`) in a subprocess; returns
+    RUN, the folder the run's session creates once the run is planned (a run it refuses leaves none). Paths typed
+    in the form are relative to the folder the UI was started in, where the subprocess runs too; the session
+    writes them into config.yaml as absolute paths."""
     cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
-    # a model that cannot be found is said here, before a run folder is made for a run that would only fail
-    check_model_source(resolve(cfg).model.name_or_path, cfg.runtime.local_only or hub_offline())
-    jobs.check_free()  # before a folder is made for a run that cannot start
-    d = rundir.create_run_dir(runs_dir, cfg.run_name, cfg.method, cfg.data.dataset)
-    rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
-    jobs.start(d)
+    # a model that cannot be found is said here, before a run is started that would only fail
+    check_model_source(model_name(cfg), cfg.runtime.local_only or hub_offline())
+    jobs.check_free()
+    _, _, _, argv = form_to_cli(form, runs_dir)
+    d = rundir.unused_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    jobs.start(d, args=argv[2:])
     return d
 
 

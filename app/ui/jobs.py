@@ -2,8 +2,11 @@
 
 Training runs as `python -m app.cli train ...` in its own process (and process group), never inside the UI
 process: a crash, an OOM or a CUDA error then kills the run, not the UI, and Stop can signal every process the run
-started. The engine owns status.json; this module only fills in what a dead process cannot write itself (it was
-killed, or failed before it wrote any status), so the Runs tab never shows a dead run as "running".
+started. The UI hands the run over as the command line its form shows, with `--run-dir` naming the folder the
+run's session will create (app/train/session.py); it never writes into a run folder. The process's console goes to
+<runs>/.console/<run name>.log, so an error printed before any run folder exists is still shown. When the process
+dies without closing its run (killed), its exit is reported to the session's ``record_exit``, so the Runs tab never
+shows a dead run as "running".
 """
 
 from __future__ import annotations
@@ -13,25 +16,41 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 from app import rundir
 from app.errors import UserError
-from app.runtime import child_env, descendants, pid_alive
+from app.procs import child_env, descendants, pid_alive
+from app.train.session import record_exit
 
+CONSOLE_DIR = ".console"  # inside the runs folder: not a run (no config.yaml), so `runs` ignores it
 BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from the page once no longer true
 STOP_GRACE_SECONDS = 60.0  # the engine finishes its step and saves a checkpoint; big models need a while
 
 
-def train_command(run_dir: Path, resume: bool = False, max_steps: int | None = None) -> list[str]:
-    """The argv the UI runs; the config was written into the run directory beforehand. A resume may extend the
-    run to ``max_steps`` (as the CLI's --resume RUN --max-steps N)."""
+def train_command(run_dir: Path, resume: bool = False, max_steps: int | None = None,
+                  args: list[str] = ()) -> list[str]:
+    """The argv the UI runs: a new run is `train ARGS --run-dir RUN` (ARGS: the form's command line); a resume
+    may extend the run to ``max_steps`` (as the CLI's --resume RUN --max-steps N)."""
     base = [sys.executable, "-m", "app.cli", "train"]
     if resume:
         return base + ["--resume", str(run_dir), "--no-progress"] + (
             ["--max-steps", str(max_steps)] if max_steps else [])
-    return base + ["--config", str(Path(run_dir) / rundir.CONFIG), "--run-dir", str(run_dir), "--no-progress"]
+    return base + [*args, "--run-dir", str(run_dir), "--no-progress"]
+
+
+def console_path(runs_dir: Path, run_dir: Path) -> Path:
+    return Path(runs_dir) / CONSOLE_DIR / f"{Path(run_dir).name}.log"
+
+
+def console_tail(path: Path | None, limit: int = 80) -> str:
+    """The last lines of a job's console (a progress bar's carriage returns folded to its latest state)."""
+    try:
+        text = Path(path).read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+    shown = [ln.rstrip("\r").rsplit("\r", 1)[-1] for ln in text.rstrip("\n").split("\n")]
+    return "\n".join(shown[-limit:])
 
 
 def running_elsewhere(runs_dir: Path) -> Path | None:
@@ -44,10 +63,10 @@ def running_elsewhere(runs_dir: Path) -> Path | None:
     return None
 
 
-def last_log_line(run_dir: Path, limit: int = 300) -> str | None:
-    """The last meaningful line of train.log: for a process that died early it is usually the error."""
+def last_line(path: Path, limit: int = 300) -> str | None:
+    """The last meaningful line of a log: for a process that died early it is usually the error."""
     try:
-        lines = [ln.strip() for ln in (Path(run_dir) / rundir.LOG).read_text(errors="replace").splitlines()]
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines()]
     except OSError:
         return None
     lines = [ln for ln in lines if ln]
@@ -64,7 +83,9 @@ class JobManager:
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self._lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
-        self.run_dir: Path | None = None  # the current or most recent run started here
+        self.run_dir: Path | None = None  # the current or most recent run started here (may not exist yet)
+        self.console: Path | None = None  # its process's console output
+        self.error: str | None = None  # why it ended before its session made the run folder
         self.stop_requested = False
         self.killed = False
 
@@ -83,24 +104,27 @@ class JobManager:
                             "stop it first: one GPU trains one run at a time")
 
     # ---------------------------------------------------------------------------------------------- start
-    def start(self, run_dir: Path, resume: bool = False, max_steps: int | None = None) -> subprocess.Popen:
+    def start(self, run_dir: Path, resume: bool = False, max_steps: int | None = None,
+              args: list[str] = ()) -> subprocess.Popen:
+        """Start `qlora-app train` for ``run_dir``: a new run (``args``: its command line, the session creates the
+        folder) or a resume of an existing one."""
         with self._lock:
             self.check_free()
             run_dir = Path(run_dir)
             # The subprocess must find this `app` package even when the UI was started from another folder.
             env = {**child_env(), "PYTHONUNBUFFERED": "1"}  # the log tail should be live, not block-buffered
-            # Console output goes to the end of train.log (the engine's logger appends there too), so an error
-            # printed before the engine's logging starts (bad dataset, unknown model) is visible in the UI.
-            log = open(run_dir / rundir.LOG, "ab")
+            console = console_path(self.runs_dir, run_dir)
+            console.parent.mkdir(parents=True, exist_ok=True)
+            log = open(console, "wb")
             try:
                 self.proc = subprocess.Popen(
-                    train_command(run_dir, resume, max_steps), stdout=log, stderr=subprocess.STDOUT,
+                    train_command(run_dir, resume, max_steps, args), stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     cwd=self.cwd, env=env, start_new_session=True,  # own process group: Stop signals all of it
                 )
             finally:
                 log.close()  # the child holds its own descriptor
-            self.run_dir = run_dir
+            self.run_dir, self.console, self.error = run_dir, console, None
             self.stop_requested = False
             self.killed = False
             threading.Thread(target=self._watch, args=(self.proc, run_dir), daemon=True).start()
@@ -111,22 +135,14 @@ class JobManager:
         self.reconcile(run_dir, rc)
 
     def reconcile(self, run_dir: Path, rc: int) -> None:
-        """After the process exited: make status.json tell the truth when the engine could not."""
-        st = rundir.read_status(run_dir) or {}
-        status = st.get("status")
-        if status in (rundir.FINISHED, rundir.FAILED, rundir.INTERRUPTED):
-            return  # the engine said how it ended; that is the truth
-        if self.stop_requested:
-            note = "killed after the stop grace period" if self.killed else "stopped before training started"
-            rundir.write_status(run_dir, rundir.INTERRUPTED, ended=time.time(), error=None, note=note)
-        elif rc == 0:
-            rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
-                                error="the training process exited without finishing; see train.log")
-        else:
-            why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
-            line = last_log_line(run_dir)
-            rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
-                                error=f"training process ended with {why}" + (f": {line}" if line else ""))
+        """After the process exited: a run it could not close is reported to its session's records; a process that
+        ended before any run folder was made leaves its last console line as the job's error."""
+        line = last_line(console_path(self.runs_dir, run_dir))
+        if rundir.read_status(run_dir) is None:
+            if rc != 0 and not self.stop_requested:
+                self.error = line or f"the training process ended with exit code {rc}"
+            return
+        record_exit(run_dir, rc, self.stop_requested, self.killed, line)
 
     # ---------------------------------------------------------------------------------------------- stop
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from app import rundir
 from app.plots import figure
+from app.procs import pid_alive
 from app.runs import run_summary
-from app.runtime import pid_alive
-from app.ui.jobs import running_elsewhere
+from app.ui.jobs import console_tail, running_elsewhere
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -122,11 +122,20 @@ def progress_html(s: dict | None) -> str:
 
 
 def live_status(jobs, runs_dir: str | Path) -> dict:
-    """What the Train tab shows on each timer tick: the run started here, else one running elsewhere."""
+    """What the Train tab shows on each timer tick: the run started here, else one running elsewhere. A run whose
+    session has not made its folder yet (it checks and plans first) shows its console; one refused before that
+    shows why."""
     d = jobs.run_dir or running_elsewhere(Path(runs_dir))
-    if d is None or not Path(d).is_dir():
-        return {"run_dir": None, "status": None, "summary": None, "markdown": "No run started yet.", "progress": "",
-                "log": "", "records": [], "curves_key": curves_key(None, [], None)}
+    if d is None:
+        return _no_run("No run started yet.")
+    if not rundir.is_run_dir(Path(d)):
+        console = console_tail(jobs.console) if d == jobs.run_dir else ""
+        if d == jobs.run_dir and jobs.error:
+            return _no_run(f"**{Path(d).name}** did not start  \n<span style='color:#b3261e'>**error:** "
+                           f"{jobs.error}</span>", console)
+        if d == jobs.run_dir and jobs.is_running():
+            return _no_run(f"**{Path(d).name}** — checking the data and planning the run…", console)
+        return _no_run("No run started yet.", console)
     recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
     s = run_summary(Path(d), recs)
     if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
@@ -134,3 +143,8 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
     return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
             "progress": progress_html(s), "log": log_tail(Path(d)), "records": recs,
             "curves_key": curves_key(Path(d), recs, s)}
+
+
+def _no_run(markdown: str, log: str = "") -> dict:
+    return {"run_dir": None, "status": None, "summary": None, "markdown": markdown, "progress": "", "log": log,
+            "records": [], "curves_key": curves_key(None, [], None)}

@@ -6,7 +6,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config_keys import field_help
+from app.config_keys import FLAGS, field_help
 from app.errors import UserError
 
 log = logging.getLogger("qlora_app.ui")
@@ -21,10 +21,8 @@ class Context:
     local_only: bool
 
 
-# The engine's messages name CLI flags; on the page they name the control that sets the same thing.
-UI_CONTROLS = {"--prompt-field": "Prompt field (override)", "--reference-field": "Reference field (override)",
-               "--dataset": "Dataset", "--model": "Model", "--max-steps": "Max steps",
-               "--local-only": "Local only (offline)", "--num-processes": "Processes (GPUs)"}
+# The engine's messages name CLI flags; on the page they name the control that sets the same thing (the one table).
+UI_CONTROLS = {f.cli: f.label for f in FLAGS if f.cli and f.label}
 _FLAG = re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in UI_CONTROLS) + r")(?![\w-])(?: (NAME|FILE|ID|[^\s;,)']+))?")
 
 

@@ -2,6 +2,7 @@
 memory estimate, the equivalent CLI command, Start / Stop and the live view of the run."""
 
 from app.config import DEFAULT_GRPO_MODEL
+from app.config_keys import WIDGETS
 from app.errors import UserError
 from app.reward_registry import BY_NAME
 from app.ui import handlers as h
@@ -15,24 +16,29 @@ FOLLOW_LOG_JS = ("() => { const t = document.querySelector('#train-log textarea'
 
 
 def _info(name: str) -> str | None:
-    return config_help(h.FORM[name][0])
+    return config_help(WIDGETS[name].key)
+
+
+def _label(name: str) -> str:
+    return WIDGETS[name].label
 
 
 def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
-    """The widgets, keyed by the names handlers.FORM / WEIGHTS use; plus the upload, detect and samples parts."""
+    """The widgets, keyed by the names app.config_keys.WIDGETS / handlers.WEIGHTS use; plus the upload, detect and
+    samples parts."""
     import gradio as gr
 
     w = {}
     with gr.Row():
         w["preset"] = gr.Dropdown(h.preset_choices(), value=h.NO_PRESET, label="Preset", elem_id="preset")
-        w["method"] = gr.Radio(["grpo", "sft"], value=dflt["method"], label="Method", elem_id="method",
+        w["method"] = gr.Radio(["grpo", "sft"], value=dflt["method"], label=_label("method"), elem_id="method",
                                info=_info("method"))
-    w["model"] = gr.Textbox(label="Model: hub id or local folder", elem_id="model", info=_info("model"),
+    w["model"] = gr.Textbox(label=f"{_label('model')}: hub id or local folder", elem_id="model", info=_info("model"),
                             placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
     with gr.Row():
-        w["dataset"] = gr.Textbox(label="Dataset: name, hub id or local file", scale=3, elem_id="dataset",
+        w["dataset"] = gr.Textbox(label=f"{_label('dataset')}: name, hub id or local file", scale=3, elem_id="dataset",
                                   placeholder="gsm8k, arith, data.jsonl", info=_info("dataset"))
-        w["dataset_config"] = gr.Textbox(label="Hub config", scale=1, elem_id="dataset-config",
+        w["dataset_config"] = gr.Textbox(label=_label("dataset_config"), scale=1, elem_id="dataset-config",
                                          placeholder="e.g. main", info=_info("dataset_config"))
     upload = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
                      elem_id="upload")
@@ -41,45 +47,42 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     samples = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True, interactive=False,
                            max_height=220, visible=False, elem_id="samples")
     with gr.Row():
-        for name, label, elem in (("prompt_field", "Prompt field (override)", "prompt-field"),
-                                  ("reference_field", "Reference field (override)", "reference-field")):
-            w[name] = gr.Dropdown([h.AUTO], value=h.AUTO, allow_custom_value=True, label=label, elem_id=elem,
+        for name, elem in (("prompt_field", "prompt-field"), ("reference_field", "reference-field")):
+            w[name] = gr.Dropdown([h.AUTO], value=h.AUTO, allow_custom_value=True, label=_label(name), elem_id=elem,
                                   info=_info(name))
     with gr.Accordion("Training settings", open=True):
         with gr.Row():
             # "auto" numbers are text boxes: Gradio's Number box cannot be empty (see handlers.AUTO_NUMBERS).
-            for name, label, elem in (("lora_r", "LoRA rank", "lora-r"), ("lora_alpha", "LoRA alpha", "lora-alpha"),
-                                      ("learning_rate", "Learning rate", "learning-rate")):
-                w[name] = gr.Textbox(label=label, placeholder="auto", elem_id=elem, info=_info(name))
-            w["max_steps"] = gr.Number(dflt["max_steps"], label="Max steps (-1 = epochs)", precision=0,
+            for name, elem in (("lora_r", "lora-r"), ("lora_alpha", "lora-alpha"), ("learning_rate", "learning-rate")):
+                w[name] = gr.Textbox(label=_label(name), placeholder="auto", elem_id=elem, info=_info(name))
+            w["max_steps"] = gr.Number(dflt["max_steps"], label=f"{_label('max_steps')} (-1 = epochs)", precision=0,
                                        elem_id="max-steps", info=_info("max_steps"))
         with gr.Row():
-            for name, label, elem in (("batch_size", "Per-device batch", "batch-size"),
-                                      ("grad_accum", "Grad. accumulation", "grad-accum")):
-                w[name] = gr.Textbox(label=label, placeholder="auto", elem_id=elem, info=_info(name))
-            w["max_length"] = gr.Number(dflt["max_length"], label="SFT max length", precision=0,
+            for name, elem in (("batch_size", "batch-size"), ("grad_accum", "grad-accum")):
+                w[name] = gr.Textbox(label=_label(name), placeholder="auto", elem_id=elem, info=_info(name))
+            w["max_length"] = gr.Number(dflt["max_length"], label=_label("max_length"), precision=0,
                                         elem_id="max-length", info=_info("max_length"))
-            w["save_steps"] = gr.Number(dflt["save_steps"], label="Checkpoint every", precision=0,
+            w["save_steps"] = gr.Number(dflt["save_steps"], label=_label("save_steps"), precision=0,
                                         elem_id="save-steps", info=_info("save_steps"))
         with gr.Row():
-            w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"], label="Gradient checkpointing",
+            w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"], label=_label("gradient_checkpointing"),
                                                       elem_id="grad-ckpt", info=_info("gradient_checkpointing"))
-            w["local_only"] = gr.Checkbox(dflt["local_only"], label="Local only (offline)", elem_id="local-only",
+            w["local_only"] = gr.Checkbox(dflt["local_only"], label=_label("local_only"), elem_id="local-only",
                                           info=_info("local_only"))
-            w["run_name"] = gr.Textbox(label="Run name", placeholder="auto", elem_id="run-name",
+            w["run_name"] = gr.Textbox(label=_label("run_name"), placeholder="auto", elem_id="run-name",
                                        info=_info("run_name"))
-            w["num_processes"] = gr.Number(dflt["num_processes"], label="Processes (GPUs)", precision=0,
+            w["num_processes"] = gr.Number(dflt["num_processes"], label=_label("num_processes"), precision=0,
                                            minimum=1, elem_id="num-processes", info=_info("num_processes"))
     with gr.Accordion("GRPO settings", open=True):
         with gr.Row():
-            w["num_generations"] = gr.Number(dflt["num_generations"], label="Generations", precision=0,
+            w["num_generations"] = gr.Number(dflt["num_generations"], label=_label("num_generations"), precision=0,
                                              elem_id="num-generations", info=_info("num_generations"))
-            w["max_completion_length"] = gr.Number(dflt["max_completion_length"], label="Max completion tokens",
+            w["max_completion_length"] = gr.Number(dflt["max_completion_length"], label=_label("max_completion_length"),
                                                    precision=0, elem_id="max-completion",
                                                    info=_info("max_completion_length"))
-            w["grpo_temperature"] = gr.Number(dflt["grpo_temperature"], label="Temperature",
+            w["grpo_temperature"] = gr.Number(dflt["grpo_temperature"], label=_label("grpo_temperature"),
                                               elem_id="grpo-temperature", info=_info("grpo_temperature"))
-            w["beta"] = gr.Number(dflt["beta"], label="KL beta", elem_id="beta", info=_info("beta"))
+            w["beta"] = gr.Number(dflt["beta"], label=_label("beta"), elem_id="beta", info=_info("beta"))
         with gr.Row():
             for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
                 w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",
@@ -90,38 +93,46 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
 def build(ctx: Context) -> None:
     import gradio as gr
 
-    runs_dir, jobs = ctx.runs_dir, ctx.jobs
     dflt = h.widget_values(h.form_defaults(None, ctx.local_only))
     with gr.Row():
         with gr.Column(scale=3):
             w, upload, detect_btn, detect_md, samples = _form(dflt)
         with gr.Column(scale=2):
-            shown_cli, shown_memory = h.form_view(dflt, runs_dir)
-            memory = gr.Markdown(shown_memory, elem_id="memory")
-            preview = gr.Textbox(shown_cli, label="Equivalent command", lines=3, max_lines=8,
-                                 interactive=False, buttons=["copy"], elem_id="cli-preview")
-            with gr.Row():
-                start_btn = gr.Button("Start", variant="primary", elem_id="start-btn")
-                stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
-            message = gr.Markdown(elem_id="train-message")
-            status = gr.Markdown("No run started yet.", elem_id="train-status")
-            progress = gr.HTML(elem_id="train-progress")
-    t_curves = plots("train")
-    shown_curves = gr.State(None)  # the curves_key of what t_curves shows: redraw only when it changes
-    log_box = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True, interactive=False,
-                         elem_id="train-log")
-    timer = gr.Timer(POLL_SECONDS)
+            panel = _panel(dflt, ctx.runs_dir)
+    panel["curves"] = plots("train")
+    panel["log"] = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True,
+                              interactive=False, elem_id="train-log")
+    _wire_form(ctx, w, upload, detect_btn, detect_md, samples, panel)
+    _wire_run(ctx, w, panel)
 
-    names = list(w)  # the order of the inputs below
-    inputs = [w[n] for n in names]
 
-    def form_of(values) -> dict:
-        return dict(zip(names, values))
+def _panel(dflt: dict, runs_dir) -> dict:
+    """The right-hand column: memory estimate, equivalent command, Start / Stop and the run's status."""
+    import gradio as gr
+
+    shown_cli, shown_memory = h.form_view(dflt, runs_dir)
+    p = {"memory": gr.Markdown(shown_memory, elem_id="memory"),
+         "preview": gr.Textbox(shown_cli, label="Equivalent command", lines=3, max_lines=8, interactive=False,
+                               buttons=["copy"], elem_id="cli-preview")}
+    with gr.Row():
+        p["start"] = gr.Button("Start", variant="primary", elem_id="start-btn")
+        p["stop"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+    p["message"] = gr.Markdown(elem_id="train-message")
+    p["status"] = gr.Markdown("No run started yet.", elem_id="train-status")
+    p["progress"] = gr.HTML(elem_id="train-progress")
+    return p
+
+
+def _wire_form(ctx: Context, w: dict, upload, detect_btn, detect_md, samples, panel: dict) -> None:
+    """The form's events: the command and estimate follow every edit; presets, upload, field detection."""
+    import gradio as gr
+
+    names, inputs = list(w), list(w.values())
 
     def on_form(*values):
-        return h.form_view(form_of(values), runs_dir)
+        return h.form_view(dict(zip(names, values)), ctx.runs_dir)
 
-    gr.on([c.change for c in inputs], on_form, inputs, [preview, memory], show_progress="hidden")
+    gr.on([c.change for c in inputs], on_form, inputs, [panel["preview"], panel["memory"]], show_progress="hidden")
 
     def on_preset(preset):
         try:
@@ -130,15 +141,15 @@ def build(ctx: Context) -> None:
             return [gr.update() for _ in names] + [err(e)]
         return [gr.update(value=d[n]) if n != "preset" else gr.update() for n in names] + [""]
 
-    w["preset"].change(on_preset, w["preset"], inputs + [message])
+    w["preset"].change(on_preset, w["preset"], inputs + [panel["message"]])
 
     def on_upload(path):
         try:
-            return h.save_upload(path, runs_dir), ""
+            return h.save_upload(path, ctx.runs_dir), ""
         except Exception as e:  # noqa: BLE001
             return gr.update(), err(e)
 
-    upload.upload(on_upload, upload, [w["dataset"], message])
+    upload.upload(on_upload, upload, [w["dataset"], panel["message"]])
 
     def on_detect(dataset, config_name, pf, rf, lo):
         try:
@@ -153,29 +164,39 @@ def build(ctx: Context) -> None:
     detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["prompt_field"], w["reference_field"],
                                  w["local_only"]], [detect_md, samples, w["prompt_field"], w["reference_field"]])
 
+
+def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
+    """Start, Stop and the live view of the run (status, progress, curves, log tail) on a timer."""
+    import gradio as gr
+
+    names, inputs = list(w), list(w.values())
+    shown_curves = gr.State(None)  # the curves_key of what the curves show: redraw only when it changes
+    timer = gr.Timer(POLL_SECONDS)
+
     def on_start(*values):
         try:
-            d = h.start_run(jobs, runs_dir, form_of(values))
+            d = h.start_run(ctx.jobs, ctx.runs_dir, dict(zip(names, values)))
         except Exception as e:  # noqa: BLE001
             return err(e)
         return f"started **{d.name}**"
 
-    start_btn.click(on_start, inputs, message)
-    stop_btn.click(lambda: jobs.stop(), None, message)
+    panel["start"].click(on_start, inputs, panel["message"])
+    panel["stop"].click(lambda: ctx.jobs.stop(), None, panel["message"])
 
     def on_tick(shown_message, shown_key):
-        s = rv.live_status(jobs, runs_dir)
+        s = rv.live_status(ctx.jobs, ctx.runs_dir)
         key = s["curves_key"]
         if key == shown_key:
             curves = gr.update()
         else:
             curves = rv.curves(s["run_dir"], s["records"], (s["summary"] or {}).get("max_steps"))
         # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
-        stale = bool(shown_message) and BUSY_MESSAGE in shown_message and not jobs.is_running()
+        stale = bool(shown_message) and BUSY_MESSAGE in shown_message and not ctx.jobs.is_running()
         return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], curves, key)
 
-    timer.tick(on_tick, [message, shown_curves], [message, status, progress, log_box, t_curves, shown_curves],
+    timer.tick(on_tick, [panel["message"], shown_curves],
+               [panel["message"], panel["status"], panel["progress"], panel["log"], panel["curves"], shown_curves],
                show_progress="hidden")
     # Gradio's own autoscroll does not follow a value set from the server (found in Chromium: at 10/10 the box still
     # showed steps 1-3); after each new tail the page scrolls the box to its newest line.
-    log_box.change(None, None, None, js=FOLLOW_LOG_JS)
+    panel["log"].change(None, None, None, js=FOLLOW_LOG_JS)

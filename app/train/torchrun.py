@@ -6,8 +6,11 @@ SIGTERM to every worker, and transformers' Trainer (through accelerate's state) 
 (RANK, LOCAL_RANK, WORLD_SIZE), choosing gloo on CPU and NCCL on GPUs. No process management of our own beyond
 invoking it.
 
-The command a user types starts the launcher; each worker is `python -m app.cli train --config RUN/config.yaml
---run-dir RUN` (or `--resume RUN`). Only rank 0 writes the run directory.
+The command a user types starts the launcher (app.train.session.Session.launch: it checks the request, then runs
+this module's ``run_launcher``); each worker is `python -m app.cli train --config REQUEST.yaml --run-dir RUN` (or
+`--resume RUN`), a session of its own. Only rank 0's session writes the run directory.
+
+Owns: the ranks (rank, world size, is_main) and the torchrun process. Must not write a run folder.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from app import rundir
 from app.config import with_absolute_paths
-from app.errors import RunFailed, UserError
-from app.runtime import child_env, descendants
+from app.errors import UserError
+from app.procs import child_env, descendants
 
 WORKER_ENV = "QLORA_APP_WORKER"  # set in every worker: a worker never launches again
 
@@ -55,15 +59,6 @@ def launcher_argv(runtime, worker_args: list[str]) -> list[str]:
     return argv + ["-m", "app.cli", "train", *worker_args, "--no-progress"]
 
 
-def check_same_world(recorded, runtime) -> None:
-    """--resume must run on the world it was saved by: DDP's optimizer and RNG states are per process."""
-    if (recorded.num_processes, recorded.nnodes) != (runtime.num_processes, runtime.nnodes):
-        raise UserError(
-            f"this run was trained with {recorded.num_processes} process(es) on {recorded.nnodes} machine(s); resume "
-            f"it with the same (--num-processes {recorded.num_processes} --nnodes {recorded.nnodes}), not "
-            f"{runtime.num_processes} on {runtime.nnodes}")
-
-
 def run_launcher(runtime, worker_args: list[str]) -> int:
     """Start torchrun (no shell) in a session of its own and wait. Ctrl-C or SIGTERM (the UI's Stop) reach this
     process only; it passes one SIGTERM to every worker, which checkpoint at the end of the step and stop
@@ -95,35 +90,31 @@ def run_launcher(runtime, worker_args: list[str]) -> int:
                     pass
 
 
-def launch_run(cfg, resume: Path | None, run_dir: Path | None, sets: list[str], max_steps: int | None,
-               console) -> Path:
-    """`qlora-app train` with more than one process: make the run directory and its config.yaml (a new run), then
-    run the same config on runtime.num_processes x runtime.nnodes workers through torchrun. Returns the run dir."""
+def worker_run_dir(cfg, run_dir: Path | None) -> Path:
+    """Where the workers' new run goes: --run-dir (new or empty; a multi-machine run needs one on a shared
+    filesystem), else a new name under output_dir. Not made here: rank 0's session makes it."""
     rt = cfg.runtime
-    if resume is not None:
-        d = rundir.require_run_dir(resume).resolve()
-        worker = ["--resume", str(d)] + (["--max-steps", str(max_steps)] if max_steps is not None else [])
-        worker += [a for s in sets for a in ("--set", s)]
-    else:
-        if rt.nnodes > 1 and run_dir is None:
-            raise UserError("a multi-machine run needs --run-dir PATH, the same folder on every machine (a shared "
-                            "filesystem), so every node finds the run")
-        cfg = with_absolute_paths(cfg, Path.cwd())
-        if run_dir is not None and rt.node_rank != 0:  # node 0 made (and checked) it; it may be running already
-            d = Path(run_dir).resolve()
-            d.mkdir(parents=True, exist_ok=True)
-        else:
-            d = rundir.create_run_dir(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.dataset,
-                                      Path(run_dir).resolve() if run_dir is not None else None)
-        if rt.node_rank == 0 or not (d / rundir.CONFIG).exists():  # what every worker starts from
-            rundir.write_atomic(d / rundir.CONFIG, cfg.to_yaml())
-        worker = ["--config", str(d / rundir.CONFIG), "--run-dir", str(d)]
-    console.print(f"launching {rt.num_processes} process(es) x {rt.nnodes} machine(s) through torchrun: {d}")
-    rc = run_launcher(rt, worker)
-    if rc != 0:
-        st = rundir.read_status(d) or {}
-        if st.get("status") == rundir.INTERRUPTED:
-            return d
-        raise RunFailed(f"the distributed run ended with exit code {rc}: "
-                        f"{st.get('error') or 'see ' + str(d / rundir.LOG)}")
-    return d
+    if rt.nnodes > 1 and run_dir is None:
+        raise UserError("a multi-machine run needs --run-dir PATH, the same folder on every machine (a shared "
+                        "filesystem), so every node finds the run")
+    if run_dir is not None:
+        # node 0 checks it; the other nodes' workers may find node 0's run in it already
+        return (rundir.check_new_run_dir(run_dir) if rt.node_rank == 0 else Path(run_dir)).resolve()
+    cfg = with_absolute_paths(cfg, Path.cwd())
+    return rundir.unused_run_dir(cfg.output_dir, cfg.run_name or rundir.default_run_name(cfg.method,
+                                                                                           cfg.data.dataset))
+
+
+def launch_workers(cfg, run_dir: Path, resume: bool, sets: list[str], max_steps: int | None) -> int:
+    """Run the request on torchrun's workers and wait: a resume continues RUN from its config.yaml (with the
+    resume's --max-steps / --set); a new run hands the request to the workers as a temporary YAML file (not a run
+    file: rank 0's session writes config.yaml). Returns torchrun's exit code."""
+    if resume:
+        worker = ["--resume", str(run_dir)] + (["--max-steps", str(max_steps)] if max_steps is not None else [])
+        return run_launcher(cfg.runtime, worker + [a for s in sets for a in ("--set", s)])
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="qlora-app-request-", delete=False) as f:
+        f.write(with_absolute_paths(cfg, Path.cwd()).to_yaml())
+    try:
+        return run_launcher(cfg.runtime, ["--config", f.name, "--run-dir", str(run_dir)])
+    finally:
+        Path(f.name).unlink(missing_ok=True)

@@ -1,0 +1,353 @@
+"""One door for a training run: a Session opens, plans, records and closes every run.
+
+Every run comes through here: `qlora-app train` (app/cli.py), the torchrun launcher (``Session.launch``: its workers
+are sessions of their own), the demo (app/demo) and the UI (which starts `qlora-app train` in a subprocess and only
+reads the run folder). A run reads top to bottom (``Session.run``):
+
+    open      check the request, decide the machine (Unsloth is imported first when it is the backend), read the
+              data, find the resume point;
+    plan      every decision of the run, once (app/train/plan.py): resolved config, placement, backend, memory
+              estimate and fit, context, fast paths, generation batch;
+    create    the run folder, config.yaml (what trains, with what the plan changed and why) and status.json;
+    build     the model as planned, packing measured on it, the TRL trainer and its callbacks (app/train/build.py);
+    train     the steps; callbacks report progress to the session;
+    evaluate  the adapter, peak memory and the curves of the end;
+    close     the final status on success, bad input, fault or interrupt, and the exit code.
+
+Owns: the only writes of config.yaml and status.json and the only creation of a run folder
+(tests/test_one_door.py); other modules report to it (``record``), and a process that died before it could close
+its run is recorded through ``record_exit``. Must not decide what the plan decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from app import rundir
+from app.config import AppConfig, load_yaml_file, model_name, validate, warnings_for
+from app.config_keys import changed_keys
+from app.cpu_alloc import reuse_freed_memory
+from app.cpu_threads import ThreadGovernor
+from app.data import build_splits
+from app.errors import RunFailed, UserError
+from app.eval.heldout import sample_examples
+from app.models import check_model_source
+from app.offline import apply_local_only, quiet_library_noise
+from app.plots import save_curves
+from app.procs import pid_alive
+from app.runs import peak_memory_text
+from app.train import peakmem
+from app.train.build import build_trainer, load_model
+from app.train.checkpoints import save_adapter
+from app.train.faults import nonfinite_message, os_error_message, write_failure
+from app.train.plan import RunPlan, decide_machine, decide_packing, make_plan
+from app.train.request import check_request, check_same_world, resume_point
+from app.train.runlog import close_logging, setup_logging
+from app.train.torchrun import is_main, launch_workers, worker_run_dir
+from app.unsloth_backend import import_first
+
+log = logging.getLogger("qlora_app")
+INTERRUPTED_EXIT = 130  # 128 + SIGINT: what shells report for a Ctrl-C'd command
+
+
+class Session:
+    """One run. ``run()`` trains it here; ``launch()`` runs it on torchrun's workers."""
+
+    def __init__(self, cfg: AppConfig, *, resume: Path | None = None, run_dir: Path | None = None,
+                 progress: bool = True, console=None):
+        self.request = cfg  # as the user gave it; the plan holds what trains
+        self.resume_from = Path(resume) if resume is not None else None
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.progress, self.console = progress, console
+        self.main = is_main()  # only rank 0 writes the run folder and speaks; every rank trains
+        self.dir: Path | None = None
+        self.plan: RunPlan | None = None
+        self.ckpt: Path | None = None
+        self.handler = None  # train.log
+        self.busy: list[str] = []  # said with the plan's notes, once the run folder exists
+        self.status: str | None = None
+        self.exit_code = 0
+
+    # ------------------------------------------------------------------------------------------------ the recipe
+    def run(self) -> Path:
+        """Train the run and return its folder. Bad input raises UserError (exit 2) with nothing saved lost; a
+        fault raises RunFailed (exit 1); a stop leaves it interrupted and resumable (exit_code 130)."""
+        try:
+            self.open()
+            self.plan_run()
+            self.create()
+            with self.recording():
+                trainer, watch, stop, loaded = self.build()
+                self.train(trainer, stop)
+                self.evaluate(trainer, watch, stop, loaded)
+                self.close()
+        finally:
+            close_logging(self.handler)
+        return self.dir
+
+    def open(self, launcher: bool = False) -> None:
+        """Check the request and read what it needs (data, resume point) before anything is made. The launcher's
+        session stops after the checks: its workers decide the machine and load the rest."""
+        cfg = self.request
+        apply_local_only(cfg.runtime.local_only)
+        if self.resume_from is not None:
+            self.dir = self._resumable()
+            check_same_world(validate(load_yaml_file(self.dir / rundir.CONFIG)).runtime, cfg.runtime)
+        check_request(cfg)
+        if not launcher:
+            self.machine = decide_machine(cfg)
+            import_first(self.machine[1])  # before anything imports transformers / trl / peft
+            quiet_library_noise()
+            self.threads = ThreadGovernor(cfg.runtime.threads, note=self.busy.append)
+            reuse_freed_memory()  # before the model's first tensors: see app/cpu_alloc.py
+        check_model_source(model_name(cfg), cfg.runtime.local_only)  # fail fast, before data
+        # Data first: a wrong column name should fail in a second, not after the model has loaded.
+        self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
+                                                              local_only=cfg.runtime.local_only)
+        if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
+            self.handler = setup_logging(self.dir) if self.main else None
+            self.ckpt = resume_point(self.dir, self._say("note") if self.main else None, cfg, self.main)
+
+    def plan_run(self) -> None:
+        """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
+        self.plan = make_plan(self.request, self.rows, self.det, machine=self.machine)
+
+    def create(self) -> None:
+        """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""
+        try:
+            if self.dir is None:
+                self.dir = (rundir.create_run_dir(self.plan.cfg.output_dir, self.plan.cfg.run_name,
+                                                  self.plan.cfg.method, self.plan.cfg.data.dataset, self.run_dir)
+                            if self.main else Path(self.run_dir))  # a worker: rank 0 makes the folder
+                self.handler = setup_logging(self.dir) if self.main else None
+            if self.main:
+                self._record_start()
+        except BaseException as e:
+            self._fail(e)
+
+    def build(self):
+        """The model as planned (SFT packing measured on it), the trainer and its callbacks."""
+        # heavy (transformers' TrainerCallback), imported only after import_first: Unsloth must patch transformers
+        # before it loads
+        from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
+
+        # heavy (transformers' TrainerCallback), imported after import_first for the same reason
+        from app.train.heldout_eval import HeldoutEval, eval_tokens
+
+        plan = self.plan
+        loaded = load_model(plan)
+        log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", plan.cfg.model.name_or_path,
+                 loaded.quantized, plan.where.compute_dtype, plan.where.gpu or "CPU", plan.backend)
+        if plan.cfg.model.load_in_4bit and not loaded.quantized:  # a user sizing a GPU must hear it in plain words
+            self._say("note")(f"transformers quantized none of the layers of {type(loaded.model).__name__} (its "
+                              "architecture is not covered by its 4-bit loader): the model trains unquantized, at "
+                              "full size")
+        packed = decide_packing(plan, loaded.model, loaded.attention, self._say("note") if self.main else None)
+        if packed.cfg != plan.cfg:
+            self._replan(packed)
+        self.plan = plan = packed
+        stop = StopFlag().install()
+        self.bar = TerminalProgress(plan.cfg.method, enabled=self.progress and self.main)
+        trainer, errors = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None,
+                                        on_sampler_change=self._sampler_changed)
+        if self.main:
+            log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
+        base_errors = errors()
+        watch = RunDirCallback(self.dir, stop, lambda: errors() - base_errors, self.bar,
+                               warn=self._say() if self.main else None, write=self.main, cuda=plan.where.cuda,
+                               every_step=self.threads.adjust, record=self.record)
+        trainer.add_callback(watch)
+        t = plan.cfg.training
+        heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
+        if self.main and heldout and t.eval_every != 0:
+            trainer.add_callback(HeldoutEval(self.dir, heldout, loaded.tokenizer, plan.cfg.reward, t.eval_every,
+                                             eval_tokens(plan.cfg), t.keep_best, sink=watch.pending,
+                                             record=self.record))
+        return trainer, watch, stop, loaded
+
+    def train(self, trainer, stop) -> None:
+        """The steps, from the resume point when there is one."""
+        try:
+            trainer.train(resume_from_checkpoint=str(self.ckpt) if self.ckpt else None)
+        finally:
+            self.bar.close()
+            stop.uninstall()
+
+    def evaluate(self, trainer, watch, stop, loaded) -> None:
+        """What the end leaves: a run that trained no step or turned NaN is refused; else the adapter, the peak
+        memory and the curves."""
+        step = trainer.state.global_step
+        if step == 0 and not stop.requested:  # TRL / HF say "not a single sample", then finish
+            raise UserError(f"no training step ran: the {len(self.plan.train_ds)} training rows gave no full batch; "
+                            "lower training.per_device_train_batch_size or gradient_accumulation_steps, or add rows")
+        if watch.nonfinite:
+            self.record(rundir.FAILED, step=step)
+            raise RunFailed(nonfinite_message(watch.nonfinite, self.plan.cfg, self.dir))
+        self.status, self.final = (rundir.INTERRUPTED if stop.requested else rundir.FINISHED), {"step": step}
+        if not self.main:
+            return
+        adapter = save_adapter(trainer.model, loaded.tokenizer, self.dir)
+        self.final.update(peakmem.sample(self.plan.where.cuda))
+        log.info("peak memory: %s", peak_memory_text(self.final))
+        if stop.requested:
+            log.info("stopped at step %d; checkpoint saved, resume with --resume %s", step, self.dir)
+        else:
+            log.info("finished at step %d; adapter in %s", step, adapter)
+        save_curves(self.dir)
+
+    def close(self) -> None:
+        """The final status of a run that ended on its own or was stopped, and the exit code it gives."""
+        self.record(self.status, ended=time.time(), **self.final)
+        self.exit_code = INTERRUPTED_EXIT if self.status == rundir.INTERRUPTED else 0
+
+    # ------------------------------------------------------------------------------------------------ records
+    def record(self, status: str | None = None, **fields) -> None:
+        """The one writer of status.json (rank 0): ``status`` None keeps the status word. Other modules report
+        through this (the training callbacks, the held-out evaluation, the sampler)."""
+        if self.main and self.dir is not None:
+            rundir.write_status(self.dir, status, **fields)
+
+    def _write_config(self, text: str) -> None:
+        """The one writer of config.yaml."""
+        if self.main:
+            rundir.write_atomic(self.dir / rundir.CONFIG, text)
+
+    def _record_start(self) -> None:
+        """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
+        plan, resumed = self.plan, self.resume_from is not None
+        if not resumed or self._changed_on_resume():
+            text = plan.config_yaml()
+            if resumed and not plan.adjustments:  # the first start's reasons stay beside its values
+                old = (self.dir / rundir.CONFIG).read_text().splitlines(keepends=True)
+                text = "".join(line for line in old if line.startswith("#")) + text
+            self._write_config(text)
+        fields = plan.status_fields()
+        if resumed and not plan.adjustments:
+            fields.pop("adjustments")  # the first start's reasons stay on record
+        self.record(rundir.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
+                    model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
+                    step=rundir.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
+        for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:
+            self._say("note")(line)
+        log.info(plan.describe().replace("\n", "; "))
+        log.info("run %s: %s on %s, %d train rows, %d held out; fields: %s", self.dir.name, plan.cfg.method,
+                 plan.cfg.data.dataset, len(self.rows), len(self.heldout_rows), self.det.fields_line())
+
+    def _changed_on_resume(self) -> bool:
+        """Whether a resume changes the run's plan (--max-steps N extends it, --set changes a key). config.yaml then
+        records the plan the run now follows, so a later bare --resume (the crashed-run hint) continues the same."""
+        changed = changed_keys(validate(load_yaml_file(self.dir / rundir.CONFIG)), self.plan.cfg)
+        if changed:
+            log.info("config.yaml updated for this resume: %s", "; ".join(changed))
+        return bool(changed)
+
+    def _replan(self, plan: RunPlan) -> None:
+        """A decision taken after loading (SFT packing) changed the plan: config.yaml and status.json follow."""
+        self._write_config(plan.config_yaml())
+        self.record(None, adjustments=[a.line() for a in plan.adjustments])
+
+    def _sampler_changed(self, sampler, reason: str) -> None:
+        """status.json's fast paths follow the sampler that samples: a fallback is recorded with its step."""
+        fast = replace(self.plan.fast, sampler="merged" if sampler is not None else "plain",
+                       compiled=sampler is not None and sampler.compile)
+        self.sampler_changes = getattr(self, "sampler_changes", []) + [{"fast_paths": fast.describe(),
+                                                                        "reason": reason}]
+        self.record(None, fast_paths=fast.describe(), fast_path_changes=self.sampler_changes)
+
+    @contextmanager
+    def recording(self):
+        """Any way a run ends early is recorded: a stop (second Ctrl-C) as interrupted, bad input or a fault as
+        failed with its one line, a failed write as the disk-full line (exit 1)."""
+        try:
+            yield
+        except BaseException as e:
+            self._fail(e)
+
+    def _fail(self, e: BaseException):
+        failed_write = write_failure(e)
+        if failed_write is not None:  # a full disk, or any other failure to write the run's files
+            err = RunFailed(os_error_message(failed_write, self.dir or Path(self.request.output_dir)))
+            if self.dir is not None:
+                self._record_failure(str(err))
+            raise err from None
+        if self.main and self.dir is not None:
+            if isinstance(e, KeyboardInterrupt):
+                self.record(rundir.INTERRUPTED, ended=time.time(), error=None)
+            else:
+                self._record_failure(str(e) if isinstance(e, UserError) else
+                                     f"{type(e).__name__}: {e}".splitlines()[0])
+            log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
+        raise e
+
+    def _record_failure(self, reason: str) -> None:
+        """status.json says failed with the reason, and train.log gets the traceback, as far as the disk allows."""
+        try:
+            self.record(rundir.FAILED, ended=time.time(), error=reason)
+        except OSError:
+            pass
+        try:
+            log.error("run failed: %s\n%s", reason, traceback.format_exc())
+        except OSError:
+            pass
+
+    def _say(self, label: str = "warning"):
+        console = self.console if self.main else None
+
+        def warn(line: str) -> None:
+            log.warning(line)
+            if console:
+                console.print(f"[yellow]{label}:[/] {line}")
+        return warn
+
+    def _resumable(self) -> Path:
+        """The run folder --resume names, when no live process is training it."""
+        d = rundir.require_run_dir(self.resume_from)
+        st = rundir.read_status(d) or {}
+        if self.main and st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
+            raise UserError(f"run '{d.name}' is still running; stop it before resuming")
+        return d
+
+    # ------------------------------------------------------------------------------------------------ torchrun
+    def launch(self, sets: list[str], max_steps: int | None) -> Path:
+        """`qlora-app train` with more than one process: the request is checked here (one line, exit 2, nothing
+        made), then runs on runtime.num_processes x runtime.nnodes workers through torchrun, each a Session whose
+        rank 0 creates and records the run. Returns the run folder."""
+        self.open(launcher=True)
+        rt = self.request.runtime
+        d = self.dir.resolve() if self.dir is not None else worker_run_dir(self.request, self.run_dir)
+        if self.console:
+            self.console.print(f"launching {rt.num_processes} process(es) x {rt.nnodes} machine(s) through "
+                               f"torchrun: {d}")
+        rc = launch_workers(self.request, d, resume=self.dir is not None, sets=sets, max_steps=max_steps)
+        st = rundir.read_status(d) or {}
+        self.status = st.get("status")
+        if rc != 0 and self.status != rundir.INTERRUPTED:
+            raise RunFailed(f"the distributed run ended with exit code {rc}: "
+                            f"{st.get('error') or 'see ' + str(d / rundir.LOG)}")
+        self.exit_code = INTERRUPTED_EXIT if self.status == rundir.INTERRUPTED else 0
+        return d
+
+
+def record_exit(run_dir: Path, rc: int, stop_requested: bool, killed: bool, last_line: str | None) -> None:
+    """A run's process exited (the UI's job watches it): when it could not close its run itself (killed, or gone
+    before its session wrote a final status), the session's records say how it ended, so the Runs tab never shows
+    a dead run as running."""
+    st = rundir.read_status(run_dir)
+    if st is None or st.get("status") in (rundir.FINISHED, rundir.FAILED, rundir.INTERRUPTED):
+        return  # no run was made, or its session said how it ended: that is the truth
+    if stop_requested:
+        note = "killed after the stop grace period" if killed else "stopped before training started"
+        rundir.write_status(run_dir, rundir.INTERRUPTED, ended=time.time(), error=None, note=note)
+    elif rc == 0:
+        rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
+                            error="the training process exited without finishing; see train.log")
+    else:
+        why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
+        rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
+                            error=f"training process ended with {why}" + (f": {last_line}" if last_line else ""))
