@@ -9,6 +9,9 @@ from app.errors import UserError
 # Completions sampled at once by auto: the measured knee on an H100 (issue #16: 64 sequences per decode step cost
 # 120 ms vs 96 ms for 8) and, on CPU, where the per-step Python overhead stops dominating (docs/performance.md).
 AUTO_GENERATION_SEQUENCES = 64
+# Prompt widths a compiled static-cache sampler pads to a multiple of (app/train/sampler.py), so its graph sees few
+# shapes; the memory estimate sizes that cache with the same rule.
+PROMPT_MULTIPLE = 64
 # How many optimizer steps one generation batch may serve: a conservative cap on staleness for the clipped importance
 # ratio (measured: the demo's reward curve holds at 2 steps per generation, docs/performance.md; 4 is not measured).
 MAX_STEPS_PER_GENERATION = 4

@@ -10,6 +10,7 @@ torch, transformers or gradio.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -26,9 +27,9 @@ from app.demo.run import DemoInterrupted, run_demo
 from app.doctor import report
 from app.errors import UserError
 from app.eval.cli import run_compare_cli
-from app.offline import apply_local_only, quiet_library_noise
+from app.offline import apply_local_only, quiet_command_line, quiet_library_noise
 from app.presets import list_presets, load_preset, preset_path
-from app.report import print_plan, print_run_summary
+from app.report import print_plan, print_run_summary, print_runs
 from app.rewards.score_cmd import run_score
 from app.runs import run_summary
 from app.train.session import Session
@@ -103,6 +104,10 @@ def train(
     master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
     no_fit_check: bool = typer.Option(False, "--no-fit-check",
                                       help="Train even when the memory estimate says the run cannot fit the GPU."),
+    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", metavar="GB",
+                                               help="With --dry-run: plan the run for a CUDA card of this many GB "
+                                                    "(from any machine)."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
@@ -120,10 +125,12 @@ def train(
     cfg = build_config(base, flags, list(set_ or []))
     if explain_only:
         explain = True
-    if explain and not dry_run:
-        raise UserError("--explain goes with --dry-run: qlora-app train --dry-run --explain [your options]")
+    if (explain or gpu_memory is not None or as_json) and not dry_run:
+        used = "--explain" if explain else "--gpu-memory" if gpu_memory is not None else "--json"
+        raise UserError(f"{used} goes with --dry-run: qlora-app train --dry-run {used} [your options]")
     if dry_run:
-        print_plan(cfg, explain_only if explain else None, console, err_console)
+        print_plan(cfg, explain_only if explain else None, console, err_console, gpu_gb=gpu_memory,
+                   as_json=as_json)
         return
 
     session = Session(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
@@ -257,42 +264,21 @@ def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.
 
 @runs_app.command("list")
 def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
-              output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/).")):
+              output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/)."),
+              memory: bool = typer.Option(False, "--memory", help="Each GPU run's memory estimate beside its "
+                                                                  "measured peak."),
+              as_json: bool = typer.Option(False, "--json", help="One JSON object per run, one per line.")):
     """Runs with status, method, model, dataset and final metrics."""
     chosen = folder or output_dir
     if chosen is not None and not chosen.is_dir():
         raise UserError(f"'{chosen}' is not a folder; pass the folder your runs are in (default: runs)")
     folders = [chosen] if chosen is not None else [Path(f) for f in rundir.RUN_FOLDERS if Path(f).is_dir()]
     for f in folders or [Path(rundir.RUN_FOLDERS[0])]:
-        _runs_table(f)
-
-
-def _runs_table(output_dir: Path) -> None:
-    t = Table(title=f"runs in {output_dir}")
-    runs = rundir.list_runs(output_dir)
-    # The run name is what people copy into --resume / compare / runs show (a bare name is found in runs/ and
-    # demo-runs/): whole, never cut to "20261…". A narrow terminal gets the columns that fit beside it.
-    name_width = min(max((len(d.name) for d in runs), default=3), 44)
-    cols = ["name", "status", "step", "loss", "reward"]
-    if console.width >= name_width + 90:
-        cols[2:2] = ["method", "model", "dataset"]
-        cols.append("date")
-    for col in cols:
-        t.add_column("run" if col == "name" else col, no_wrap=col in ("name", "status"), overflow="fold",
-                     min_width=name_width if col == "name" else None)
-    hints = []
-    for d in runs:
-        s = run_summary(d)
-        # a local path's last part is what tells runs apart; a hub id stays whole
-        short = {k: Path(s[k]).name if s.get(k) and Path(s[k]).is_absolute() else s.get(k)
-                 for k in ("model", "dataset")}
-        row = {**s, **short}
-        t.add_row(*("" if row.get(k) is None else str(row[k]) for k in cols))
-        if s["status"] == rundir.CRASHED and s["resume_command"]:
-            hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
-    console.print(t)
-    for h in hints:
-        console.print(h, highlight=False, soft_wrap=True)
+        if as_json:
+            for d in rundir.list_runs(f):
+                sys.stdout.write(json.dumps(run_summary(d)) + "\n")
+        else:
+            print_runs(f, console, memory)
 
 
 @runs_app.command("show")
@@ -330,6 +316,7 @@ def explain_value(argv: list[str]) -> list[str]:
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
     quiet_library_noise()
+    quiet_command_line()
     try:
         app(args=explain_value(sys.argv[1:]))
     except UserError as e:

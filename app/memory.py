@@ -1,152 +1,74 @@
-"""Will this run fit my GPU? A back-of-the-envelope estimate of peak GPU memory for a config.
+"""Will this run fit my GPU? The peak GPU memory of a run plan, term by term, before any weights load.
 
-The terms, all in bytes:
-  - base weights: linear layers in 4-bit NF4 = 0.5 byte/param plus the quantization constants (one fp32 absmax per
-    64 weights = 1/16 byte/param; double quantization squeezes that to about 1/64). Embeddings and the LM head are
-    not quantized by bitsandbytes and stay in 16-bit.
-  - LoRA: r x (in + out) params per adapted matrix, kept in fp32, plus fp32 gradients and two Adam moments
-    (8-bit paged AdamW on a GPU: 10 bytes/param; fp32 AdamW on CPU: 16).
-  - training activations for one micro-batch: with gradient checkpointing only each layer's input is kept (plus one
-    layer being recomputed); without it every layer keeps its intermediate tensors (Korthikanti et al.'s ~34
-    bytes/token/hidden-unit at 16-bit, with the MLP part scaled to the real intermediate size). The fp32 logits
-    over the vocabulary are never built whole: TRL scores tokens through a fused LM head, one tile at a time. Tokens
-    per micro-batch come from the data's real lengths when known (padded: ~95th percentile; packed: full rows).
-  - GRPO generation: a KV cache for every completion generated at once, and that phase does not overlap the
-    backward pass, so the peak is the larger of the two phases.
-  - a fixed CUDA context / allocator overhead.
+The estimate is of the plan that runs: app/train/plan.py passes its decisions (``Decisions``: compute dtype, SFT
+packing, the GRPO sampler and its weight copy, the generation batch, activation offloading, backend). Two figures:
+  - ``torch_peak_gb``: what torch's caching allocator holds at the peak (torch.cuda.max_memory_reserved, which a run
+    records as peak_mem_reserved_gib);
+  - ``total_gb``: that, plus what the card holds outside torch's pool: the CUDA context and the 8-bit optimizer's
+    paged states. The fit check and the per-card verdicts use it.
 
-The parameter count and shape come from the model's config.json when it is a local folder or already in the HF
-cache (no network), else from the size in the hub id ("1.5B", "7B", "500M") with the nearest typical shape.
-It is an estimate (+-20 %), meant to catch "this cannot fit" before a 20 minute download, not to replace a try.
+Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
+  weights    linear layers in 4-bit NF4: 0.5 byte per weight + quantization constants (one fp32 absmax per 64 weights,
+             about 1/64 byte with double quantization); embeddings and the LM head stay dense at d (bitsandbytes does
+             not quantize them). A base loaded without 4-bit: d per weight.
+  adapter    LoRA weights and gradients at d (TRL casts a 4-bit base's adapter to bf16; fp32 compute keeps fp32, and so
+             does PEFT on a base not in 4-bit); 8-bit paged AdamW keeps 2 bytes per parameter: in torch's pool for
+             tensors under 1e5 elements, paged outside it (total only) for larger ones.
+  copy       GRPO's sampling copy: merged = the linear layers at d (embeddings, norms and head are shared); vLLM = all
+             weights.
+  training   t tokens per micro-batch. Checkpointed layer inputs (t x hidden x d per layer; none when offloaded), then
+             the larger of: one layer recomputed in backward (t x (17.3 hidden + 8.1 intermediate) bytes at d = 2,
+             measured with saved-tensor hooks on a 4-bit Qwen2 layer with LoRA on every linear layer, re-measured in
+             tests/test_memory.py; plus its gradient buffers, t x intermediate x 2d, and one dequantized weight) or
+             TRL's fused LM head (tiles of 4096 tokens x 32768 vocabulary entries at d, and the fp32 gradient of the
+             hidden states). Without checkpointing every layer keeps what it saves.
+  generation GRPO: the KV cache of every completion sampled at once (prompt width rounded up to 64 for the compiled
+             static cache) and the prefill's MLP intermediates; or, for the merged copy, the refresh of its largest
+             matrix in fp32. It does not overlap the backward pass: the peak takes the larger phase.
+  reserve    0.25 GB the caching allocator holds beyond live tensors (cuBLAS workspaces, its 2 MB / 20 MB blocks).
+  context    0.5 GB of CUDA context (total only).
+Tokens come from the data's real lengths when known (SFT padded: the 95th percentile row; packed: full rows; GRPO:
+the 95th percentile prompt + max_completion_length). Calibrated on one H100 (docs/performance.md; the measured
+table is test data in tests/test_memory.py). An estimate, meant to catch "this cannot fit" before a 20-minute
+download and to size the plan, not to replace a try. Owns these terms; must not decide anything (the plan does).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
-from pathlib import Path
+from dataclasses import dataclass
 
-from app.batching import steps_per_generation
+from app.batching import PROMPT_MULTIPLE, steps_per_generation
+from app.model_shape import embed_params, linear_sizes, model_shape
 
 GB = 1024**3
-GPU_SIZES_GB = (8, 12, 24)
-CUDA_CONTEXT_GB = 0.6  # CUDA context + cuBLAS workspace + allocator slack on a fresh process
-FRAGMENTATION = 1.10  # the caching allocator rarely packs perfectly
-GRPO_PROMPT_TOKENS = 256  # a typical chat-templated GSM8K prompt; the config does not bound prompt length
-LOGIT_TILE_TOKENS, LOGIT_TILE_VOCAB = 4096, 32768  # TRL's fused LM head tile (trl/kernels/chunked_logprob.py)
+CARDS_GB = (8, 12, 16, 24, 48, 80)  # the verdicts the UI and --dry-run show
+CUDA_CONTEXT_GB = 0.5
+ALLOCATOR_RESERVE_GB = 0.25
 FIT_MARGIN = 0.90  # above 90 % of the card is "tight": other processes and spikes need room
-
-# (billions of params, hidden, intermediate, layers, heads, kv_heads, vocab, tied): typical Qwen2.5-style shapes,
-# used only when the model's own config.json is not available.
-TYPICAL_SHAPES = [
-    (0.5, 896, 4864, 24, 14, 2, 151936, True),
-    (1.5, 1536, 8960, 28, 12, 2, 151936, True),
-    (3.0, 2048, 11008, 36, 16, 2, 151936, True),
-    (7.0, 3584, 18944, 28, 28, 4, 152064, False),
-    (8.0, 4096, 14336, 32, 32, 8, 128256, False),
-    (14.0, 5120, 13824, 48, 40, 8, 152064, False),
-    (32.0, 5120, 27648, 64, 40, 8, 152064, False),
-    (70.0, 8192, 28672, 80, 64, 8, 128256, False),
-]
-_SIZE_RE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])")
+GRPO_PROMPT_TOKENS = 256  # a typical chat-templated GSM8K prompt, when the data's lengths are not known
+LOGIT_TILE_TOKENS, LOGIT_TILE_VOCAB = 4096, 32768  # TRL's fused LM head tile (trl/kernels/chunked_logprob.py)
+SAVED_PER_HIDDEN, SAVED_PER_INTERMEDIATE = 17.3, 8.1  # bytes saved per token of one decoder layer at 2-byte dtype
+PAGED_MIN_ELEMENTS = 100_000  # bitsandbytes pages an optimizer state from this many elements up
 
 
-def params_from_name(name: str) -> int | None:
-    """'Qwen/Qwen2.5-1.5B-Instruct' -> 1_500_000_000; 'SmolLM2-360M' -> 360_000_000; no size -> None.
-    The last size in the name wins ('Qwen2.5-7B' has '2.5' too, but not followed by B/M)."""
-    hits = _SIZE_RE.findall(str(name).split("/")[-1])
-    if not hits:
-        return None
-    num, unit = hits[-1]
-    return int(float(num) * (1e9 if unit.lower() == "b" else 1e6))
+@dataclass(frozen=True)
+class Decisions:
+    """What the estimate reads of a run plan (app/train/plan.py decides them). None: as the config says (packing auto
+    = packed; sampler auto = the merged copy, what a GPU plan takes where it fits)."""
 
-
-# Families whose MLP is two matrices (up, down) rather than the gated three of Llama / Qwen / Mistral / Gemma.
-UNGATED_MLP = {"gpt2", "gpt_neox", "gptj", "opt", "falcon", "bloom", "phi", "starcoder2", "gpt_bigcode", "codegen"}
-# Older families name the same facts differently (GPT-2 / GPT-J / BLOOM / Falcon / OPT); the first name present wins.
-CONFIG_ALIASES = {"hidden_size": ("n_embd", "d_model"), "num_hidden_layers": ("n_layer", "num_layers"),
-                  "num_attention_heads": ("n_head",), "intermediate_size": ("n_inner", "ffn_dim")}
-
-
-def _shape_from_config(c: dict) -> dict | None:
-    c = c.get("text_config", c)  # multimodal wrappers keep the LM under text_config
-    c = {**{key: next((c[a] for a in aliases if c.get(a) is not None), None) for key, aliases in
-            CONFIG_ALIASES.items()}, **{k: v for k, v in c.items() if v is not None}}
-    try:
-        h, layers, vocab = int(c["hidden_size"]), int(c["num_hidden_layers"]), int(c["vocab_size"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    heads = int(c.get("num_attention_heads") or max(1, h // 128))
-    return {
-        "hidden": h, "intermediate": int(c.get("intermediate_size") or 4 * h), "layers": layers, "heads": heads,
-        "kv_heads": int(c.get("num_key_value_heads") or heads), "head_dim": int(c.get("head_dim") or h // heads),
-        "vocab": vocab, "tied": bool(c.get("tie_word_embeddings", False)),
-        "gated": c.get("model_type") not in UNGATED_MLP,
-    }
-
-
-def _shape_from_size(params: int) -> dict:
-    b = params / 1e9
-    row = min(TYPICAL_SHAPES, key=lambda s: abs(math.log(s[0] / max(b, 1e-3))))
-    _, h, inter, layers, heads, kv, vocab, tied = row
-    return {"hidden": h, "intermediate": inter, "layers": layers, "heads": heads, "kv_heads": kv,
-            "head_dim": h // heads, "vocab": vocab, "tied": tied}
-
-
-def _local_config(name_or_path: str) -> dict | None:
-    """config.json of a local folder, or of a hub model already in the HF cache (never downloads)."""
-    p = Path(name_or_path).expanduser()
-    cand = p / "config.json" if p.is_dir() else None
-    if cand is None and "/" in name_or_path and not p.exists():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            hit = try_to_load_from_cache(name_or_path, "config.json")
-            cand = Path(hit) if isinstance(hit, str) else None
-        except Exception:  # noqa: BLE001 - a bad id or cache layout just means "unknown"
-            cand = None
-    if cand is None or not cand.is_file():
-        return None
-    try:
-        return json.loads(cand.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def model_shape(name_or_path: str) -> tuple[dict | None, int | None, str]:
-    """(shape, total params, where it came from)."""
-    cfg = _local_config(name_or_path)
-    shape = _shape_from_config(cfg) if cfg else None
-    if shape:
-        return shape, _count_params(shape), "config.json"
-    n = params_from_name(name_or_path)
-    if n:
-        shape = _shape_from_size(n)
-        return shape, n, "model name"
-    return None, None, "unknown"
-
-
-def _linear_sizes(s: dict) -> list[tuple[int, int]]:
-    """(in, out) of each linear layer in one decoder block (attention q/k/v/o + the MLP, gated or not)."""
-    h, i, q, kv = s["hidden"], s["intermediate"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
-    mlp = [(h, i), (h, i), (i, h)] if s.get("gated", True) else [(h, i), (i, h)]
-    return [(h, q), (h, kv), (h, kv), (q, h), *mlp]
-
-
-def _embed_params(s: dict) -> int:
-    """Input embeddings plus the LM head (one matrix when tied): never quantized by bitsandbytes."""
-    return s["vocab"] * s["hidden"] * (1 if s["tied"] else 2)
-
-
-def _count_params(s: dict) -> int:
-    return s["layers"] * sum(a * b for a, b in _linear_sizes(s)) + _embed_params(s)
+    cuda: bool = True
+    dtype: str = "bf16"  # the compute dtype
+    packing: bool | None = None  # SFT
+    sampler: str | None = None  # GRPO: plain | merged | vllm
+    completions_at_once: int | None = None  # GRPO's generation batch; None: the config's (auto)
+    compiled: bool | None = None  # a static-cache sampler (prompt width rounded up to 64); None: merged on CUDA
+    offloading: bool = False  # checkpointed activations in CPU memory (SFT offloading, Unsloth's checkpointing)
 
 
 def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
     """Bytes of the base weights: 4-bit linear layers (0.5 byte/weight + absmax constants) and dense embeddings /
     LM head at ``dense_bytes`` (2 on a GPU in bf16/fp16, 4 on a CPU in fp32)."""
-    embed = _embed_params(s)
+    embed = embed_params(s)
     linear = max(params - embed, 0)
     if not load_in_4bit:
         return params * dense_bytes
@@ -154,101 +76,135 @@ def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, d
     return linear * (0.5 + quant_consts) + embed * dense_bytes
 
 
+def _lora_tensors(s: dict, r: int, target_modules) -> list[int]:
+    """Element counts of every LoRA A and B matrix (all-linear; a list of names scales by its share of 7)."""
+    share = 1.0 if target_modules == "all-linear" or not isinstance(target_modules, list) else min(
+        1.0, len(target_modules) / 7)
+    sizes = [n for a, b in linear_sizes(s) for n in (r * a, r * b)]
+    return [n for n in sizes for _ in range(round(s["layers"] * share))]
+
+
 def lora_param_count(s: dict, r: int, target_modules) -> int:
-    n = r * s["layers"] * sum(a + b for a, b in _linear_sizes(s))
-    if target_modules != "all-linear" and isinstance(target_modules, list):
-        n = int(n * min(1.0, len(target_modules) / 7))
-    return n
+    return sum(_lora_tensors(s, r, target_modules))
 
 
-def lora_bytes_per_param(cuda: bool) -> int:
-    """fp32 weight + fp32 grad + Adam's two moments: 8-bit paged AdamW on a GPU (2 bytes), fp32 AdamW on CPU (8)."""
-    return 4 + 4 + (2 if cuda else 8)
+def lora_bytes_per_param(cuda: bool, dtype_bytes: int = 4) -> int:
+    """Weight + gradient + AdamW's two moments per LoRA parameter: 8-bit AdamW on a GPU (2 bytes), fp32 AdamW on a
+    CPU (8)."""
+    return 2 * dtype_bytes + (2 if cuda else 8)
 
 
-def batch_tokens(lengths: list[int] | None, batch: int, max_length: int, packed: bool) -> int:
-    """Tokens in one micro-batch. Packed rows are full (max_length each, as far as the data reaches); padded rows
-    are as long as the longest of ``batch`` random rows, about the data's 95th percentile (max_length when the
-    lengths are unknown)."""
-    if not lengths:
-        return batch * max_length
-    if packed:
-        return min(batch * max_length, sum(min(n, max_length) for n in lengths))
-    ordered = sorted(lengths)
-    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-    return batch * min(max_length, p95)
+def adapter_bytes(s: dict, cfg, cuda: bool, d: int) -> tuple[float, float]:
+    """(in torch's pool, paged outside it): LoRA weights, gradients and optimizer states."""
+    tensors = _lora_tensors(s, cfg.lora.r or 16, cfg.lora.target_modules)
+    # TRL casts a 4-bit base's adapter to bf16 on a GPU; fp32 compute (our CPU path) and PEFT's own default keep fp32
+    w = d if cuda and cfg.model.load_in_4bit else 4
+    if not cuda:
+        return sum(tensors) * lora_bytes_per_param(False, w), 0.0
+    paged = sum(n for n in tensors if n >= PAGED_MIN_ELEMENTS)
+    return sum(tensors) * 2 * w + (sum(tensors) - paged) * 2, paged * 2.0
 
 
-def estimate_memory(cfg, lengths: list[int] | None = None, cuda: bool = True, packed: bool | None = None,
-                    weight_copy: str | None = None) -> dict:
-    """Peak GPU memory for a *resolved* AppConfig (app.config.resolve). ``lengths``: token lengths of the training
-    rows (SFT: whole examples; GRPO: prompts) when the data is at hand; ``packed``: whether SFT packs (default: the
-    config's auto); ``weight_copy``: who samples from a 16-bit copy of the weights:
-    "vllm" (all weights), "merged" (the linear layers; app/train/sampler.py shares the rest) or "none" (default:
-    from grpo.use_vllm / grpo.sampler). Returns GB figures, a verdict per
-    card size and a one-line summary; ``total_gb`` is None when
-    the model size cannot be told."""
-    shape, params, source = model_shape(cfg.model.name_or_path or "")
-    out: dict = {"model": cfg.model.name_or_path, "params": params, "params_source": source,
-                 "verdicts": {}, "total_gb": None}
-    if shape is None or not params:
-        out["summary"] = ("model size unknown: use a local folder with config.json or a hub id with the size in it "
-                          "(e.g. ...-1.5B-...)")
-        out["verdicts"] = {g: "unknown" for g in GPU_SIZES_GB}
-        return out
-    s = shape
-    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant)
-    lora_params = lora_param_count(s, cfg.lora.r or 16, cfg.lora.target_modules)
-    lora = lora_params * lora_bytes_per_param(cuda)
-
+def micro_batch_tokens(cfg, lengths: list[int] | None, packing: bool) -> int:
+    """Tokens in one micro-batch. SFT packed: full rows (as far as the data reaches); SFT padded: the 95th
+    percentile row (max_length when the lengths are unknown); GRPO: every completion at max_completion_length after
+    a 95th percentile prompt."""
     t = cfg.training
     batch = t.per_device_train_batch_size or 1
     if cfg.method == "grpo":
-        completion = cfg.grpo.max_completion_length
-        prompt = batch_tokens(lengths, 1, 10**6, False) if lengths else GRPO_PROMPT_TOKENS
-        seq = prompt + completion
-        tokens = batch * seq
-    else:
-        seq = t.max_length
-        tokens = batch_tokens(lengths, batch, seq, t.packing is not False if packed is None else packed)
-    per_token_layer = 2 * (15 * s["hidden"] + 4.75 * s["intermediate"])  # 16-bit intermediates of one block
-    offload = bool(t.activation_offloading)
-    if t.gradient_checkpointing:
-        kept = 0 if offload else tokens * s["hidden"] * 2 * s["layers"]  # each layer's input, unless offloaded
-        acts = kept + tokens * per_token_layer
-    else:
-        acts = tokens * per_token_layer * s["layers"]
-    # TRL (>= 1.16) scores tokens through a fused LM head in tiles of 4096 tokens x 32768 vocabulary entries, so
-    # the full fp32 logits never exist; one tile, its gradient and the fp32 hidden states it reads remain.
-    logits = min(tokens, LOGIT_TILE_TOKENS) * min(s["vocab"], LOGIT_TILE_VOCAB) * 4 * 2 + tokens * s["hidden"] * 4
-    train_phase = acts + logits
+        return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * cfg.grpo.max_completion_length
+    if not lengths:
+        return batch * t.max_length
+    if packing:
+        return min(batch * t.max_length, sum(min(n, t.max_length) for n in lengths))
+    return batch * min(t.max_length, _p95(lengths))
 
-    gen_phase = sampler_copy = 0.0
+
+def _p95(lengths: list[int] | None) -> int | None:
+    if not lengths:
+        return None
+    ordered = sorted(lengths)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def training_bytes(s: dict, cfg, tokens: int, d: int, offloaded: bool) -> float:
+    """The backward pass's peak above the static weights (see the module's 'training' term)."""
+    h, inter, layers = s["hidden"], s["intermediate"], s["layers"]
+    saved = tokens * (SAVED_PER_HIDDEN * h + SAVED_PER_INTERMEDIATE * inter) * d / 2
+    largest = max(a * b for a, b in linear_sizes(s))
+    grads = tokens * inter * 2 * d + (largest * d if cfg.model.load_in_4bit else 0)
+    lm_head = min(tokens, LOGIT_TILE_TOKENS) * min(s["vocab"], LOGIT_TILE_VOCAB) * d + tokens * h * 4
+    if not cfg.training.gradient_checkpointing:
+        return saved * layers + max(grads, lm_head)
+    kept = 0 if offloaded else tokens * h * d * layers
+    return kept + max(saved + grads, lm_head)
+
+
+def generation_bytes(s: dict, cfg, lengths, seqs: int, compiled: bool, merged: bool, d: int) -> float:
+    """GRPO's sampling phase: KV cache + prefill intermediates, or the merged copy's refresh (the larger)."""
+    width = _p95(lengths) or GRPO_PROMPT_TOKENS
+    if compiled:
+        width = -(-width // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
+    kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * d * seqs * (width + cfg.grpo.max_completion_length)
+    prefill = seqs * width * s["intermediate"] * d * 3
+    refresh = max(a * b for a, b in linear_sizes(s)) * (4 + 4 + d) if merged else 0
+    return max(kv + prefill, refresh)
+
+
+def _completions_at_once(cfg, decided: int | None) -> int:
+    if decided:
+        return decided
+    t = cfg.training
+    batch, accum = t.per_device_train_batch_size or 1, t.gradient_accumulation_steps or 1
+    spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
+        batch, accum, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
+    return t.extra_args.get("generation_batch_size") or batch * spg
+
+
+def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions = Decisions()) -> dict:
+    """Peak GPU memory of a *resolved* AppConfig (app.config.resolve) run with ``decisions``. ``lengths``: token
+    lengths of the training rows (SFT: whole examples; GRPO: prompts) when the data is at hand. Returns GB figures
+    (torch_peak_gb, total_gb and each term), a verdict per card and a one-line summary; the figures are None when
+    the model's size cannot be told."""
+    shape, params, source = model_shape(cfg.model.name_or_path or "")
+    out: dict = {"model": cfg.model.name_or_path, "params": params, "params_source": source,
+                 "verdicts": {}, "total_gb": None, "torch_peak_gb": None}
+    if shape is None or not params:
+        out["summary"] = ("model size unknown: use a local folder with config.json or a hub id with the size in it "
+                          "(e.g. ...-1.5B-...)")
+        out["verdicts"] = {g: "unknown" for g in CARDS_GB}
+        return out
+    s, dec = shape, decisions
+    d = 4 if dec.dtype == "fp32" else 2
+    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant, d)
+    adapter, paged = adapter_bytes(s, cfg, dec.cuda, d)
+    packing = cfg.training.packing is not False if dec.packing is None else dec.packing
+    tokens = micro_batch_tokens(cfg, lengths, packing)
+    train = training_bytes(s, cfg, tokens, d, dec.offloading)
+    copy = gen = 0.0
     if cfg.method == "grpo":
-        spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
-            batch, t.gradient_accumulation_steps or 1, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
-        seqs = t.extra_args.get("generation_batch_size") or batch * spg
-        kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * 2 * seqs * seq
-        gen_phase = kv + seqs * s["vocab"] * 4
-        kind = weight_copy or ("vllm" if cfg.grpo.use_vllm else "merged" if cfg.grpo.sampler == "merged" else "none")
-        if kind != "none":
-            sampler_copy = 2.0 * (params if kind == "vllm" else max(params - _embed_params(s), 0))
-    peak_dynamic = max(train_phase, gen_phase)
-    total = (weights + lora + peak_dynamic + sampler_copy) * FRAGMENTATION / GB + CUDA_CONTEXT_GB
-
-    verdicts = {}
-    for g in GPU_SIZES_GB:
-        verdicts[g] = "fits" if total <= FIT_MARGIN * g else "tight" if total <= g else "too big"
+        sampler = dec.sampler or ("vllm" if cfg.grpo.use_vllm else "plain" if cfg.grpo.sampler == "plain" else "merged")
+        compiled = sampler == "merged" and dec.cuda if dec.compiled is None else dec.compiled
+        if sampler != "plain":
+            copy = d * (params if sampler == "vllm" else max(params - embed_params(s), 0))
+        gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, dec.completions_at_once), compiled,
+                               sampler == "merged", d)
+    torch_peak = (weights + adapter + copy + max(train, gen)) / GB + ALLOCATOR_RESERVE_GB
+    total = torch_peak + paged / GB + CUDA_CONTEXT_GB
+    verdicts = {g: "fits" if total <= FIT_MARGIN * g else "tight" if total <= g else "too big" for g in CARDS_GB}
     out.update(
-        params=params, weights_gb=weights / GB, lora_params=lora_params, lora_gb=lora / GB,
-        activations_gb=train_phase / GB, generation_gb=gen_phase / GB, sampler_copy_gb=sampler_copy / GB,
-        overhead_gb=CUDA_CONTEXT_GB, total_gb=total, verdicts=verdicts, tokens_per_batch=tokens,
-    )
-    smallest = next((g for g in GPU_SIZES_GB if verdicts[g] == "fits"), None)
+        params=params, weights_gb=weights / GB, lora_params=lora_param_count(s, cfg.lora.r or 16,
+                                                                              cfg.lora.target_modules),
+        lora_gb=(adapter + paged) / GB, activations_gb=train / GB, generation_gb=gen / GB, sampler_copy_gb=copy / GB,
+        reserve_gb=ALLOCATOR_RESERVE_GB, overhead_gb=CUDA_CONTEXT_GB, paged_gb=paged / GB, torch_peak_gb=torch_peak,
+        total_gb=total,
+        verdicts=verdicts, tokens_per_batch=tokens)
+    smallest = next((g for g in CARDS_GB if verdicts[g] == "fits"), None)
     size = f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
-    out["summary"] = (f"~{total:.1f} GB peak ({size} params from {source}): "
-                      + (f"fits a {smallest} GB GPU" if smallest else "does not fit 24 GB comfortably; lower "
-                         "batch size / lengths, enable gradient checkpointing, or pick a smaller model"))
+    out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} params from "
+                      f"{source}): " + (f"fits a {smallest} GB GPU" if smallest else
+                                         f"does not fit {CARDS_GB[-1]} GB comfortably; lower batch size / lengths, "
+                                         "enable gradient checkpointing, or pick a smaller model"))
     return out
 
 
@@ -271,6 +227,8 @@ def fit_problem(est: dict, cfg, gpu_gb: float | None) -> str | None:
             knobs.append(f"grpo.num_generations={max(2, cfg.grpo.num_generations // 2)}")
         if est.get("generation_gb", 0) > est.get("activations_gb", 0):
             knobs.append(f"grpo.generation_batch_size={(t.per_device_train_batch_size or 1)}")
+        if est.get("sampler_copy_gb"):
+            knobs.append("grpo.sampler=plain")
     else:
         knobs.append(f"training.max_length={max(128, t.max_length // 2)}")
         if not t.activation_offloading:
@@ -279,16 +237,18 @@ def fit_problem(est: dict, cfg, gpu_gb: float | None) -> str | None:
             + ", ".join(f"--set {k}" for k in knobs) + ", or a smaller model; --no-fit-check tries anyway")
 
 
-def format_estimate(est: dict) -> str:
-    """Markdown for the UI: the total, the verdict per card and the breakdown."""
+def format_estimate(est: dict, verdicts: dict | None = None) -> str:
+    """Markdown for the UI: the total, the verdict per card (``verdicts``: the plan's per card, when given) and the
+    breakdown."""
     if est.get("total_gb") is None:
         return f"**Memory estimate:** {est['summary']}"
     # Coloured words, not emoji: headless / minimal systems often have no emoji font.
-    color = {"fits": "#137333", "tight": "#b06000", "too big": "#b3261e"}
-    cards = " · ".join(f"{g} GB: <span style='color:{color[v]}'>**{v}**</span>" for g, v in est["verdicts"].items())
+    color = {"fits": "#137333", "tight": "#b06000", "too big": "#b3261e", "fits with changes": "#b06000"}
+    cards = " · ".join(f"{g} GB: <span style='color:{color.get(v, '#444')}'>**{v}**</span>"
+                       for g, v in (verdicts or est["verdicts"]).items())
     return (f"**Memory estimate:** {est['summary']}  \n{cards}  \n"
             f"<small>weights {est['weights_gb']:.2f} GB · LoRA+Adam {est['lora_gb']:.2f} GB "
-            f"({est['lora_params'] / 1e6:.1f}M params) · activations {est['activations_gb']:.2f} GB"
+            f"({est['lora_params'] / 1e6:.1f}M params) · training {est['activations_gb']:.2f} GB"
             + (f" · generation {est['generation_gb']:.2f} GB" if est["generation_gb"] else "")
             + (f" · 16-bit sampling copy {est['sampler_copy_gb']:.2f} GB" if est.get("sampler_copy_gb") else "")
-            + f" · CUDA overhead {est['overhead_gb']:.1f} GB</small>")
+            + f" · allocator {est['reserve_gb']:.2f} GB · CUDA context {est['overhead_gb']:.1f} GB</small>")

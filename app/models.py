@@ -94,9 +94,12 @@ def eval_keeping_4bit(model):
 
 def packed_examples_stay_apart(model) -> bool:
     """Measured, not assumed: two short random sequences packed into one row (positions restarting, no mask, no
-    cache: how TRL's padding-free collator feeds training) against the second one alone. Llama, Qwen, Mistral,
-    Gemma, Phi and GPT-2 keep them apart in transformers 5; OPT (positions from the attention mask) and Falcon do
-    not, and packing would let each example read the one before it."""
+    cache: how TRL's padding-free collator feeds training) against the second one alone, and against the two simply
+    concatenated (the second reading the first). Llama, Qwen, Mistral, Gemma, Phi and GPT-2 keep them apart in
+    transformers 5; OPT (positions from the attention mask) and Falcon do not, and packing would let each example
+    read the one before it. Judged against the concatenated run's difference, not a fixed tolerance: in bf16 on a
+    GPU kernels of different shapes differ by a few percent of the logits (a fixed 2 % turned packing off there),
+    while an example that reads another differs by about as much as the concatenated one."""
     import torch
 
     vocab = model.get_input_embeddings().weight.shape[0]
@@ -105,11 +108,12 @@ def packed_examples_stay_apart(model) -> bool:
     device = next(model.parameters()).device
     ids = torch.cat([first, second], dim=1).to(device)
     positions = torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0).to(device)
-    with eval_keeping_4bit(model), torch.no_grad():  # no dropout: the two passes must differ only by packing
+    with eval_keeping_4bit(model), torch.no_grad():  # no dropout: the passes must differ only by packing
         packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, 7:].float()
         alone = model(input_ids=second.to(device), use_cache=False).logits.float()
-    # bf16 / 4-bit kernels of different shapes differ a little; an example reading another differs by O(1)
-    return bool((packed - alone).abs().max() <= 0.02 * alone.abs().max() + 1e-3)
+        joined = model(input_ids=ids, use_cache=False).logits[:, 7:].float()
+    read = (joined - alone).abs().max()  # what reading the first example does to the second's logits
+    return bool((packed - alone).abs().max() <= 0.1 * read + 1e-3 * alone.abs().max())
 
 
 # Where configs keep their context length: Llama/Qwen/Mistral/Gemma, GPT-2, BLOOM-style, ChatGLM/Qwen-1, GPT-J.

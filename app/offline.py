@@ -34,6 +34,12 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
+# Library lines a user cannot act on: bitsandbytes' optional hub 'kernels' package, and transformers' note that a
+# resumed run's batch differs from its checkpoint's (qlora-app says that change itself: a resume's --set, or the
+# out-of-memory ladder).
+NOT_ACTIONABLE = ("kernels", "do not match the ones in the `trainer_state.json`")
+
+
 def quiet_library_noise() -> None:
     """Keep the terminal readable: our own progress bars replace the libraries' (loading shards, generating
     splits), and bitsandbytes' warning that an optional hub 'kernels' package is absent is not actionable (its
@@ -43,9 +49,9 @@ def quiet_library_noise() -> None:
 
     class _Drop(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
-            return "kernels" not in record.getMessage()
+            return not any(n in record.getMessage() for n in NOT_ACTIONABLE)
 
-    for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", ""):
+    for name in ("bitsandbytes", "bitsandbytes.backends.cpu.ops", "transformers.trainer_utils", ""):
         logging.getLogger(name).addFilter(_Drop())
     # datasets logs its own line for a file it cannot parse, before our one-line error says which line and why.
     logging.getLogger("datasets.packaged_modules.json.json").setLevel(logging.CRITICAL)
@@ -54,3 +60,16 @@ def quiet_library_noise() -> None:
     # bar and read like errors. Our own code raises neither category.
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
+
+
+def quiet_command_line() -> None:
+    """For a `qlora-app` command (not a library user's process): the libraries' own warnings never reach the
+    terminal, whatever the device adds to them (CUDA-side libraries warn more than CPU ones). transformers logs
+    errors only; Python warnings go to logging, where a run's train.log keeps them (app/train/runlog.py) and
+    nothing else prints them. Must run before transformers is imported (it reads its verbosity then)."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    logging.captureWarnings(True)
+    caught = logging.getLogger("py.warnings")
+    caught.propagate = False
+    if not caught.handlers:
+        caught.addHandler(logging.NullHandler())

@@ -3,6 +3,8 @@ rich only at module level: the CLI loads this for ``--help``."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,39 +18,66 @@ from app.data import build_splits
 from app.errors import UserError
 from app.plots import curve_keys, series, sparkline
 from app.runs import run_summary
-from app.train.plan import make_plan
+from app.train.plan import decide_machine, make_plan
 
 
-def print_plan(cfg: AppConfig, explain: str | None, console, err_console) -> None:
+def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,
+               as_json: bool = False) -> None:
     """The config that would train, as the run plan fits it (stdout: YAML, or the --explain table of the keys that
-    contain ``explain``; "" = all), and the plan itself on stderr: the detected fields, memory estimate, fast paths,
-    what it adjusted and why. The data's token lengths are used when the dataset is local or built in; nothing is
-    downloaded and no weights are loaded."""
+    contain ``explain``; "" = all; or with ``as_json`` the whole plan as one JSON object), and the plan itself on
+    stderr: the detected fields, memory estimate, fast paths, what it adjusted and why. ``gpu_gb``: plan for a CUDA
+    card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
+    local or built in; nothing is downloaded and no weights are loaded."""
     rows = det = None
     try:
         rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
     except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: plan without it
         pass
     notes: list[str] = []
+    plan, refused = None, None
     try:
-        plan = make_plan(cfg, rows, det, note=notes.append, offline=True)
+        plan = make_plan(cfg, rows, det, note=notes.append, offline=True,
+                         machine=decide_machine(cfg, card_gb=gpu_gb) if gpu_gb else None)
     except UserError as e:
-        plan, refused = None, str(e)
+        refused = str(e)
     shown = plan.cfg if plan is not None else resolve(cfg)
+    # a note that became an adjustment is shown once, as the adjustment (plan.describe)
+    reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
+    said = warnings_for(shown) + [n for n in notes if n not in reasons]
+    if as_json:
+        sys.stdout.write(json.dumps(plan_json(plan, shown, refused, said, det), indent=2) + "\n")
+        return
     if explain is not None:
         _print_explained(shown, console, explain)
     else:
         sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
     if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
         err_console.print(f"fields: {det.fields_line()}", highlight=False)
-    # a note that became an adjustment is shown once, as the adjustment (plan.describe)
-    reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
-    for w in warnings_for(shown) + [n for n in notes if n not in reasons]:
+    for w in said:
         err_console.print(f"[yellow]note:[/] {w}", highlight=False)
     if plan is None:
         err_console.print(f"[red]would be refused:[/] {refused}", highlight=False)
     else:
         err_console.print(plan.describe(), highlight=False)
+
+
+def plan_json(plan, shown: AppConfig, refused: str | None, notes: list[str], det) -> dict:
+    """`train --dry-run --json`: the memory estimate (torch_peak_gb, total_gb and its terms), the decisions the
+    estimate is made of, what the plan adjusted, and the config that would train."""
+    out: dict = {"refused": refused, "notes": notes, "fields": det.to_dict() if det is not None else None,
+                 "config": shown.model_dump(mode="json")}
+    if plan is None:
+        return out
+    est, f, w = plan.estimate, plan.fast, plan.where
+    out.update(torch_peak_gb=est.get("torch_peak_gb"), total_gb=est.get("total_gb"),
+               device=w.gpu or "cpu", compute_dtype=w.compute_dtype, backend=plan.backend,
+               sampler="vllm" if f.vllm else f.sampler if plan.cfg.method == "grpo" else None,
+               compiled=f.compiled, generation_batch_size=f.completions_at_once,
+               steps_per_generation=f.steps_per_generation, packing=plan.decisions().packing,
+               offloading=f.offloading, liger=f.liger, world_size=plan.world_size,
+               adjustments=[a.line() for a in plan.adjustments], verdicts=est.get("verdicts"),
+               estimate={k: v for k, v in est.items() if k != "verdicts"})
+    return out
 
 
 def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
@@ -78,7 +107,10 @@ def print_run_summary(d: Path, console) -> None:
     t.add_row("steps", str(st.get("step")), "")
     if st.get("peak_memory"):
         est = st.get("memory_estimate_gb")
-        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est else ""), "")
+        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est and not st.get(
+            "memory_check") else ""), "")
+    if st.get("memory_check"):
+        t.add_row("memory estimate", st["memory_check"], "")
     if st.get("fast_paths"):
         t.add_row("fast paths", st["fast_paths"], "")
     for line in st.get("adjustments") or []:
@@ -95,3 +127,48 @@ def print_run_summary(d: Path, console) -> None:
         console.print(st["adapter"], highlight=False, soft_wrap=True)
     if st.get("resume_command"):
         console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)
+
+
+RUN_COLUMNS = ["name", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+MEMORY_COLUMNS = ["name", "status", "device", "estimate", "measured", "ratio"]
+
+
+def print_runs(output_dir: Path, console, memory: bool = False) -> None:
+    """`runs list`: a table of the runs in a folder (``memory``: each GPU run's estimated vs measured torch peak).
+    Piped (not a terminal, no COLUMNS set), every column is printed: a script reading it gets what a wide terminal
+    shows; --json gives the same as data."""
+    runs = rundir.list_runs(output_dir)
+    # The run name is what people copy into --resume / compare / runs show (a bare name is found in runs/ and
+    # demo-runs/): whole, never cut to "20261…". A narrow terminal gets the columns that fit beside it.
+    name_width = min(max((len(d.name) for d in runs), default=3), 44)
+    piped = not console.is_terminal and "COLUMNS" not in os.environ
+    cols = MEMORY_COLUMNS if memory else list(RUN_COLUMNS)
+    if not memory and not piped and console.width < name_width + 90:
+        cols = ["name", "status", "step", "loss", "reward"]
+    t = Table(title=f"runs in {output_dir}")
+    for col in cols:
+        t.add_column("run" if col == "name" else col, no_wrap=col in ("name", "status"), overflow="fold",
+                     min_width=name_width if col == "name" else None)
+    hints = []
+    for d in runs:
+        s = run_summary(d)
+        st = rundir.read_status(d) or {}
+        check = st.get("memory_check") or {}
+        # a local path's last part is what tells runs apart; a hub id stays whole
+        row = {**s, **{k: Path(s[k]).name if s.get(k) and Path(s[k]).is_absolute() else s.get(k)
+                       for k in ("model", "dataset")},
+               "device": st.get(rundir.PEAK_DEVICE), "estimate": check.get("estimate_torch_peak_gb"),
+               "measured": check.get("measured_torch_peak_gib"), "ratio": check.get("ratio")}
+        if memory and not check:
+            row["estimate"] = s.get("memory_estimate_gb") and f"{s['memory_estimate_gb']:.2f} (total, a GPU)"
+        t.add_row(*("" if row.get(k) is None else str(row[k]) for k in cols))
+        if s["status"] == rundir.CRASHED and s["resume_command"]:
+            hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
+    if piped:  # no terminal width to fit, so nothing is folded away
+        from rich.console import Console
+
+        Console(file=console.file, width=max(200, name_width + 160)).print(t)
+    else:
+        console.print(t)
+    for h in hints:
+        console.print(h, highlight=False, soft_wrap=True)

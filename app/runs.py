@@ -45,6 +45,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "fast_paths": st.get("fast_paths"),
         "adjustments": st.get("adjustments") or [],
         "memory_estimate_gb": st.get("memory_estimate_gb"),
+        "memory_check": memory_check_text(st.get("memory_check")),
         # the running peak status.json holds, or the last logged one for a crashed run
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
@@ -81,6 +82,23 @@ def comparison_text(cmp: dict | None) -> str | None:
         base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
         head = f"mean reward base {base} -> adapter {adapter}"
     return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, n = {s['n']}"
+
+
+def memory_check(estimate: dict, peak: dict) -> dict:
+    """The plan's estimate beside what the run measured (status.json's memory_check): torch's peak reserved."""
+    est, measured = estimate.get("torch_peak_gb"), peak.get(rundir.PEAK_RESERVED)
+    return {"estimate_torch_peak_gb": None if est is None else round(est, 2),
+            "estimate_total_gb": None if estimate.get("total_gb") is None else round(estimate["total_gb"], 2),
+            "measured_torch_peak_gib": measured,
+            "ratio": round(est / measured, 3) if est and measured else None}
+
+
+def memory_check_text(check: dict | None) -> str | None:
+    """'estimated 17.6 GB, measured 17.27 GiB (x1.02)': a GPU run's estimate against its measured torch peak."""
+    if not check or check.get("measured_torch_peak_gib") is None or check.get("estimate_torch_peak_gb") is None:
+        return None
+    return (f"torch peak estimated {check['estimate_torch_peak_gb']:.2f} GB, measured "
+            f"{check['measured_torch_peak_gib']:.2f} GiB (x{check['ratio']:.2f})")
 
 
 def peak_memory_text(st: dict) -> str | None:

@@ -6,7 +6,8 @@ import pytest
 
 from app.config import build_config, resolve
 from app.errors import UserError
-from app.memory import estimate_memory, fit_problem, format_estimate, model_shape, params_from_name
+from app.memory import Decisions, estimate_memory, fit_problem, format_estimate
+from app.model_shape import model_shape, params_from_name
 from app.presets import load_preset
 
 QWEN_1_5B = {  # the real Qwen2.5-1.5B-Instruct shape
@@ -87,7 +88,7 @@ def test_real_token_lengths_replace_max_length():
     short = estimate_memory(cfg, lengths=[200 + i % 50 for i in range(1000)])
     assert worst["tokens_per_batch"] == 4 * 1024 and short["tokens_per_batch"] == 4 * 247
     assert short["activations_gb"] < worst["activations_gb"] / 3
-    packed = estimate_memory(cfg, lengths=[200 + i % 50 for i in range(1000)], packed=True)
+    packed = estimate_memory(cfg, lengths=[200 + i % 50 for i in range(1000)], decisions=Decisions(packing=True))
     assert packed["tokens_per_batch"] == 4 * 1024  # packed rows are full
     # the fused LM head: the vocabulary never multiplies the whole batch (152k vocab x 4096 tokens x fp32 = 2.3 GB)
     assert worst["activations_gb"] < 2.5  # the whole logits alone would be 4.6 GB
@@ -180,7 +181,8 @@ def test_auto_generation_batch_shrinks_to_what_the_gpu_holds():
                                     "num_generations=8", "max_completion_length=1024"]))
     one_step = cfg.model_copy(deep=True)
     one_step.grpo.generation_batch_size = 16
-    full, least = estimate_memory(cfg)["total_gb"], estimate_memory(one_step)["total_gb"]
+    plain = Decisions(sampler="plain")  # the fit is decided without the optional sampling copy
+    full, least = (estimate_memory(c, decisions=plain)["total_gb"] for c in (cfg, one_step))
     assert full > least + 1.0  # the generation batch is a real part of this run's memory
     said = []
     _on_a_gpu(None, (full + least) / 2)
@@ -212,3 +214,70 @@ def test_older_config_names_give_a_shape(tmp_path):
     shape, params, _ = model_shape(str(tmp_path))
     assert (shape["hidden"], shape["layers"], shape["heads"], shape["intermediate"]) == (768, 12, 12, 3072)
     assert 0.11e9 < params < 0.14e9  # GPT-2 small: 124M
+
+
+def test_the_per_token_layer_term_is_what_a_4bit_lora_layer_saves(tmp_path):
+    """The training term's coefficients (bytes a decoder layer saves for backward, per token) re-measured: one 4-bit
+    Qwen2 layer in bf16 with LoRA r16 on every linear layer, the tensors autograd saves counted by storage."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from app.memory import SAVED_PER_HIDDEN, SAVED_PER_INTERMEDIATE
+
+    h, inter, tokens = 512, 2816, 256
+    cfg = Qwen2Config(vocab_size=512, hidden_size=h, intermediate_size=inter, num_hidden_layers=1,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)
+    Qwen2ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(tmp_path)
+    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                           bnb_4bit_compute_dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.bfloat16, quantization_config=q,
+                                                 attn_implementation="sdpa")
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear", task_type="CAUSAL_LM"))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.bfloat16)  # as TRL keeps a 4-bit base's adapter
+    inner = model.base_model.model.model
+    x = torch.randn(1, tokens, h, dtype=torch.bfloat16, requires_grad=True)
+    pos = torch.arange(tokens).unsqueeze(0)
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        inner.layers[0](x, position_embeddings=inner.rotary_emb(x, pos), attention_mask=None, position_ids=pos)
+    per_token = sum(storages.values()) / tokens
+    assert per_token == pytest.approx(SAVED_PER_HIDDEN * h + SAVED_PER_INTERMEDIATE * inter, rel=0.10)
+
+
+def test_packing_is_judged_against_what_reading_another_example_does():
+    """bf16 kernels of different shapes differ by a few percent of the logits; an example that reads another differs
+    by about as much as the two simply joined. A fixed 2 % tolerance called the first 'mixing' (packing off on a
+    GPU); the measurement compares the packed difference with the joined one instead."""
+    import torch
+
+    from app.models import packed_examples_stay_apart
+
+    class Fake(torch.nn.Module):
+        """A model whose packed row is the separate one plus ``noise`` (kernel rounding) or plus what reading the
+        first example adds (``leaks``)."""
+
+        def __init__(self, noise: float, leaks: bool):
+            super().__init__()
+            self.emb, self.noise, self.leaks = torch.nn.Embedding(50, 4), noise, leaks
+
+        def get_input_embeddings(self):
+            return self.emb
+
+        def forward(self, input_ids, position_ids=None, use_cache=False):
+            base = torch.sin(input_ids.float()).unsqueeze(-1).repeat(1, 1, 50) * 3
+            reads_first = input_ids.shape[1] > 5 and (position_ids is None or self.leaks)
+            logits = base + (torch.cumsum(base, 1) * 0.5 if reads_first else 0)
+            if position_ids is not None and not self.leaks:
+                logits = logits * (1 + self.noise)
+            return type("Out", (), {"logits": logits})()
+
+    assert packed_examples_stay_apart(Fake(noise=0.05, leaks=False))  # bf16 noise: still apart
+    assert not packed_examples_stay_apart(Fake(noise=0.0, leaks=True))  # reads the other example

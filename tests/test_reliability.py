@@ -414,8 +414,7 @@ def test_run_listings_check_structure_and_resume_checks_every_byte(tmp_path):
 def test_wrapped_write_errors_read_as_failed_writes():
     """safetensors and torch.save wrap a full disk in their own exception types; they must still reach the
     disk-full message (a checkpoint save that hit ENOSPC first ended in a traceback before)."""
-    from app.errors import UserError
-    from app.train.faults import write_failure
+    from app.errors import UserError, write_failure
 
     class SafetensorError(Exception):
         pass

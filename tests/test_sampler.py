@@ -28,14 +28,13 @@ def test_forcing_merged_with_vllm_is_refused():
 
 def test_the_copy_counts_in_the_fit_check():
     from app.config import build_config, resolve
-    from app.memory import estimate_memory
+    from app.memory import Decisions, estimate_memory
 
     cfg = resolve(build_config({"model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}}))
-    plain, merged = estimate_memory(cfg, weight_copy="none"), estimate_memory(cfg, weight_copy="merged")
-    vllm = estimate_memory(cfg, weight_copy="vllm")
+    plain, merged, vllm = (estimate_memory(cfg, decisions=Decisions(sampler=s)) for s in ("plain", "merged", "vllm"))
     embed = 151936 * 1536  # Qwen2.5-1.5B's tied vocabulary: shared with the trainer by the merged copy
-    assert merged["total_gb"] - plain["total_gb"] == pytest.approx((1.5e9 - embed) * 2 * 1.10 / 2**30, rel=0.01)
-    assert vllm["total_gb"] - plain["total_gb"] == pytest.approx(1.5e9 * 2 * 1.10 / 2**30, rel=0.01)
+    assert merged["total_gb"] - plain["total_gb"] == pytest.approx((1.5e9 - embed) * 2 / 2**30, rel=0.01)
+    assert vllm["total_gb"] - plain["total_gb"] == pytest.approx(1.5e9 * 2 / 2**30, rel=0.01)
 
 
 def test_dequantize_reads_weights_bitsandbytes_repacked_for_the_cpu():

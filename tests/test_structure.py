@@ -143,8 +143,12 @@ def test_non_editable_install_lists_and_uses_presets(tmp_path):
                         "--no-index", "--target", str(site), str(build)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     # From an empty folder with the installed copy first on the path: neither this checkout nor the editable
-    # install (its finder comes after the path) can be what is imported.
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": str(site)}
+    # install (its finder comes after the path) can be what is imported. Other PYTHONPATH entries stay (where the
+    # dependencies live when they were installed with --target, as on the GPU machine: ../shared/gpu/README.md),
+    # except this checkout itself.
+    kept = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if e and Path(e).resolve() != ROOT.resolve()]
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(site), *kept])}
     code = ("import app, app.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
             "from app.config import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,

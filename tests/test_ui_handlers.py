@@ -119,7 +119,7 @@ def test_invalid_form_shows_why_in_the_preview(tmp_path):
 
 def test_memory_markdown_for_a_preset(tmp_path):
     md = h.form_view(h.form_defaults("gpu-8gb"), tmp_path)[1]
-    assert "GB peak" in md and "8 GB: <span style='color:#137333'>**fits**</span>" in md
+    assert "torch's peak" in md and "8 GB: <span style='color:#137333'>**fits**</span>" in md
 
 
 def test_save_upload(tmp_path):

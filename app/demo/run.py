@@ -68,7 +68,8 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     console.print(f"base model: {base}")
 
     t = time.time()
-    grpo_dir = _train(base, output_dir, quick, seed, sets, console, console.is_terminal if progress is None else progress)
+    show = console.is_terminal if progress is None else progress
+    grpo_dir = _train(base, output_dir, quick, seed, sets, console, show)
     timings["grpo_s"] = time.time() - t
     quarters = _show_curves(grpo_dir, console)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app import rundir
-from app.errors import UserError
+from app.errors import UserError, write_failure
 from app.eval.compare import resolve_target
 from app.export import gguf as gguf_mod
 from app.export.card import write_card
@@ -86,7 +86,8 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
             os.replace(entry, target)
     except Exception as e:
         # safetensors and the GGUF writer report a full disk in their own exception types
-        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(e):
+        failed = write_failure(e)
+        if failed is not None and failed.errno in (errno.ENOSPC, errno.EDQUOT):
             raise UserError(f"the disk filled up while exporting to '{out}'; free some space and run the export "
                             "again (no partial file was left under the final names)") from None
         raise

@@ -198,6 +198,17 @@ class RunDirCallback(TrainerCallback):
             control.should_training_stop = True
 
 
+class FaultCallback(TrainerCallback):
+    """QLORA_APP_FAULT=oom@N / oom@always: the injected out-of-memory error as an optimizer step begins
+    (app/train/oom.py)."""
+
+    def __init__(self, faults):
+        self.faults = faults
+
+    def on_step_begin(self, args, state, control, **kw):
+        self.faults.step(state.global_step + 1)
+
+
 class TerminalProgress:
     """A rich progress bar with step, loss / reward and ETA; off (enabled=False) for --no-progress, the UI's
     subprocess and any stdout that is not a terminal."""

@@ -1,7 +1,8 @@
-"""How a run's faults read: a failed write (a full disk, in whatever type a library wraps it), a NaN / inf loss.
+"""How a run's faults read: a failed write (a full disk; app.errors.write_failure recognises it in whatever type a
+library wraps it), a NaN / inf loss.
 
-Owns: recognising a failed write and the one-line messages for these faults (what happened, what is kept, what to
-do). Called by the session (app/train/session.py), which records them; writes nothing.
+Owns: the one-line messages for these faults (what happened, what is kept, what to do). Called by the session
+(app/train/session.py), which records them; writes nothing.
 """
 
 from __future__ import annotations
@@ -12,24 +13,6 @@ from pathlib import Path
 
 from app import rundir
 from app.config import AppConfig
-from app.errors import UserError
-
-# How a failed write reads when a library wraps the OSError in its own type: safetensors (SafetensorError "...I/O
-# error: No space left on device (os error 28)") and torch.save (RuntimeError "... file write failed").
-WRAPPED_WRITE_ERRORS = {"No space left on device": errno.ENOSPC, "os error 28": errno.ENOSPC,
-                        "Disk quota exceeded": errno.EDQUOT, "os error 122": errno.EDQUOT,
-                        "file write failed": errno.EIO}
-
-
-def write_failure(e: BaseException) -> OSError | None:
-    """The failed write behind ``e``, or None when ``e`` is not one."""
-    if isinstance(e, OSError):
-        return e
-    if not isinstance(e, Exception) or isinstance(e, UserError):
-        return None
-    text = str(e).splitlines()[0] if str(e) else ""
-    code = next((c for needle, c in WRAPPED_WRITE_ERRORS.items() if needle in text), None)
-    return None if code is None else OSError(code, text)
 
 
 def os_error_message(e: OSError, d: Path) -> str:

@@ -76,7 +76,9 @@ class HeldoutEval(TrainerCallback):
 
         sides = (self.tok.padding_side, self.tok.truncation_side)  # generate() pads left; training may not
         # generate() seeds torch's RNG: fork it, so that training samples exactly as it would without evaluations
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        # (the model's own GPU only: forking every visible GPU would start CUDA in a run that trains on the CPU)
+        device = next(model.parameters()).device
+        devices = [device.index or 0] if device.type == "cuda" else []
         try:
             context = context_length(model.config)  # a short-context model still gets room for its prompt
             tokens = min(self.max_new_tokens, context // 2) if context else self.max_new_tokens

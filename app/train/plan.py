@@ -29,7 +29,7 @@ from app.config import AppConfig, resolve, with_absolute_paths, with_values
 from app.config_keys import differences
 from app.data import to_grpo, to_sft
 from app.errors import UserError
-from app.memory import estimate_memory
+from app.memory import CARDS_GB, FIT_MARGIN, Decisions, estimate_memory
 from app.models import (
     PACKING_KERNELS,
     Placement,
@@ -68,7 +68,7 @@ class RunPlan:
     where: Placement
     backend: str  # hf | unsloth
     world_size: int
-    estimate: dict  # app.memory.estimate_memory of cfg
+    estimate: dict  # app.memory.estimate_memory of cfg with the plan's decisions (memory_decisions)
     lengths_known: bool  # the estimate used the data's token lengths (else max_length)
     fast: FastPaths
     context: int | None = None  # the model's context in tokens; None: its config does not say, or not on disk
@@ -78,6 +78,20 @@ class RunPlan:
     # What planning prepared on the way (None where not at hand); not part of the plan's identity.
     train_ds: Any = field(default=None, compare=False, repr=False)  # the rows in TRL's format, fitted to the context
     tokenizer: Any = field(default=None, compare=False, repr=False)
+    lengths: Any = field(default=None, compare=False, repr=False)  # the data's token lengths the estimate used
+
+    def decisions(self) -> Decisions:
+        """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
+        (bf16): the figure a user sizing a card wants."""
+        f = self.fast
+        packing = self.packing if self.packing is not None else expected_packing(self.cfg, self.where, self.backend)
+        return Decisions(cuda=True, dtype=self.where.compute_dtype if self.where.cuda else "bf16", packing=packing,
+                         sampler="vllm" if f.vllm else f.sampler, completions_at_once=f.completions_at_once,
+                         compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth")
+
+    def estimated(self) -> "RunPlan":
+        """This plan with its memory estimate made of its own decisions."""
+        return replace(self, estimate=estimate_memory(self.cfg, self.lengths, self.decisions()))
 
     def describe(self) -> str:
         """A few short lines for --dry-run and the run log."""
@@ -94,7 +108,11 @@ class RunPlan:
 
     def status_fields(self) -> dict:
         """What status.json records of the plan (fast_paths is updated if a fallback changes it mid-run)."""
-        return {"memory_estimate_gb": self.estimate["total_gb"], "fast_paths": self.fast.describe(),
+        est = self.estimate
+        return {"memory_estimate_gb": est["total_gb"], "memory_estimate": {
+                    "torch_peak_gb": _rounded(est.get("torch_peak_gb")), "total_gb": _rounded(est["total_gb"]),
+                    "for": self.where.gpu if self.where.cuda else "a GPU (bf16)"},
+                "fast_paths": self.fast.describe(),
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
                 "adjustments": [a.line() for a in self.adjustments]}
 
@@ -104,6 +122,10 @@ class RunPlan:
         if head:
             head = "# qlora-app adjusted these values to fit this run (the values below are what trained):\n" + head
         return head + self.cfg.to_yaml()
+
+
+def _rounded(x):
+    return None if x is None else round(x, 2)
 
 
 @dataclass
@@ -132,6 +154,15 @@ class _Steps:
         return after
 
 
+def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | None:
+    """SFT packing as the plan expects it before the model loads (decide_packing measures it after): on where the
+    attention kernel keeps packed examples apart; None for GRPO."""
+    if cfg.method != "sft":
+        return None
+    return pick_packing(cfg.training.packing, "unsloth" if backend == "unsloth" else where.attention,
+                        cfg.model.trust_remote_code)
+
+
 def late_for_unsloth() -> bool:
     """Whether this process imported transformers / trl / peft already: Unsloth patches them at import, so it can
     only be used when it comes first (a fresh `qlora-app train` process; not a test runner or a notebook that
@@ -151,11 +182,12 @@ def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placem
 
 
 def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, str] | None = None,
-              note=None, base: str | Path | None = None, offline: bool = False) -> RunPlan:
+              note=None, base: str | Path | None = None, offline: bool = False, files=None) -> RunPlan:
     """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det`` on
     ``machine`` (decide_machine's (placement, backend); None: decided here). ``note(line)`` hears each change as it
     is made; ``offline``: read the model's files only from disk and never fail for their absence (--dry-run,
-    doctor). Raises UserError for a run that cannot go ahead there."""
+    doctor); ``files``: the model's (tokenizer, context) when the caller read them already. Raises UserError for a
+    run that cannot go ahead there."""
     steps = _Steps(note)
     cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
     where, backend = machine or decide_machine(cfg)
@@ -166,10 +198,12 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     world = world_size()
     lengths = token_lengths(cfg, rows, det)
 
-    fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say)
+    fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
+                     Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
+                               packing=expected_packing(cfg, where, backend), offloading=backend == "unsloth"))
     cfg = steps.apply(cfg, fit.changes)
 
-    tok, context = _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
+    tok, context = files or _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
     train_ds = None
@@ -189,9 +223,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         if fitted != fast:  # recorded as the explicit size it now is, so a re-run samples the same
             cfg = steps.apply(cfg, {"grpo.generation_batch_size": fitted.completions_at_once})
             fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
-    return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate=estimate_memory(cfg, lengths),
-                   lengths_known=lengths is not None, fast=fast, context=context,
-                   adjustments=tuple(steps.adjustments), notes=tuple(steps.said), train_ds=train_ds, tokenizer=tok)
+    return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
+                   lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
+                   notes=tuple(steps.said), train_ds=train_ds, tokenizer=tok, lengths=lengths).estimated()
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
@@ -232,9 +266,46 @@ def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
             kept_apart, why = False, f"a packed forward failed on {name} ({type(e).__name__})"
     packing = pick_packing(cfg.training.packing, attention, cfg.model.trust_remote_code, kept_apart)
     if kept_apart or cfg.training.packing is not None:
-        return replace(plan, packing=packing)
+        return replace(plan, packing=packing).estimated()
     steps = _Steps(note)
     steps.say(f"packing is off: {why}, so each example trains in its own padded row")
     off = steps.apply(cfg, {"training.packing": False})
     return replace(plan, cfg=off, packing=False, adjustments=plan.adjustments + tuple(steps.adjustments),
-                   notes=plan.notes + tuple(steps.said))
+                   notes=plan.notes + tuple(steps.said)).estimated()
+
+
+def replan(plan: RunPlan, changes: dict, reason: str) -> RunPlan:
+    """The plan with ``changes`` applied mid-run (the out-of-memory ladder): the fast paths decided again on the
+    changed config, the estimate made again, the change recorded as an adjustment with ``reason``."""
+    steps = _Steps(said=[reason])
+    cfg = steps.apply(plan.cfg, changes)
+    env = detect_env(plan.where.cuda, plan.backend)
+    fast = decide(cfg, replace(env, vllm=plan.fast.vllm), plan.fast.offloading,
+                  copy_fits=plan.fast.sampler == "merged")
+    return replace(plan, cfg=cfg, fast=fast, adjustments=plan.adjustments + tuple(steps.adjustments),
+                   notes=plan.notes + (reason,)).estimated()
+
+
+def card_verdicts(cfg: AppConfig, rows=None, det=None) -> tuple[dict, RunPlan | None]:
+    """({card GB: verdict}, the plan on the largest card): the run planned for each card of app.memory.CARDS_GB as
+    `train --dry-run --gpu-memory GB` plans it. A verdict is "fits", "fits with changes" (the plan fitted it: a
+    smaller generation batch, offloading, sampling without the 16-bit copy), "tight" (above 90 % of the card) or
+    "too big" (refused). Reads the model's small files once."""
+    resolved = resolve(with_absolute_paths(cfg, Path.cwd()))
+    files = _model_files(resolved, True, quiet=True)
+    plans: dict = {}
+    for gb in CARDS_GB:
+        try:
+            plans[gb] = make_plan(cfg, rows, det, machine=decide_machine(cfg, card_gb=gb), offline=True, files=files)
+        except UserError:
+            plans[gb] = None
+    roomy = plans[CARDS_GB[-1]]
+    out = {}
+    for gb, plan in plans.items():
+        if plan is None:
+            out[gb] = "too big"
+        elif plan.adjustments != roomy.adjustments or plan.fast != roomy.fast:
+            out[gb] = "fits with changes"
+        else:
+            out[gb] = "tight" if (plan.estimate.get("total_gb") or 0) > FIT_MARGIN * gb else "fits"
+    return out, roomy

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.batching import steps_per_generation
 from app.config import with_values
 from app.data.convert import completion_text, prompt_text
 from app.errors import UserError
-from app.memory import estimate_memory, fit_problem
+from app.memory import Decisions, estimate_memory, fit_problem
 from app.train.fastpaths import Env
 from app.train.sampler import cpu_copy_fits
 
@@ -67,42 +67,41 @@ class MemoryFit:
     copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
 
 
-def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
-    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changes. ``say(line)`` hears
-    each change."""
+def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decisions) -> MemoryFit:
+    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changes. ``base``: the plan's
+    decisions so far (dtype, packing); the sampler's copy is counted when grpo.sampler=merged asks for it, and on
+    auto only where it fits beside the rest. ``say(line)`` hears each change."""
     cuda = env.cuda
     changes: dict = {}
-    est = estimate_memory(cfg, lengths)
+    base = replace(base, sampler="merged" if cfg.grpo.sampler == "merged" else "plain")
+    est = estimate_memory(cfg, lengths, base)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
     if problem and cfg.method == "sft" and cfg.training.activation_offloading is None:
-        offloaded = with_values(cfg, {"training.activation_offloading": True})
-        if fit_problem(estimate_memory(offloaded, lengths), offloaded, gpu_gb) is None:
+        if fit_problem(estimate_memory(cfg, lengths, replace(base, offloading=True)), cfg, gpu_gb) is None:
             needs_room, problem = True, None
             if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already
                 say("activation offloading is on: only with it does the run fit this "
                     f"{gpu_gb:.0f} GB GPU (training.activation_offloading sets it)")
                 changes["training.activation_offloading"] = True
-                cfg, est = offloaded, estimate_memory(offloaded, lengths)
     if problem and cfg.method == "grpo":
-        smaller = generation_batch_that_fits(cfg, lengths, gpu_gb)
+        smaller = generation_batch_that_fits(cfg, lengths, gpu_gb, base)
         if smaller is not None:
             say(f"sampling {smaller} completions at a time, the most this {gpu_gb:.0f} GB GPU has room for "
                 "(grpo.generation_batch_size sets it)")
             changes["grpo.generation_batch_size"] = smaller
-            cfg = with_values(cfg, {"grpo.generation_batch_size": smaller})
-            est, problem = estimate_memory(cfg, lengths), None
+            cfg, problem = with_values(cfg, {"grpo.generation_batch_size": smaller}), None
     if problem and cfg.runtime.fit_check:
         raise UserError(problem)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
         if cuda and env.vllm and cfg.grpo.use_vllm is None:
-            with_vllm = estimate_memory(cfg, lengths, weight_copy="vllm")
+            with_vllm = estimate_memory(cfg, lengths, replace(base, sampler="vllm"))
             if fit_problem(with_vllm, cfg, gpu_gb):
                 env = dataclasses.replace(env, vllm=False)
                 say(f"vLLM is installed but its 16-bit copy of the weights would not fit "
                     f"({with_vllm['total_gb']:.1f} GB estimated on a {gpu_gb:.0f} GB GPU): not using it")
-        with_copy = estimate_memory(cfg, lengths, weight_copy="merged")
+        with_copy = estimate_memory(cfg, lengths, replace(base, sampler="merged"))
         copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
         if cuda and not copy_fits and cfg.grpo.sampler == "auto" and not env.vllm:
             say(f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
@@ -112,7 +111,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say) -> MemoryFit:
     return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits)
 
 
-def generation_batch_that_fits(cfg, lengths, gpu_gb: float) -> int | None:
+def generation_batch_that_fits(cfg, lengths, gpu_gb: float, base: Decisions) -> int | None:
     """On auto, GRPO samples several optimizer steps' completions at once; where that does not fit the GPU, the
     largest generation batch (completions) of whole optimizer steps that does (down to one step's), or None."""
     t = cfg.training
@@ -124,6 +123,6 @@ def generation_batch_that_fits(cfg, lengths, gpu_gb: float) -> int | None:
                                       cfg.grpo.num_generations) // t.gradient_accumulation_steps
     for steps in range(auto_steps - 1, 0, -1):
         trial = with_values(cfg, {"grpo.generation_batch_size": per_step * steps})
-        if fit_problem(estimate_memory(trial, lengths), trial, gpu_gb) is None:
+        if fit_problem(estimate_memory(trial, lengths, base), trial, gpu_gb) is None:
             return per_step * steps
     return None

@@ -15,6 +15,7 @@ from app import rundir
 from app.config import AppConfig
 from app.errors import UserError
 from app.machine import installed
+from app.procs import pid_alive
 
 log = logging.getLogger("qlora_app")
 
@@ -52,6 +53,16 @@ def check_same_world(recorded, runtime) -> None:
             f"this run was trained with {recorded.num_processes} process(es) on {recorded.nnodes} machine(s); resume "
             f"it with the same (--num-processes {recorded.num_processes} --nnodes {recorded.nnodes}), not "
             f"{runtime.num_processes} on {runtime.nnodes}")
+
+
+def resumable_dir(path: Path, main: bool = True) -> Path:
+    """The run folder --resume names, when no live process is training it (rank 0 checks; the workers of a
+    distributed resume find rank 0's launcher running it)."""
+    d = rundir.require_run_dir(path)
+    st = rundir.read_status(d) or {}
+    if main and st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
+        raise UserError(f"run '{d.name}' is still running; stop it before resuming")
+    return d
 
 
 def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:

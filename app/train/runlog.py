@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app import rundir
 
+_captured_before = False  # whether Python warnings were kept off the terminal before the run (close restores it)
 LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
 
 
@@ -69,6 +70,9 @@ def setup_logging(run_dir: Path) -> logging.Handler:
     # Python warnings into train.log. Turned off and on again: logging's switch remembers an earlier run in this
     # process (the demo, the UI's in-process paths) as "already on" even when something since (a
     # warnings.catch_warnings block, a test runner) put the original showwarning back; then nothing would be captured.
+    global _captured_before
+    _captured_before = bool(logging.getLogger("py.warnings").handlers) and not logging.getLogger(
+        "py.warnings").propagate  # a command line that keeps Python warnings off the terminal
     logging.captureWarnings(False)
     logging.captureWarnings(True)
     # transformers 5 renamed gradient_checkpointing -> activation_checkpointing and TRL still uses the old name
@@ -82,4 +86,6 @@ def close_logging(handler: logging.Handler | None) -> None:
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
-        logging.captureWarnings(False)  # the pair of setup_logging's: warnings go back to stderr after the run
+        # the pair of setup_logging's: warnings go back where they went before the run (stderr, or nowhere in a
+        # qlora-app command: app.offline.quiet_command_line)
+        logging.captureWarnings(_captured_before)

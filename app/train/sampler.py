@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import os
 
+from app.batching import PROMPT_MULTIPLE
 from app.errors import UserError
+from app.train.oom import is_oom
 
 log = logging.getLogger("qlora_app")
 CPU_COPY_SHARE = 0.25  # a dense fp32 copy may take at most this share of the machine's memory on auto
-PROMPT_MULTIPLE = 64  # prompt lengths padded to a multiple: a compiled static-cache graph sees few shapes
 
 
 def pick_sampler(setting: str, *, cuda: bool, vllm: bool, backend: str, fsdp: bool, copy_fits: bool) -> str:
@@ -172,9 +173,12 @@ def sampling_trainer(cls):
         # called with the sampler left (None: TRL's own path) and the reason, when the fast path steps down, so
         # the run directory can record the plan that now runs (app.train.session)
         on_sampler_change = None
+        faults = None  # app.train.oom.Faults: QLORA_APP_FAULT's injected out-of-memory errors
 
         def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
                                   has_tool_images=False):
+            if self.faults is not None:
+                self.faults.generation()
             s = self.merged_sampler
             if s is None or self.use_vllm or images is not None or multimodal_fields or has_tool_images:
                 return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
@@ -185,6 +189,8 @@ def sampling_trainer(cls):
                 s.sync(self.state.global_step)
                 return s.generate(prompt_ids, self.generation_config, tok.pad_token_id, list(self.eos_token_ids)), None
             except Exception as e:  # noqa: BLE001 - any failure of the optional path: step down, keep training
+                if is_oom(e):  # out of memory: the run's ladder decides what gives (app/train/oom.py)
+                    raise
                 self.merged_sampler = fall_back(s, e)
                 if self.on_sampler_change:
                     self.on_sampler_change(self.merged_sampler, f"{type(e).__name__} at step {self.state.global_step}")

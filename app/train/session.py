@@ -10,7 +10,8 @@ reads the run folder). A run reads top to bottom (``Session.run``):
               estimate and fit, context, fast paths, generation batch;
     create    the run folder, config.yaml (what trains, with what the plan changed and why) and status.json;
     build     the model as planned, packing measured on it, the TRL trainer and its callbacks (app/train/build.py);
-    train     the steps; callbacks report progress to the session;
+    train     the steps; callbacks report progress to the session; out of GPU memory, the session steps down the
+              ladder (app/train/oom.py), records the change and builds again from the last complete checkpoint;
     evaluate  the adapter, peak memory and the curves of the end;
     close     the final status on success, bad input, fault or interrupt, and the exit code.
 
@@ -35,19 +36,19 @@ from app.config_keys import changed_keys
 from app.cpu_alloc import reuse_freed_memory
 from app.cpu_threads import ThreadGovernor
 from app.data import build_splits
-from app.errors import RunFailed, UserError
+from app.errors import RunFailed, UserError, write_failure
 from app.eval.heldout import sample_examples
 from app.models import check_model_source
 from app.offline import apply_local_only, quiet_library_noise
 from app.plots import save_curves
-from app.procs import pid_alive
-from app.runs import peak_memory_text
+from app.runs import memory_check, peak_memory_text
 from app.train import peakmem
 from app.train.build import build_trainer, load_model
 from app.train.checkpoints import save_adapter
-from app.train.faults import nonfinite_message, os_error_message, write_failure
-from app.train.plan import RunPlan, decide_machine, decide_packing, make_plan
-from app.train.request import check_request, check_same_world, resume_point
+from app.train.faults import nonfinite_message, os_error_message
+from app.train.oom import Faults, free_memory, is_oom, next_rung, spent_message
+from app.train.plan import RunPlan, decide_machine, decide_packing, make_plan, replan
+from app.train.request import check_request, check_same_world, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
 from app.train.torchrun import is_main, launch_workers, worker_run_dir
 from app.unsloth_backend import import_first
@@ -72,6 +73,7 @@ class Session:
         self.handler = None  # train.log
         self.busy: list[str] = []  # said with the plan's notes, once the run folder exists
         self.status: str | None = None
+        self.oom_changes: list[dict] = []  # the ladder's steps, as status.json records them
         self.exit_code = 0
 
     # ------------------------------------------------------------------------------------------------ the recipe
@@ -84,7 +86,11 @@ class Session:
             self.create()
             with self.recording():
                 trainer, watch, stop, loaded = self.build()
-                self.train(trainer, stop)
+                while (out_of_memory := self.train(trainer, stop)) is not None:
+                    step = trainer.state.global_step + 1  # the step that ran out
+                    trainer = watch = loaded = None  # the attempt's model and trainer go before the next loads
+                    self.step_down(out_of_memory, step)
+                    trainer, watch, stop, loaded = self.build()
                 self.evaluate(trainer, watch, stop, loaded)
                 self.close()
         finally:
@@ -96,8 +102,9 @@ class Session:
         session stops after the checks: its workers decide the machine and load the rest."""
         cfg = self.request
         apply_local_only(cfg.runtime.local_only)
+        self.faults = Faults()  # QLORA_APP_FAULT: a bad value is one line before anything is made
         if self.resume_from is not None:
-            self.dir = self._resumable()
+            self.dir = resumable_dir(self.resume_from, self.main)
             check_same_world(validate(load_yaml_file(self.dir / rundir.CONFIG)).runtime, cfg.runtime)
         check_request(cfg)
         if not launcher:
@@ -135,7 +142,7 @@ class Session:
         """The model as planned (SFT packing measured on it), the trainer and its callbacks."""
         # heavy (transformers' TrainerCallback), imported only after import_first: Unsloth must patch transformers
         # before it loads
-        from app.train.callbacks import RunDirCallback, StopFlag, TerminalProgress
+        from app.train.callbacks import FaultCallback, RunDirCallback, StopFlag, TerminalProgress
 
         # heavy (transformers' TrainerCallback), imported after import_first for the same reason
         from app.train.heldout_eval import HeldoutEval, eval_tokens
@@ -163,6 +170,9 @@ class Session:
                                warn=self._say() if self.main else None, write=self.main, cuda=plan.where.cuda,
                                every_step=self.threads.adjust, record=self.record)
         trainer.add_callback(watch)
+        if self.faults.at:
+            trainer.add_callback(FaultCallback(self.faults))
+            trainer.faults = self.faults
         t = plan.cfg.training
         heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
         if self.main and heldout and t.eval_every != 0:
@@ -171,13 +181,39 @@ class Session:
                                              record=self.record))
         return trainer, watch, stop, loaded
 
-    def train(self, trainer, stop) -> None:
-        """The steps, from the resume point when there is one."""
+    def train(self, trainer, stop) -> str | None:
+        """The steps, from the resume point when there is one. Returns None when they ended, or the error's line
+        when they ran out of GPU memory (the caller steps down the ladder and builds again)."""
         try:
             trainer.train(resume_from_checkpoint=str(self.ckpt) if self.ckpt else None)
+            return None
+        except Exception as e:
+            if not is_oom(e):
+                raise
+            return str(e).split("\n")[0][:200]  # the text only: the error's traceback holds the step's tensors
         finally:
             self.bar.close()
             stop.uninstall()
+
+    def step_down(self, error: str, step: int) -> None:
+        """Out of memory at ``step``: free it, take the ladder's next rung (or fail in one line when it is spent),
+        and continue from the last complete checkpoint, or the start. The change is said in the terminal and
+        train.log, and recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
+        rung = next_rung(self.plan)
+        if rung is None:
+            raise RunFailed(spent_message(self.plan, step, error, self.dir))
+        changes, what = rung
+        free_memory(self.plan.where.cuda)
+        self.ckpt = rundir.last_checkpoint(self.dir)
+        start = rundir.checkpoint_step(self.ckpt) if self.ckpt else 0
+        self._say("note")(f"out of GPU memory at step {step} ({error}); {what}; training again from "
+                          f"{self.ckpt.name if self.ckpt else 'the start'}")
+        self.plan = replan(self.plan, changes, f"out of GPU memory at step {step}; so from step {start}")
+        self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
+        if self.main:
+            rundir.truncate_metrics(self.dir, start)  # the steps trained again are logged once
+            self._write_config(self.plan.config_yaml())
+            self.record(None, oom_changes=self.oom_changes, **self.plan.status_fields())
 
     def evaluate(self, trainer, watch, stop, loaded) -> None:
         """What the end leaves: a run that trained no step or turned NaN is refused; else the adapter, the peak
@@ -194,6 +230,8 @@ class Session:
             return
         adapter = save_adapter(trainer.model, loaded.tokenizer, self.dir)
         self.final.update(peakmem.sample(self.plan.where.cuda))
+        if self.plan.where.cuda:  # every GPU run is a calibration point of the estimate
+            self.final["memory_check"] = memory_check(self.plan.estimate, self.final)
         log.info("peak memory: %s", peak_memory_text(self.final))
         if stop.requested:
             log.info("stopped at step %d; checkpoint saved, resume with --resume %s", step, self.dir)
@@ -304,14 +342,6 @@ class Session:
             if console:
                 console.print(f"[yellow]{label}:[/] {line}")
         return warn
-
-    def _resumable(self) -> Path:
-        """The run folder --resume names, when no live process is training it."""
-        d = rundir.require_run_dir(self.resume_from)
-        st = rundir.read_status(d) or {}
-        if self.main and st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
-            raise UserError(f"run '{d.name}' is still running; stop it before resuming")
-        return d
 
     # ------------------------------------------------------------------------------------------------ torchrun
     def launch(self, sets: list[str], max_steps: int | None) -> Path:

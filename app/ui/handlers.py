@@ -20,20 +20,20 @@ from app.config import (
     RewardConfig,
     build_config,
     model_name,
-    resolve,
     with_absolute_paths,
 )
 from app.config_keys import WIDGETS, flags_layer
 from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.errors import UserError
-from app.memory import estimate_memory, format_estimate
+from app.memory import format_estimate
 from app.models import check_model_source
 from app.offline import hub_offline
 from app.presets import load_preset, presets_dir
 from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
 from app.runs import run_summary
+from app.train.plan import card_verdicts
 
 NO_PRESET = "(none)"
 AUTO = "(auto)"
@@ -173,10 +173,14 @@ def form_view(form: dict, runs_dir: str | Path) -> tuple[str, str]:
     validation error, as a comment in the command box."""
     try:
         preset, flags, sets, argv = form_to_cli(form, runs_dir)
-        cfg = resolve(build_config(_load_preset(preset), flags, sets))
+        cfg = build_config(_load_preset(preset), flags, sets)
+        verdicts, plan = card_verdicts(cfg)
     except UserError as e:
         return f"# not valid yet: {e}", f"**Memory estimate:** not available ({e})"
-    return shlex.join(argv), format_estimate(estimate_memory(cfg))
+    if plan is None:  # too big for every card
+        return shlex.join(argv), "**Memory estimate:** too big for an 80 GB card; " + ", ".join(
+            f"{g} GB: **{v}**" for g, v in verdicts.items())
+    return shlex.join(argv), format_estimate(plan.estimate, verdicts)
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -65,7 +65,8 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
             w["save_steps"] = gr.Number(dflt["save_steps"], label=_label("save_steps"), precision=0,
                                         elem_id="save-steps", info=_info("save_steps"))
         with gr.Row():
-            w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"], label=_label("gradient_checkpointing"),
+            w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"],
+                                                      label=_label("gradient_checkpointing"),
                                                       elem_id="grad-ckpt", info=_info("gradient_checkpointing"))
             w["local_only"] = gr.Checkbox(dflt["local_only"], label=_label("local_only"), elem_id="local-only",
                                           info=_info("local_only"))
