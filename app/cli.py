@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from app import cli_ship, rundir
@@ -35,6 +36,18 @@ from app.runs import run_summary
 from app.train.session import Session
 from app.train.torchrun import is_worker, wants_launcher
 from app.ui.serve import launch
+
+
+def _switches_take_no_value() -> None:
+    """typer's rich help shows '<bool>' beside every switch ('--local-only <bool>'), which reads as if it took a
+    value: a switch's type column stays empty."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)
+
+
+_switches_take_no_value()
 
 app = typer.Typer(
     name="qlora-app",
@@ -167,10 +180,12 @@ def score(
     reference: Optional[str] = typer.Option(None, help="The reference answer."),
     file: Optional[str] = typer.Option(None, help="JSONL with rows {completion, reference}."),
     as_json: bool = typer.Option(False, "--json", help="One JSON line per input."),
+    reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function' "
+                                                          "(as train --reward)."),
     set_: Optional[List[str]] = SetOpt,
 ):
     """Score completions with the shaped reward and explain each component."""
-    raise typer.Exit(run_score(completion, reference, file, as_json, list(set_ or [])))
+    raise typer.Exit(run_score(completion, reference, file, as_json, list(set_ or []), list(reward or [])))
 
 
 # ------------------------------------------------------------------------------------------- compare, demo, ui
@@ -225,13 +240,16 @@ def ui(
     port: int = typer.Option(7860),
     share: bool = typer.Option(False, "--share", help="Create a public Gradio share link (off by default)."),
     auth: Optional[str] = typer.Option(None, help="USER:PASS required to open the UI."),
-    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder to show and write to."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder to show and write to (demo-runs/ beside it is "
+                                                     "shown too)."),
     local_only: bool = typer.Option(False, "--local-only"),
+    open_browser: bool = typer.Option(False, "--open", help="Open the UI in a browser once it serves."),
 ):
     """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
     apply_local_only(local_only)
 
-    launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only)
+    launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only,
+           open_browser=open_browser)
 
 
 # ------------------------------------------------------------------------------------------- presets and runs
@@ -285,7 +303,7 @@ def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (s
 def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
     """A run's config, status and curves."""
     d = rundir.require_run_dir(run)
-    console.print(f"[bold]{d}[/]")
+    console.print(f"[bold]{escape(str(d))}[/]")
     sys.stdout.write((d / rundir.CONFIG).read_text())
     print_run_summary(d, console)
 
@@ -320,7 +338,7 @@ def main() -> None:
     try:
         app(args=explain_value(sys.argv[1:]))
     except UserError as e:
-        err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
 
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from app.errors import UserError
 from app.eval.chat import Chat
@@ -21,7 +22,8 @@ from app.offline import apply_local_only
 console = Console()
 err_console = Console(stderr=True)
 
-CHAT_HELP = """commands: /adapter, /base, /both (who answers), /system TEXT, /reset (forget the conversation), /exit"""
+CHAT_HELP = ("commands: /adapter, /base, /both (who answers), /system (show it), /system TEXT (set it), "
+             "/system none (clear it), /reset (forget the conversation), /help, /exit")
 
 
 # ---------------------------------------------------------------------------------------------------------- chat
@@ -59,7 +61,7 @@ def chat(
             sys.stdout.write(json.dumps(replies, ensure_ascii=False) + "\n")
         elif both:
             for s in sides:
-                console.print(f"[bold]{s}[/]: {replies[s]}", highlight=False)
+                console.print(f"[bold]{s}[/]: {escape(replies[s])}", highlight=False)
         else:
             sys.stdout.write("\n")
         return
@@ -101,10 +103,16 @@ def _conversation(session, sides: list[str], gen: dict) -> None:
             elif cmd == "/reset":
                 session.reset()
                 console.print("conversation forgotten", style="dim")
+            elif cmd == "/help":
+                console.print(CHAT_HELP, style="dim", highlight=False)
+            elif cmd == "/system" and not arg.strip():  # shows it; clearing it is asked for in words
+                console.print(f"system prompt: {session.system or '(none)'} (/system TEXT sets it, /system none "
+                              "clears it)", style="dim", highlight=False)
             elif cmd == "/system":
-                session.system = arg.strip() or None
+                session.system = None if arg.strip().lower() == "none" else arg.strip()
                 session.reset()
-                console.print(f"system prompt: {session.system or '(none)'}; conversation restarted", style="dim")
+                console.print(f"system prompt: {session.system or '(none)'}; conversation restarted", style="dim",
+                              highlight=False)
             else:
                 console.print(f"unknown command {cmd}; {CHAT_HELP}", style="yellow", highlight=False)
             continue
@@ -114,7 +122,7 @@ def _conversation(session, sides: list[str], gen: dict) -> None:
             try:
                 session.reply(s, text, **gen, on_text=_echo)
             except UserError as e:
-                err_console.print(f"[red]error:[/] {e}", highlight=False)
+                err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
             except KeyboardInterrupt:
                 console.print(" [dim](stopped)[/]")
                 break
@@ -147,7 +155,7 @@ def export(
     console.print(f"[green]exported[/] {fmt} ({', '.join(res.files.values())}) to", highlight=False)
     console.print(str(res.out), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
     for n in res.notes:
-        console.print(f"[yellow]note:[/] {n}", highlight=False)
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
     if res.ollama_command:
         console.print("load it into Ollama with:")
         console.print(res.ollama_command, highlight=False, soft_wrap=True)

@@ -35,6 +35,11 @@ def _auto_is_empty(v):
     return None if isinstance(v, str) and v.strip().lower() == "auto" else v
 
 
+def _one_is_a_list(v):
+    """--set reward.custom=file.py:fn means a list of that one entry."""
+    return [v] if isinstance(v, str) else v
+
+
 # A switch whose empty value means auto; `auto` itself is accepted too (--set grpo.use_vllm=auto).
 AutoBool = Annotated[bool | None, BeforeValidator(_auto_is_empty)]
 
@@ -124,6 +129,9 @@ class TrainingConfig(StrictModel):
     eval_rows: int = _d(32, "held-out rows each evaluation scores (a seeded sample of the held-out split)", ge=1)
     keep_best: bool = _d(False, "also keep the adapter of the best evaluation in RUN/adapter-best/ (compare and "
                                 "export take that folder)")
+    proof_rows: int = _d(100, "held-out rows base and adapter are compared on when training ends (greedy, scored with "
+                              "the shaped reward): the run's proof, RUN/compare.json, which runs, the UI and the "
+                              "model card show; 0 = none", ge=0)
     lr_scheduler_type: str = _d("constant_with_warmup", "transformers scheduler name")
     warmup_steps: int = _d(0, "steps of linear learning-rate warm-up", ge=0)
     max_grad_norm: float = _d(1.0, "gradient clipping norm", gt=0)
@@ -199,8 +207,8 @@ class RewardConfig(StrictModel):
                                  "slope (to -0.1)", gt=0)
     length_limit: int = _d(2000, "characters at which the length penalty reaches its -0.6 floor", gt=0)
     accuracy: bool = _d(False, "add the strict math-verify accuracy component (LoRA Without Regret's reward)")
-    custom: list[str] = Field(default_factory=list, description=(
-        "extra reward functions: 'module:function' or 'path/to/file.py:function'"))
+    custom: Annotated[list[str], BeforeValidator(_one_is_a_list)] = Field(default_factory=list, description=(
+        "extra reward functions: 'module:function' or 'path/to/file.py:function' (one, or a list)"))
 
     @field_validator("weights")
     @classmethod

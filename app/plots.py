@@ -153,6 +153,15 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
     return out, (0.0, right * 1.02 + 0.5)
 
 
+def waiting(text: str = "waiting for the first logged step"):
+    """A small figure that only says what the curves are waiting for (a blank box reads as broken)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 1.2), dpi=90)
+    fig.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, color="#666")
+    return fig
+
+
 def figure(records: list[dict], title: str = "", max_steps: int | None = None):
     """A matplotlib Figure (object API: no pyplot state, safe from the UI's worker threads), or None."""
     shown, xlim = panels(records, max_steps)

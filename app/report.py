@@ -8,14 +8,16 @@ import os
 import sys
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from app import rundir
-from app.config import resolve, warnings_for
+from app.config import model_name, resolve, warnings_for
 from app.config_keys import explain_rows
 from app.config_schema import AppConfig
 from app.data import build_splits
 from app.errors import UserError
+from app.models import check_model_name
 from app.plots import curve_keys, series, sparkline
 from app.runs import run_summary
 from app.train.plan import decide_machine, make_plan
@@ -28,6 +30,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     stderr: the detected fields, memory estimate, fast paths, what it adjusted and why. ``gpu_gb``: plan for a CUDA
     card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
     local or built in; nothing is downloaded and no weights are loaded."""
+    check_model_name(model_name(cfg))  # one line, exit 2, for a model that is no folder here nor a hub id
     rows = det = None
     try:
         rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
@@ -54,9 +57,9 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
         err_console.print(f"fields: {det.fields_line()}", highlight=False)
     for w in said:
-        err_console.print(f"[yellow]note:[/] {w}", highlight=False)
+        err_console.print(f"[yellow]note:[/] {escape(w)}", highlight=False)
     if plan is None:
-        err_console.print(f"[red]would be refused:[/] {refused}", highlight=False)
+        err_console.print(f"[red]would be refused:[/] {escape(refused)}", highlight=False)
     else:
         err_console.print(plan.describe(), highlight=False)
 
@@ -103,24 +106,24 @@ def print_run_summary(d: Path, console) -> None:
     t.add_column("curve")
     for k in curve_keys(recs):
         _, ys = series(recs, k)
-        t.add_row(k, f"{ys[-1]:.4g}", sparkline(ys, 32))
+        t.add_row(escape(k), f"{ys[-1]:.4g}", sparkline(ys, 32))
     t.add_row("steps", str(st.get("step")), "")
     if st.get("peak_memory"):
         est = st.get("memory_estimate_gb")
         t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est and not st.get(
             "memory_check") else ""), "")
     if st.get("memory_check"):
-        t.add_row("memory estimate", st["memory_check"], "")
+        t.add_row("memory estimate", escape(st["memory_check"]), "")
     if st.get("fast_paths"):
-        t.add_row("fast paths", st["fast_paths"], "")
+        t.add_row("fast paths", escape(st["fast_paths"]), "")
     for line in st.get("adjustments") or []:
-        t.add_row("adjusted", line, "")
+        t.add_row("adjusted", escape(line), "")
     if st.get("heldout"):
-        t.add_row("held-out during training", st["heldout"], "")
+        t.add_row("held-out during training", escape(st["heldout"]), "")
     if st.get("comparison"):
-        t.add_row("held-out", st["comparison"], "")
+        t.add_row("held-out", escape(st["comparison"]), "")
     if st.get("error"):
-        t.add_row("error", st["error"], "")
+        t.add_row("error", escape(st["error"]), "")
     console.print(t)
     if st.get("adapter"):  # on its own line: the path to copy, never cut by the table's width
         console.print("adapter:", highlight=False)
@@ -161,7 +164,7 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
                "measured": check.get("measured_torch_peak_gib"), "ratio": check.get("ratio")}
         if memory and not check:
             row["estimate"] = s.get("memory_estimate_gb") and f"{s['memory_estimate_gb']:.2f} (total, a GPU)"
-        t.add_row(*("" if row.get(k) is None else str(row[k]) for k in cols))
+        t.add_row(*("" if row.get(k) is None else escape(str(row[k])) for k in cols))
         if s["status"] == rundir.CRASHED and s["resume_command"]:
             hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
     if piped:  # no terminal width to fit, so nothing is folded away

@@ -32,8 +32,8 @@ ADAPTER = "adapter"
 BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
 CHECKPOINTS = "checkpoints"
 CURVES = "curves.png"
-COMPARE_JSON = "compare.json"  # the demo's folder, and inside a run: its latest comparison (compare --adapter RUN)
-COMPARISONS = "comparisons"  # a run's earlier comparisons, moved here by the next one (never overwritten)
+COMPARE_JSON = "compare.json"  # inside a run: its proof (app/proof.py); the demo's folder: the demo's result
+COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
 STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
@@ -54,6 +54,7 @@ EVAL_REWARD = "eval/reward"
 BEST_STEP = "best_step"
 BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
 EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total
+EVAL_ROWS = "eval_rows"  # the held-out rows each evaluation scored
 
 
 def component_key(name: str) -> str:
@@ -369,9 +370,14 @@ def find_adapter(path: str | Path) -> Path:
     if is_run_dir(p):
         st = read_status(p) or {}
         status = st.get("status", CREATED)
-        todo = ("wait for it to finish" if status in (RUNNING, CREATED)
-                else f"continue it with qlora-app train --resume {p} (or pass one of its checkpoints/)")
-        raise UserError(f"run '{p}' has no adapter yet ({status} at step {st.get('step') or 0}); {todo}")
+        why = f": {st['error']}" if st.get("error") else ""
+        if status in (RUNNING, CREATED):
+            todo = "wait for it to finish"
+        elif last_checkpoint(p, verify_data=False) is not None:
+            todo = f"continue it with qlora-app train --resume {p} (or pass one of its checkpoints/)"
+        else:  # nothing to resume: a resume hint would only fail
+            todo = "it saved no checkpoint either, so start the run again"
+        raise UserError(f"run '{p}' has no adapter yet ({status} at step {st.get('step') or 0}{why}); {todo}")
     raise UserError(
         f"'{p}' holds no PEFT adapter ({ADAPTER_CONFIG}); pass a finished run directory or its adapter/ folder"
     )

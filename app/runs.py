@@ -49,7 +49,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         # the running peak status.json holds, or the last logged one for a crashed run
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / rundir.ADAPTER) if rundir.has_adapter(d) else None,
-        "comparison": comparison_text(proof.latest_comparison(d)),
+        "comparison": comparison_text(proof.latest_proof(d)),
         "heldout": heldout_text(recs, st),
         "resumable": resumable,
         # what to type next for a run that stopped before its end
@@ -59,19 +59,21 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
 
 
 def heldout_text(records: list[dict], st: dict) -> str | None:
-    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54': the evaluation during training."""
+    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54 (32 rows)': the evaluation during
+    training, with the rows each point scored (training.eval_rows, as status.json records them)."""
     points = [(r["step"], r[rundir.EVAL_ACCURACY]) for r in records if r.get(rundir.EVAL_ACCURACY) is not None]
     if not points:
         return None
     (s0, a0), (s1, a1) = points[0], points[-1]
     best = (f"; best {st[rundir.BEST_SCORE]:.1%} at step {st[rundir.BEST_STEP]}"
             if st.get(rundir.BEST_STEP) is not None and st.get(rundir.BEST_SCORE) is not None else "")
-    return f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best}"
+    rows = f" ({st[rundir.EVAL_ROWS]} rows)" if st.get(rundir.EVAL_ROWS) else ""
+    return f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best}{rows}"
 
 
 def comparison_text(cmp: dict | None) -> str | None:
-    """'base 21.0% -> adapter 47.0% (+26.0 pts), 28 wins / 70 ties / 2 losses, n = 100': the run's latest held-out
-    comparison (RUN/compare.json), or None when it has none."""
+    """'accuracy base 21.0% -> adapter 47.0% (+26.0 pts), 28 wins / 70 ties / 2 losses, on 100 held-out rows': the
+    run's proof (RUN/compare.json), or None when it has none."""
     if not cmp or "summary" not in cmp:
         return None
     s = cmp["summary"]
@@ -81,7 +83,8 @@ def comparison_text(cmp: dict | None) -> str | None:
     else:
         base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
         head = f"mean reward base {base} -> adapter {adapter}"
-    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, n = {s['n']}"
+    rows = f"on {s['n']} held-out rows" if s.get("heldout", True) else f"on {s['n']} typed prompts"
+    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}"
 
 
 def memory_check(estimate: dict, peak: dict) -> dict:

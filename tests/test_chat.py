@@ -105,9 +105,14 @@ def test_cli_one_shot_json_and_conversation(run, session):
     assert r.returncode == 0 and r.stdout.strip().endswith(want_b), r.stdout
     # interactive: /base switches sides, /system restarts, /exit leaves; streamed replies are printed
     r = _cli(str(run), "--max-new-tokens", "10", "--local-only",
-             stdin="What is 3 + 4?\n/base\nWhat is 3 + 4?\n/system Be brief.\n/nope\n/exit\n")
+             stdin="What is 3 + 4?\n/base\nWhat is 3 + 4?\n/system Be brief.\n/system\n/help\n/nope\n"
+                   "/system none\n/exit\n")
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"adapter> {want_a}" in r.stdout and f"base> {want_b}" in r.stdout
     assert "system prompt: Be brief.; conversation restarted" in r.stdout and "unknown command /nope" in r.stdout
+    out = " ".join(r.stdout.split())
+    assert "system prompt: Be brief. (/system TEXT sets it" in out  # a bare /system shows it, clears nothing
+    assert out.count("commands: /adapter") >= 3  # at the start, for /help, and with the unknown command
+    assert "system prompt: (none); conversation restarted" in out
     r = _cli(str(run), "-m", "apples " * 600, "--local-only")
     assert r.returncode == 2 and "context" in r.stderr and "Traceback" not in r.stderr

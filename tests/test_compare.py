@@ -331,3 +331,25 @@ def test_base_model_is_found_from_run_checkpoint_or_bare_adapter(run_dir, adapte
         from app.eval.compare import run_comparison
 
         run_comparison(adapter_dir, num_samples=3)
+
+
+def test_a_quick_compare_keeps_the_proof_and_never_counts_typed_prompts(run_dir):
+    """The run's proof (RUN/compare.json, written as training ended) is what runs, the UI and the card show: a quick
+    `compare RUN --num-samples 3 --prompt ...` goes to a file of its own, and its typed prompt (no reference) is shown
+    but not counted in the held-out figures. Every figure says how many held-out rows are behind it."""
+    from app import proof, rundir
+    from app.eval.compare import run_comparison
+    from app.runs import run_summary
+
+    first = run_comparison(run_dir, num_samples=6, max_new_tokens=6, record="proof")
+    kept = (run_dir / rundir.COMPARE_JSON).read_text()
+    quick = run_comparison(run_dir, num_samples=3, prompts=["Tell me a story."], max_new_tokens=6)
+    assert (run_dir / rundir.COMPARE_JSON).read_text() == kept  # the proof is untouched
+    (adhoc,) = proof.comparisons(run_dir)
+    assert json.loads(adhoc.read_text())["summary"]["n"] == 3
+    s = quick.summary
+    assert s.n == 3 and s.heldout and s.prompts == 1 and s.base.n_judged == 3  # the prompt is not in the figures
+    assert [r.source for r in quick.rows].count("prompt") == 1
+    assert run_summary(run_dir)["comparison"].endswith(f"on {first.summary.n} held-out rows")
+    prompts_only = run_comparison(run_dir, prompts=["Tell me a story."], max_new_tokens=4, record=None)
+    assert not prompts_only.summary.heldout and prompts_only.summary.n == 1

@@ -105,3 +105,17 @@ def test_large_jsonl_row_count_is_skipped_above_limit(tmp_path, monkeypatch, cap
     monkeypatch.setattr(loading, "COUNT_LIMIT_BYTES", 100)
     run_inspect(str(p), None, None, None, None, False, True)
     assert json.loads(capsys.readouterr().out)["num_rows"] is None
+
+
+def test_one_column_and_a_chat_prompt_read_right(tmp_path, capsys):
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"text": "hello"}\n{"text": "world"}\n')
+    assert run_inspect(str(one), None, None, None, None, False, False) == 0
+    assert "2 rows, 1 column (text)" in capsys.readouterr().out
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i}+2?"},
+                                                     {"role": "assistant", "content": str(i + 2)}]}) + "\n"
+                            for i in range(3)))
+    run_inspect(str(chat), None, None, None, None, False, False)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "prompt │ messages │ the turns before the last assistant turn" in out and "prompt │ - │" not in out

@@ -74,6 +74,7 @@ def test_cli_errors_exit_2(bare_run, tmp_path):
     (full / "f").write_text("x")
     for args, msg in [(["export", str(tmp_path / "nope"), "--out", str(tmp_path / "o")], "not found"),
                       (["export", str(bare_run), "--out", str(full)], "is not empty"),
+                      (["export", str(bare_run), "--out", str(full / "f" / "sub")], "/f' is a file; pass a folder path"),
                       (["export", str(bare_run), "--out", str(tmp_path / "o"), "--merge", "--format", "gguf"],
                        "--merge means --format merged"),
                       (["push", str(bare_run), "--repo", "me/x", "--local-only"], "offline session"),
@@ -94,13 +95,15 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
                        "wins": 6, "ties": 3, "losses": 1, "n": 10},
            "config": {"dataset": "math.jsonl", "greedy": True, "max_new_tokens": 48,
                       "adapter": str(bare_run / rundir.ADAPTER)}, "rows": []}
-    proof.record_comparison(bare_run, cmp)
+    proof.write_proof(bare_run, cmp)
     out = export_run(bare_run, tmp_path / "a").out
     card = (out / "README.md").read_text()
     assert "[More Information Needed]" not in card  # PEFT's blank card is replaced
     front = card.split("---")[1]
     assert "library_name: peft" in front and "- qlora-app" in front and "- grpo" in front
     assert "base_model:" not in front  # a local folder is not a hub id
+    assert "(a local model folder)" in card and str(bare_run.parent) not in card  # named, not its whole path
+    assert "10 held-out rows of `math.jsonl`" in card
     assert "| base | 25.0% | 0.500 |" in card and "| adapter | 75.0% | 1.250 |" in card
     assert "6 wins, 3 ties, 1 losses (n = 10)" in card
     assert "learning rate" in card and "LoRA: r" in card
@@ -111,15 +114,18 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
     shutil.copytree(bare_run / rundir.ADAPTER, ckpt)
     card = (export_run(ckpt, tmp_path / "c").out / "README.md").read_text()
     assert "3 optimizer steps" in card and "LoRA: r" in card
-    assert "No comparison recorded yet" in card and "75.0%" not in card
+    assert "No held-out comparison of this adapter is recorded" in card and "75.0%" not in card
 
 
-def test_record_comparison_keeps_the_previous_one(tmp_path):
-    proof.record_comparison(tmp_path, {"n": 1})
-    proof.record_comparison(tmp_path, {"n": 2})
-    assert proof.latest_comparison(tmp_path) == {"n": 2}
-    (old,) = (tmp_path / rundir.COMPARISONS).iterdir()
-    assert json.loads(old.read_text()) == {"n": 1}
+def test_the_proof_is_kept_and_ad_hoc_comparisons_get_files_of_their_own(tmp_path):
+    proof.write_proof(tmp_path, {"n": 1})
+    for n in (2, 3):
+        proof.add_comparison(tmp_path, {"n": n})
+    assert proof.latest_proof(tmp_path) == {"n": 1}  # ad-hoc comparisons never replace it
+    assert sorted(json.loads(p.read_text())["n"] for p in proof.comparisons(tmp_path)) == [2, 3]
+    proof.write_proof(tmp_path, {"n": 4})  # an extended run's new proof: the old one is kept beside the others
+    assert proof.latest_proof(tmp_path) == {"n": 4}
+    assert {json.loads(p.read_text())["n"] for p in (tmp_path / rundir.COMPARISONS).iterdir()} == {1, 2, 3}
 
 
 def test_runs_show_and_the_ui_show_the_latest_comparison(bare_run):
@@ -129,9 +135,9 @@ def test_runs_show_and_the_ui_show_the_latest_comparison(bare_run):
     from app.runs import run_summary
     from app.ui.run_view import status_markdown
 
-    proof.record_comparison(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
-                                                    "wins": 30, "ties": 65, "losses": 5, "n": 100}})
-    want = "accuracy base 20.0% -> adapter 45.0% (+25.0 pts), 30 wins / 65 ties / 5 losses, n = 100"
+    proof.write_proof(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
+                                             "wins": 30, "ties": 65, "losses": 5, "n": 100}})
+    want = "accuracy base 20.0% -> adapter 45.0% (+25.0 pts), 30 wins / 65 ties / 5 losses, on 100 held-out rows"
     assert run_summary(bare_run)["comparison"] == want
     assert f"held-out comparison: {want}" in status_markdown(run_summary(bare_run))
     console = Console(record=True, width=300)
@@ -183,18 +189,15 @@ def test_push_uploads_what_export_writes(bare_run, monkeypatch):
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """The demo recipe (shipped model, arith, shaped reward) for a few GRPO steps, compared on held-out rows."""
+    """The demo recipe (shipped model, arith, shaped reward) for a few GRPO steps, its proof on 24 held-out rows."""
     from app.config import build_config
-    from app.demo.recipe import EVAL_MAX_NEW_TOKENS, base_model_path, grpo_preset
-    from app.eval.compare import run_comparison
+    from app.demo.recipe import base_model_path, grpo_preset
     from app.train.session import Session
 
     out = tmp_path_factory.mktemp("demo")
     cfg = build_config({**grpo_preset(base_model_path()), "output_dir": str(out), "run_name": "demo-grpo"},
-                       sets=["training.max_steps=6", "training.seed=3", "logging_steps=1"])
-    d = Session(cfg, progress=False).run()
-    run_comparison(d, num_samples=24, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=24, local_only=True)
-    return d
+                       sets=["training.max_steps=6", "training.seed=3", "logging_steps=1", "training.proof_rows=24"])
+    return Session(cfg, progress=False).run()
 
 
 @pytest.mark.slow
@@ -207,7 +210,7 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     from app.export.bundle import export_run
     from app.generation import format_prompt
 
-    cmp = json.loads((demo_run / rundir.COMPARE_JSON).read_text())  # compare recorded itself in the run
+    cmp = json.loads((demo_run / rundir.COMPARE_JSON).read_text())  # the run's proof, written as training ended
     res = export_run(demo_run, tmp_path / "ollama", fmt="ollama")
     gguf_file = res.out / res.files["gguf"]
     merged = export_run(demo_run, tmp_path / "merged", fmt="merged", dtype="fp16").out

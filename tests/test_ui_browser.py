@@ -78,10 +78,10 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 page.locator(f"#{elem} input").press("Tab")
             page.locator("#batch-size textarea").fill("4")
             page.locator("#grad-accum textarea").fill("1")
-            page.locator("#grad-ckpt input").uncheck()
             preview = page.locator("#cli-preview textarea")
-            expect(preview).to_have_value(re.compile(r"--max-steps 3 .*--local-only"), timeout=20_000)
-            expect(preview).to_have_value(re.compile(r"gradient_checkpointing=false"))
+            # the form starts from the demo's recipe (it shows learning): the command names it, and what changed
+            expect(preview).to_have_value(re.compile(r"--preset demo-grpo .*--max-steps 3"), timeout=20_000)
+            expect(preview).not_to_have_value(re.compile(r"lora\.r=|data\.prompt_field="))  # the preset's values stand
             page.locator("#start-btn").click()
             expect(page.locator("#train-message")).to_contain_text("started", timeout=30_000)
             # a second Start while it runs is refused with a message
@@ -97,6 +97,8 @@ def test_train_runs_compare_in_chromium(tmp_path):
             time.sleep(2.5)  # a tick after the last write
             assert _log_at_end(page), "the train.log box does not show its newest line"
             log_text = page.locator("#train-log textarea").input_value()
+            font = page.locator("#train-log textarea").evaluate("t => getComputedStyle(t).fontFamily")
+            assert "monospace" in font, font  # the end-of-run table keeps its columns
             warned = [ln for ln in log_text.splitlines() if "WARNING" in ln]
             assert len(warned) == len(set(warned)), "a warning is shown twice"
             assert "{'" not in log_text.splitlines()[0], "a raw Python dict in the log"

@@ -65,9 +65,13 @@ def test_form_config_equals_cli_config(tmp_path):
     assert ui_cfg.grpo.num_generations == 2 and ui_cfg.run_name == "my-run"
 
 
-def test_cli_preview_runs_the_same_config(tmp_path):
+def test_cli_preview_runs_the_same_config(tmp_path, tiny_model):
     """The preview string, run through the real CLI (--dry-run), prints the resolved config the UI would run."""
-    form = _edited_form("/models/tiny model", "/data/my data.jsonl")  # spaces must survive quoting
+    import shutil
+
+    model = tmp_path / "models" / "tiny model"  # spaces must survive quoting; a dry run checks the folder is there
+    shutil.copytree(tiny_model, model)
+    form = _edited_form(str(model), "/data/my data.jsonl")
     preview = h.form_view(form, tmp_path)[0]
     argv = shlex.split(preview)
     assert argv[:2] == ["qlora-app", "train"]
@@ -184,7 +188,8 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
     raw = fig.axes[0].get_lines()[0]  # every logged point, a marker each (the smoothed line over it)
     assert list(raw.get_ydata()) == [1.0, 0.5, 1 / 3] and raw.get_marker() == "o"
     assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["length", "format"]
-    assert rv.curves(tmp_path / "crashed") is None  # nothing logged yet: no empty chart
+    waiting = rv.curves(tmp_path / "crashed")  # nothing logged yet: it says so, not a blank or empty chart
+    assert [t.get_text() for t in waiting.texts] == ["waiting for the first logged step"]
     assert "OutOfMemoryError" in rv.status_markdown(run_summary(tmp_path / "crashed"))
 
 
@@ -270,3 +275,37 @@ def test_short_sources_fit_the_table():
     assert rv._short_source("./data/my.jsonl") == "my.jsonl"
     assert rv._short_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id stays whole
     assert rv._short_source(None) == ""
+
+
+def test_runs_from_the_demo_folder_are_shown_beside_the_runs_folder(tmp_path):
+    """`qlora-app demo` writes demo-runs/ beside runs/: the Runs, Compare and Chat tabs list those runs too."""
+    from app import rundir
+    from app.ui import compare_view as cv
+    from app.ui.folders import run_path
+
+    for folder, name in (("runs", "20261125-100000-grpo-arith"), ("demo-runs", "demo-grpo")):
+        d = rundir.new_run_dir(tmp_path / folder, name)
+        (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
+        (d / rundir.ADAPTER).mkdir()
+        (d / rundir.ADAPTER / rundir.ADAPTER_CONFIG).write_text("{}")
+    rows = rv.runs_rows(tmp_path / "runs")
+    assert [r[0] for r in rows] == ["20261125-100000-grpo-arith", "demo-runs/demo-grpo"]
+    assert cv.compare_choices(tmp_path / "runs") == [r[0] for r in rows]
+    assert run_path(tmp_path / "runs", "demo-runs/demo-grpo") == (tmp_path / "demo-runs" / "demo-grpo").resolve()
+    with pytest.raises(UserError, match="is not in"):
+        run_path(tmp_path / "runs", "nope")
+
+
+def test_the_compare_summary_says_what_its_figures_are_of():
+    from app.eval.render import summary_markdown
+    from app.eval.result import Cell, Comparison, Row
+
+    def cell(correct):
+        return Cell(text="x", tokens=1, reward=1.0 if correct else 0.0, components={}, correct=correct)
+
+    rows = [Row(prompt=f"q{i}", reference="1", source="heldout", base=cell(False), adapter=cell(i % 2 == 0))
+            for i in range(6)]
+    rows.append(Row(prompt="typed", reference=None, source="prompt", base=cell(None), adapter=cell(None)))
+    md = summary_markdown(Comparison.of(rows, {}))
+    assert "summary over 6 held-out rows (your 1 prompt(s) are shown, not counted" in md
+    assert "| accuracy (6 with reference) | 0.0% | 50.0% |" in md and "| mean reward | 0.000 | 0.500 |" in md

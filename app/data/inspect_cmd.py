@@ -40,7 +40,7 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     console = Console()
     size = f"{det.num_rows:,} rows" if det.num_rows is not None else "row count not computed (large file)"
     console.print(f"[bold]{escape(dataset)}[/] split [bold]{escape(split_name)}[/]: {size}, "
-                  f"{len(det.columns)} columns ({escape(', '.join(det.columns))})")
+                  f"{len(det.columns)} column{'s' if len(det.columns) != 1 else ''} ({escape(', '.join(det.columns))})")
     roles = Table(title="Detected fields", show_lines=True)
     roles.add_column("role", style="bold")
     roles.add_column("field", style="cyan")
@@ -48,7 +48,11 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     rows_ = [("format", det.format, det.reasons.get("format", ""))]
     if det.messages_field:
         rows_.append(("messages", det.messages_field, det.reasons.get("messages_field", "")))
-    rows_.append(("prompt", det.prompt_field or "-", det.reasons.get("prompt_field", "")))
+    if det.messages_field and not det.prompt_field:  # chat data: the prompt is part of the conversation column
+        rows_.append(("prompt", det.messages_field, "the turns before the last assistant turn of "
+                                                    f"'{det.messages_field}'"))
+    else:
+        rows_.append(("prompt", det.prompt_field or "-", det.reasons.get("prompt_field", "")))
     rows_.append(("reference", det.reference_field or "-", det.reasons.get("reference_field", "")))
     if det.context_fields:
         rows_.append(("context", ", ".join(det.context_fields), det.reasons.get("context_fields", "")))

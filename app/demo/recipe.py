@@ -17,7 +17,6 @@ from app.demo.build_base import build
 from app.presets import load_preset
 
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
-EVAL_MAX_NEW_TOKENS = 48  # answers are ~25 tokens; anything longer is already wrong
 
 
 def grpo_preset(model_path: str | Path | None = None) -> dict:

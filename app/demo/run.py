@@ -2,10 +2,11 @@
 
 1. the tiny shipped base model (4-bit NF4 via bitsandbytes on CPU),
 2. a GRPO run with the shaped reward straight from that base (presets/demo-grpo.yaml),
-3. base vs adapter, greedy, on held-out `arith` problems -> DIR/compare.json.
+3. base vs adapter, greedy, on held-out `arith` problems: the run's own proof (training.proof_rows), copied with the
+   demo's stages to DIR/compare.json.
 
-Nothing here trains or scores on its own: it only chains a run's `Session` and `run_comparison`, so the demo proves
-the same code path a GPU user runs. The whole gain it shows is GRPO's: there is no SFT phase.
+Nothing here trains or scores on its own: it runs one `Session`, whose proof is what a GPU user's run writes too, so
+the demo proves the same code path. The whole gain it shows is GRPO's: there is no SFT phase.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from app import rundir
+from app import proof, rundir
 from app.config import build_config
-from app.demo.recipe import EVAL_MAX_NEW_TOKENS, EVAL_SIZE, base_model_path, grpo_preset
-from app.eval.compare import run_comparison
+from app.demo.recipe import EVAL_SIZE, base_model_path, grpo_preset
+from app.errors import RunFailed
 from app.eval.render import print_result
+from app.eval.result import Comparison
 from app.plots import series, sparkline
 from app.train.session import Session
 
@@ -67,18 +69,18 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     timings["prepare_model_s"] = time.time() - t
     console.print(f"base model: {base}")
 
+    n_eval = QUICK["eval"] if quick else EVAL_SIZE
     t = time.time()
     show = console.is_terminal if progress is None else progress
-    grpo_dir = _train(base, output_dir, quick, seed, sets, console, show)
-    timings["grpo_s"] = time.time() - t
+    grpo_dir = _train(base, output_dir, quick, seed, [*sets, f"training.proof_rows={n_eval}"], console, show)
+    timings["grpo_s"] = time.time() - t  # training, its held-out points and its proof
     quarters = _show_curves(grpo_dir, console)
-
-    n_eval = QUICK["eval"] if quick else EVAL_SIZE
-    console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy)")
-    t = time.time()
-    result = run_comparison(grpo_dir, num_samples=n_eval, max_new_tokens=EVAL_MAX_NEW_TOKENS, batch_size=50,
-                            local_only=True, seed=seed)
-    timings["compare_s"] = time.time() - t
+    console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy): the run's proof, written as "
+                  "its training ended")
+    recorded = proof.latest_proof(grpo_dir)
+    if recorded is None:
+        raise RunFailed(f"the demo's run made no held-out proof; see {grpo_dir / rundir.LOG}")
+    result = Comparison.from_dict(recorded)
     timings["total_s"] = time.time() - t0
     out = _record(result, output_dir, grpo_dir, quick, seed, quarters, timings)
     _print_outcome(result, console, grpo_dir, out, timings["total_s"])
@@ -111,9 +113,10 @@ def _show_curves(grpo_dir: Path, console) -> tuple[float | None, float | None]:
         _, ys = series(recs, key)
         console.print(f"   {rundir.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
     steps, acc = series(recs, rundir.EVAL_ACCURACY)
-    if acc:  # the held-out evaluation during training: accuracy as it rose, step 0 being the base
+    if acc:  # the held-out evaluation during training: a smaller sample than the proof's, said with its rows
+        rows = (rundir.read_status(grpo_dir) or {}).get(rundir.EVAL_ROWS)
         console.print(f"   held-out    {sparkline(acc, 40)}  {acc[0]:.1%} (step {steps[0]}) -> {acc[-1]:.1%} "
-                      f"(step {steps[-1]})")
+                      f"(step {steps[-1]}), {rows} rows each")
     return first_q, last_q
 
 
@@ -139,7 +142,7 @@ def _print_outcome(result, console, grpo_dir: Path, out: Path, total_s: float) -
 
     print_result(result, console, max_rows=4)
     stages = result.config["demo"]["stages"]
-    st = Table(title="held-out accuracy by phase")
+    st = Table(title=f"held-out accuracy by phase ({result.summary.n} held-out problems, greedy)")
     for col in ("model", "accuracy", "mean shaped reward"):
         st.add_column(col, justify="left" if col == "model" else "right")
     for name, label in (("base", "base (4-bit)"), ("grpo", "+ GRPO (final adapter)")):
@@ -147,7 +150,7 @@ def _print_outcome(result, console, grpo_dir: Path, out: Path, total_s: float) -
     console.print(st)
     s, lift = result.summary, result.config["demo"]["grpo_lift"]
     console.print(
-        f"\nGRPO's own lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy (base "
+        f"\nGRPO's own lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} problems (base "
         f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/]); mean reward "
         f"{s.base.mean_reward:.3f} -> {s.adapter.mean_reward:.3f}")
     console.print(f"curves: {grpo_dir / rundir.CURVES}")

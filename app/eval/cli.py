@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 
 from app.errors import UserError
@@ -39,8 +40,8 @@ def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **reque
                       f"--max-new-tokens {result.config.get('max_new_tokens')}; both sides saw only their last tokens")
     if json_out is not None:
         _write_new(json_out, json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-        console.print(f"[green]wrote[/] {json_out}")
+        console.print(f"[green]wrote[/] {escape(str(json_out))}")
     if html_out is not None:
         _write_new(html_out, page_html(result))
-        console.print(f"[green]wrote[/] {html_out}")
+        console.print(f"[green]wrote[/] {escape(str(html_out))}")
     return 0

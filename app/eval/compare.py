@@ -159,11 +159,11 @@ def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
 
 def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                   local_only=False, progress=None, record=True) -> Comparison:
+                   local_only=False, progress=None, record: str | None = "adhoc") -> Comparison:
     """Compare base and adapter (``Comparison.to_dict()`` is the --json schema).
     ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts).
-    ``record``: a comparison of a run's final adapter is kept as the run's latest (RUN/compare.json): the proof
-    `runs show`, the UI and an export's model card show."""
+    ``record``: where a comparison of a run's adapter is kept (app/proof.py): "adhoc" (a file of its own in
+    RUN/comparisons/), "proof" (RUN/compare.json: the session's, at the end of training), None (not kept)."""
     if temperature < 0:
         raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
     if max_new_tokens < 1:
@@ -211,9 +211,11 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
               "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
     result = Comparison.of(rows, config)
-    run = adapter_dir.parent
-    if record and adapter_dir.name == rundir.ADAPTER and rundir.is_run_dir(run):
-        proof.record_comparison(run, result.to_dict())
+    run = rundir.run_of_adapter(adapter_dir)
+    if run is not None and record == "proof":
+        proof.write_proof(run, result.to_dict())
+    elif run is not None and record == "adhoc":
+        proof.add_comparison(run, result.to_dict())
     return result
 
 

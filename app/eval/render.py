@@ -95,6 +95,14 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def summary_title(s) -> str:
+    """'summary over 12 held-out rows (your 1 prompt is shown above, not counted)': what the figures are of."""
+    what = f"summary over {s.n} held-out rows" if s.heldout else f"summary over your {s.n} prompt(s)"
+    if s.heldout and s.prompts:
+        what += f" (your {s.prompts} prompt(s) are shown, not counted: they have no reference)"
+    return what
+
+
 WINS_RULE = (f"a change in correctness decides, else a reward difference over {REWARD_TOLERANCE:g}; "
              "closer is a tie")
 
@@ -105,7 +113,8 @@ def wins_line(s: Summary) -> str:
 
 def _summary(s: Summary) -> str:
     cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
-    return ('<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
+    return (f"<p>{escape(summary_title(s))}</p>"
+            '<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
             + "</table>"
             + f'<div class="wtl">adapter vs base: <span class="win">{s.wins} wins</span>, '
               f'<span class="tie">{s.ties} ties</span>, <span class="loss">{s.losses} losses</span> ({WINS_RULE})'
@@ -114,7 +123,7 @@ def _summary(s: Summary) -> str:
 
 def summary_markdown(c: Comparison) -> str:
     """The UI's summary: the same rows as the terminal and the page, as a Markdown table."""
-    lines = ["| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
+    lines = [f"**{summary_title(c.summary)}**", "", "| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
     return "\n".join(lines) + f"\n\n{wins_line(c.summary)}"
 
@@ -189,7 +198,7 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
     console.print(t)
 
     s = c.summary
-    st = Table(title=f"summary over {s.n} prompts", show_header=True)
+    st = Table(title=summary_title(s), show_header=True)
     for col in ("metric", "base", "adapter", "Δ"):
         st.add_column(col, justify="left" if col == "metric" else "right")
 

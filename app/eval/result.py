@@ -62,19 +62,26 @@ class SideSummary:
 
 @dataclass
 class Summary:
+    """Over the held-out rows only, when there are any: a prompt someone typed has no reference and is not a sample
+    of the data, so it never moves the held-out accuracy or mean reward (it is shown, and counted in ``prompts``)."""
+
     base: SideSummary
     adapter: SideSummary
     wins: int
     losses: int
     ties: int
-    n: int
+    n: int  # rows the figures are of
+    heldout: bool = True  # whether those rows are held-out rows (else: only typed prompts were compared)
+    prompts: int = 0  # typed prompts beside them, not in the figures
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
-        sides = {side: side_summary([getattr(r, side) for r in rows]) for side in SIDES}
-        verdicts = [r.verdict for r in rows]
+        held = [r for r in rows if r.source == "heldout"]
+        judged = held or rows
+        sides = {side: side_summary([getattr(r, side) for r in judged]) for side in SIDES}
+        verdicts = [r.verdict for r in judged]
         return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
-                   n=len(rows))
+                   n=len(judged), heldout=bool(held), prompts=len(rows) - len(held))
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
@@ -117,5 +124,6 @@ class Comparison:
                     base=Cell(**r["base"]), adapter=Cell(**r["adapter"])) for r in data["rows"]]
         s = data["summary"]
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
-                          losses=s["losses"], ties=s["ties"], n=s["n"])
+                          losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
+                          prompts=s.get("prompts", 0))
         return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}))

@@ -48,6 +48,9 @@ def check_out(out: Path, force: bool) -> None:
     """DIR may be new or empty; a non-empty one only with --force (files of the same name are then replaced)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"'{out}' is a file; pass a folder for --out")
+    blocked = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise UserError(f"--out '{out}' cannot be made: '{blocked}' is a file; pass a folder path")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UserError(f"'{out}' is not empty; pass a new or empty --out folder, or --force to replace what the "
                         "export writes there")

@@ -1,9 +1,11 @@
-"""The model card every export writes (DIR/README.md through huggingface_hub's ModelCard): what it is, how it was
-trained, the held-out base-vs-adapter numbers from the run's latest comparison, its curves, and how to run it.
-PEFT's own card ("[More Information Needed]", a local base path) is replaced by this one."""
+"""The model card of every export and of a run's own adapter folder (README.md through huggingface_hub's ModelCard):
+what it is, how it was trained, the held-out base-vs-adapter numbers of the run's proof (app/proof.py), its curves,
+and how to run it. PEFT's own card ("[More Information Needed]", a local base path) is replaced by this one. A base
+given as a local folder is named by the folder's name (a card is published: the user's directory layout is not)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -27,14 +29,25 @@ def _hub_id(name: str | None) -> str | None:
     return name
 
 
-def proof_table(cmp: dict | None) -> list[str]:
+def shown_name(name: str, kind: str = "model") -> str:
+    """How a card names a base or a dataset: a hub id or built-in name as it is; a local path by its last part,
+    saying it is local (the card may be published: the user's directory layout is not)."""
+    p = Path(name).expanduser()
+    if not (p.is_absolute() or p.exists() or name.startswith((".", "~"))):
+        return name
+    return f"{p.name} (a local {kind} {'folder' if p.is_dir() or kind == 'model' else 'file'})"
+
+
+def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
     """Markdown lines of the held-out comparison, or a line saying there is none yet."""
     if not cmp:
-        return ["No comparison recorded yet: run `qlora-app compare --adapter RUN --num-samples 100` before exporting "
-                "to put the held-out numbers here."]
+        return ["No held-out comparison of this adapter is recorded: a run writes its proof when training ends; "
+                "`qlora-app compare --adapter ADAPTER --num-samples 100` records one for another adapter."]
     s, c = cmp["summary"], cmp.get("config") or {}
-    how = (f"{s['n']} rows of `{c.get('dataset')}` the adapter never trained on" if c.get("dataset")
+    dataset = shown_name(c["dataset"], "dataset") if c.get("dataset") else None
+    how = (f"{s['n']} held-out rows of `{dataset}` the adapter never trained on" if dataset
            else f"{s['n']} prompts")
+    how += " (an ad-hoc comparison of this adapter)" if adhoc else ""
     decoding = "greedy" if c.get("greedy", True) else f"temperature {c.get('temperature')}"
     lines = [f"Base vs adapter on {how} ({decoding}, up to {c.get('max_new_tokens')} new tokens, the run's "
              "system prompt and chat template), scored with the run's shaped reward:", "",
@@ -47,14 +60,26 @@ def proof_table(cmp: dict | None) -> list[str]:
     return lines
 
 
-def _comparison_of(run: Path | None, adapter_dir: Path | None) -> dict | None:
-    """The run's latest comparison, when it compared this very adapter (a checkpoint's export must not carry the
-    final adapter's numbers)."""
-    cmp = proof.latest_comparison(run) if run else None
-    if not cmp or adapter_dir is None:
-        return cmp
-    compared = (cmp.get("config") or {}).get("adapter")
-    return cmp if compared and Path(compared).resolve() == Path(adapter_dir).resolve() else None
+def _comparison_of(run: Path | None, adapter_dir: Path | None) -> tuple[dict | None, bool]:
+    """(comparison, whether it is ad hoc): the run's proof when it compared this very adapter (a checkpoint's export
+    must not carry the final adapter's numbers), else the newest ad-hoc comparison of this adapter on held-out rows
+    alone (no typed prompts), else none."""
+    if run is None:
+        return None, False
+
+    def of_this(cmp: dict | None) -> bool:
+        compared = ((cmp or {}).get("config") or {}).get("adapter")
+        return adapter_dir is None or bool(compared) and Path(compared).resolve() == Path(adapter_dir).resolve()
+
+    cmp = proof.latest_proof(run)
+    if cmp and of_this(cmp):
+        return cmp, False
+    for path in proof.comparisons(run):
+        other = json.loads(path.read_text())
+        s = other.get("summary") or {}
+        if of_this(other) and s.get("heldout", True) and not s.get("prompts"):
+            return other, True
+    return None, False
 
 
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
@@ -71,11 +96,11 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                          datasets=[dataset] if _hub_id(dataset) else None, pipeline_tag="text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
-            f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of `{base_model}` trained with "
+            f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of `{shown_name(base_model)}` trained with "
             f"qlora-app ({(method or 'unknown method').upper()} on a 4-bit base)"
-            + (", merged into a 16-bit copy of the base" if fmt == "merged" else "")
-            + (f", converted to GGUF for llama.cpp{' and Ollama' if fmt == 'ollama' else ''}"
-               if fmt in ("gguf", "ollama") else "") + ".", ""]
+            + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")
+            + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"
+               f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "") + ".", ""]
     if cfg:
         st = (rundir.read_status(run) or {}) if run else {}
         if adapter_dir is not None and adapter_dir.parent.name == rundir.CHECKPOINTS:  # a checkpoint: its own step
@@ -87,29 +112,29 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                  f"- method: {cfg.method.upper()}, {st.get('step', tr.max_steps)} optimizer steps, learning rate "
                  f"{tr.learning_rate}, seed {tr.seed}",
                  f"- LoRA: r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}",
-                 f"- data: `{dataset}`" + (f" (system prompt: \"{cfg.data.system_prompt}\")"
-                                           if cfg.data.system_prompt else "")]
+                 f"- data: `{shown_name(dataset, 'dataset') if dataset else dataset}`"
+                 + (f" (system prompt: \"{cfg.data.system_prompt}\")" if cfg.data.system_prompt else "")]
         if cfg.method == "grpo":
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
                      f"{g.max_completion_length} tokens each; reward weights: {weights}"]
         body.append("")
-    body += ["## Held-out proof", ""] + proof_table(_comparison_of(run, adapter_dir)) + [""]
+    body += ["## Held-out proof", ""] + proof_table(*_comparison_of(run, adapter_dir)) + [""]
     if run and (run / rundir.CURVES).is_file():
         shutil.copyfile(run / rundir.CURVES, out / rundir.CURVES)
         body += [f"![training curves]({rundir.CURVES})", ""]
-    body += ["## Use it", ""] + _usage(fmt, base_model, files, ollama_name)
+    body += ["## Use it", ""] + _usage(fmt, files, ollama_name)
     card = ModelCard("---\n" + data.to_yaml() + "\n---\n\n" + "\n".join(body) + "\n")
     path = out / "README.md"
     card.save(path)
     return path
 
 
-def _usage(fmt, base_model, files, ollama_name) -> list[str]:
-    if fmt == "adapter":
+def _usage(fmt, files, ollama_name) -> list[str]:
+    if fmt == "adapter":  # the adapter folder holds the tokenizer too (qlora-app saves it beside the weights)
         return ["```python", "from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer",
                 "model = AutoPeftModelForCausalLM.from_pretrained(\"THIS_FOLDER\")",
-                f"tokenizer = AutoTokenizer.from_pretrained(\"{base_model}\")", "```", "",
+                "tokenizer = AutoTokenizer.from_pretrained(\"THIS_FOLDER\")", "```", "",
                 "Or chat with it: `qlora-app chat RUN`."]
     if fmt == "merged":
         return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",

@@ -2,6 +2,7 @@
 
     qlora-app score --completion "48 + 24 = 72. Final answer: 72" --reference "#### 72"
     qlora-app score --file rows.jsonl --json          # rows {"completion": ..., "reference": ...}
+    qlora-app score --completion "..." --reward my_rewards.py:brevity   # a custom reward beside the shaped one
 
 ``--json`` prints one line per input, in order: {"total": float, "components": {...}} -- the same numbers GRPO
 training optimises (``score_completion``). Without it, a table per input: value, weight, contribution and why.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from app.config import build_config
 from app.errors import UserError
-from app.rewards import explain_completion
+from app.rewards import explain_completion, load_custom
 
 
 def _read_rows(file: str) -> list[tuple[object, str | None]]:
@@ -48,14 +49,17 @@ def _read_rows(file: str) -> list[tuple[object, str | None]]:
 
 
 def run_score(completion: str | None, reference: str | None, file: str | None, as_json: bool,
-              sets: list[str]) -> int:
+              sets: list[str], rewards: list[str] = ()) -> int:
+    """``rewards``: extra reward functions ('module:function' / 'file.py:function'), as `train --reward` adds."""
     if file and completion is not None:
         raise UserError("pass either --completion or --file, not both")
     if not file and completion is None:
         raise UserError("nothing to score; pass --completion TEXT [--reference REF] or --file rows.jsonl")
     if file and reference is not None:
         raise UserError("--reference goes with --completion; with --file put \"reference\" in each row")
-    cfg = build_config(sets=sets).reward
+    cfg = build_config({"reward": {"custom": list(rewards)}} if rewards else {}, sets=sets).reward
+    for entry in cfg.custom:  # one line for a function that cannot be loaded, before anything is scored
+        load_custom(entry)
     rows = _read_rows(file) if file else [(completion, reference)]
 
     if as_json:

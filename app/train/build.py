@@ -1,8 +1,8 @@
-"""Building a planned run: the base model as the plan placed it, and the TRL trainer on it.
+"""Building a planned run: the base model as the plan placed it, the TRL trainer on it, and its callbacks.
 
-Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA) and choosing the trainer builder of
-the method (app/train/grpo.py, app/train/sft.py). Must not decide anything (the plan did: app/train/plan.py) nor
-write the run folder (the session does: app/train/session.py).
+Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA), choosing the trainer builder of the
+method (app/train/grpo.py, app/train/sft.py) and attaching the run's callbacks. Must not decide anything (the plan
+did: app/train/plan.py) nor write the run's records (the callbacks report to the session: app/train/session.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from app.models import load_base_model
 from app.rewards import reward_error_count
 from app.train.grpo import build_grpo_trainer
-from app.train.plan import RunPlan
+from app.train.plan import RunPlan, answer_tokens
 from app.train.sft import build_sft_trainer
 from app.unsloth_backend import load_with_unsloth
 
@@ -46,3 +46,32 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: b
                                      on_sampler_change=on_sampler_change)
         return trainer, reward_error_count
     return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir), lambda: 0
+
+
+def attach_callbacks(trainer, session, tokenizer, errors, heldout: list[dict]):
+    """(watch, stop, progress bar): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
+    say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
+    held-out evaluation every training.eval_every steps. ``errors()``: the reward-failure counter."""
+    # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
+    # transformers before it loads
+    from app.train.callbacks import FaultCallback, RunDirCallback, StopFlag, TerminalProgress
+
+    # heavy (transformers' TrainerCallback), imported after import_first for the same reason
+    from app.train.heldout_eval import HeldoutEval
+
+    plan, main = session.plan, session.main
+    stop = StopFlag().install()
+    bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
+    base_errors = errors()
+    watch = RunDirCallback(session.dir, stop, lambda: errors() - base_errors, bar, warn=session.say() if main else None,
+                           write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record)
+    trainer.add_callback(watch)
+    if session.faults.at:
+        trainer.add_callback(FaultCallback(session.faults))
+        trainer.faults = session.faults
+    t = plan.cfg.training
+    if main and heldout and t.eval_every != 0:
+        trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
+                                         answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
+                                         record=session.record))
+    return watch, stop, bar

@@ -27,11 +27,6 @@ log = logging.getLogger("qlora_app")
 POINTS = 10  # auto eval_every: about this many points per run
 
 
-def eval_tokens(cfg) -> int:
-    """New tokens per answer: what GRPO lets a completion take; compare's default for SFT."""
-    return cfg.grpo.max_completion_length if cfg.method == "grpo" else 128
-
-
 def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> int:
     """Steps between evaluations: the setting, or about POINTS per run on logged steps (0 = off)."""
     if setting is not None:
@@ -92,7 +87,7 @@ class HeldoutEval(TrainerCallback):
         rec.update({f"{rundir.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
-        self.record(None, **{rundir.EVAL_SECONDS: round(self.seconds, 2)})
+        self.record(None, **{rundir.EVAL_SECONDS: round(self.seconds, 2), rundir.EVAL_ROWS: len(outs)})
         score = summary.accuracy if summary.accuracy is not None else summary.mean_reward
         if score is not None and (self.best[1] is None or score > self.best[1]):
             self.best = (step, score)

@@ -24,7 +24,7 @@ import os
 import re
 
 from app import rundir
-from app.errors import UserError
+from app.errors import RunFailed, UserError
 
 FAULT_ENV = "QLORA_APP_FAULT"
 OOM_TEXT = ("out of memory", "OutOfMemoryError")  # torch's message, and older / wrapped reports of it
@@ -92,6 +92,17 @@ def next_rung(plan) -> tuple[dict, str] | None:
                     f"per-device batch {half} with {accumulation} accumulation steps (was "
                     f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps})")
     return None
+
+
+def next_attempt(plan, step: int, error: str, run_dir):
+    """(changes, what changed, checkpoint, its step) of the attempt after running out of memory at ``step``: the
+    ladder's next rung, from the run's last complete checkpoint (None and 0: from the start). A spent ladder is
+    RunFailed: one line, exit 1, the checkpoints kept."""
+    rung = next_rung(plan)
+    if rung is None:
+        raise RunFailed(spent_message(plan, step, error, run_dir))
+    ckpt = rundir.last_checkpoint(run_dir)
+    return (*rung, ckpt, rundir.checkpoint_step(ckpt) if ckpt else 0)
 
 
 def spent_message(plan, step: int, error: str, run_dir) -> str:

@@ -163,6 +163,12 @@ def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | N
                         cfg.model.trust_remote_code)
 
 
+def answer_tokens(cfg: AppConfig) -> int:
+    """New tokens an evaluation gives each answer (the held-out points during training, the proof at the end):
+    what GRPO lets a completion take; compare's default for SFT."""
+    return cfg.grpo.max_completion_length if cfg.method == "grpo" else 128
+
+
 def late_for_unsloth() -> bool:
     """Whether this process imported transformers / trl / peft already: Unsloth patches them at import, so it can
     only be used when it comes first (a fresh `qlora-app train` process; not a test runner or a notebook that

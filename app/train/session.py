@@ -13,6 +13,8 @@ reads the run folder). A run reads top to bottom (``Session.run``):
     train     the steps; callbacks report progress to the session; out of GPU memory, the session steps down the
               ladder (app/train/oom.py), records the change and builds again from the last complete checkpoint;
     evaluate  the adapter, peak memory and the curves of the end;
+    prove     base vs adapter on held-out rows (training.proof_rows): the run's proof, RUN/compare.json
+              (app/proof.py), and our model card in the adapter folder;
     close     the final status on success, bad input, fault or interrupt, and the exit code.
 
 Owns: the only writes of config.yaml and status.json and the only creation of a run folder
@@ -30,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from rich.markup import escape
+
 from app import rundir
 from app.config import AppConfig, load_yaml_file, model_name, validate, warnings_for
 from app.config_keys import changed_keys
@@ -37,17 +41,20 @@ from app.cpu_alloc import reuse_freed_memory
 from app.cpu_threads import ThreadGovernor
 from app.data import build_splits
 from app.errors import RunFailed, UserError, write_failure
+from app.eval.compare import run_comparison
 from app.eval.heldout import sample_examples
+from app.export.card import write_card
 from app.models import check_model_source
 from app.offline import apply_local_only, quiet_library_noise
 from app.plots import save_curves
-from app.runs import memory_check, peak_memory_text
+from app.rewards import load_custom
+from app.runs import comparison_text, memory_check, peak_memory_text
 from app.train import peakmem
-from app.train.build import build_trainer, load_model
+from app.train.build import attach_callbacks, build_trainer, load_model
 from app.train.checkpoints import save_adapter
 from app.train.faults import nonfinite_message, os_error_message
-from app.train.oom import Faults, free_memory, is_oom, next_rung, spent_message
-from app.train.plan import RunPlan, decide_machine, decide_packing, make_plan, replan
+from app.train.oom import Faults, free_memory, is_oom, next_attempt
+from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
 from app.train.request import check_request, check_same_world, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
 from app.train.torchrun import is_main, launch_workers, worker_run_dir
@@ -55,6 +62,7 @@ from app.unsloth_backend import import_first
 
 log = logging.getLogger("qlora_app")
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: what shells report for a Ctrl-C'd command
+PROOF_BATCH = 32  # prompts the proof generates at once
 
 
 class Session:
@@ -92,6 +100,8 @@ class Session:
                     self.step_down(out_of_memory, step)
                     trainer, watch, stop, loaded = self.build()
                 self.evaluate(trainer, watch, stop, loaded)
+                trainer = watch = loaded = None  # the proof loads the model its own way
+                self.prove()
                 self.close()
         finally:
             close_logging(self.handler)
@@ -107,6 +117,8 @@ class Session:
             self.dir = resumable_dir(self.resume_from, self.main)
             check_same_world(validate(load_yaml_file(self.dir / rundir.CONFIG)).runtime, cfg.runtime)
         check_request(cfg)
+        for entry in cfg.reward.custom:  # a reward that cannot be loaded is said before any folder is made
+            load_custom(entry)
         if not launcher:
             self.machine = decide_machine(cfg)
             import_first(self.machine[1])  # before anything imports transformers / trl / peft
@@ -119,7 +131,7 @@ class Session:
                                                               local_only=cfg.runtime.local_only)
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
-            self.ckpt = resume_point(self.dir, self._say("note") if self.main else None, cfg, self.main)
+            self.ckpt = resume_point(self.dir, self.say("note") if self.main else None, cfg, self.main)
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
@@ -140,45 +152,25 @@ class Session:
 
     def build(self):
         """The model as planned (SFT packing measured on it), the trainer and its callbacks."""
-        # heavy (transformers' TrainerCallback), imported only after import_first: Unsloth must patch transformers
-        # before it loads
-        from app.train.callbacks import FaultCallback, RunDirCallback, StopFlag, TerminalProgress
-
-        # heavy (transformers' TrainerCallback), imported after import_first for the same reason
-        from app.train.heldout_eval import HeldoutEval, eval_tokens
-
         plan = self.plan
         loaded = load_model(plan)
         log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", plan.cfg.model.name_or_path,
                  loaded.quantized, plan.where.compute_dtype, plan.where.gpu or "CPU", plan.backend)
         if plan.cfg.model.load_in_4bit and not loaded.quantized:  # a user sizing a GPU must hear it in plain words
-            self._say("note")(f"transformers quantized none of the layers of {type(loaded.model).__name__} (its "
+            self.say("note")(f"transformers quantized none of the layers of {type(loaded.model).__name__} (its "
                               "architecture is not covered by its 4-bit loader): the model trains unquantized, at "
                               "full size")
-        packed = decide_packing(plan, loaded.model, loaded.attention, self._say("note") if self.main else None)
+        packed = decide_packing(plan, loaded.model, loaded.attention, self.say("note") if self.main else None)
         if packed.cfg != plan.cfg:
             self._replan(packed)
         self.plan = plan = packed
-        stop = StopFlag().install()
-        self.bar = TerminalProgress(plan.cfg.method, enabled=self.progress and self.main)
         trainer, errors = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None,
                                         on_sampler_change=self._sampler_changed)
         if self.main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
-        base_errors = errors()
-        watch = RunDirCallback(self.dir, stop, lambda: errors() - base_errors, self.bar,
-                               warn=self._say() if self.main else None, write=self.main, cuda=plan.where.cuda,
-                               every_step=self.threads.adjust, record=self.record)
-        trainer.add_callback(watch)
-        if self.faults.at:
-            trainer.add_callback(FaultCallback(self.faults))
-            trainer.faults = self.faults
         t = plan.cfg.training
         heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
-        if self.main and heldout and t.eval_every != 0:
-            trainer.add_callback(HeldoutEval(self.dir, heldout, loaded.tokenizer, plan.cfg.reward, t.eval_every,
-                                             eval_tokens(plan.cfg), t.keep_best, sink=watch.pending,
-                                             record=self.record))
+        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, errors, heldout)
         return trainer, watch, stop, loaded
 
     def train(self, trainer, stop) -> str | None:
@@ -196,17 +188,12 @@ class Session:
             stop.uninstall()
 
     def step_down(self, error: str, step: int) -> None:
-        """Out of memory at ``step``: free it, take the ladder's next rung (or fail in one line when it is spent),
-        and continue from the last complete checkpoint, or the start. The change is said in the terminal and
-        train.log, and recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
-        rung = next_rung(self.plan)
-        if rung is None:
-            raise RunFailed(spent_message(self.plan, step, error, self.dir))
-        changes, what = rung
+        """Out of memory at ``step``: free it, take the ladder's next rung (app/train/oom.py; one line and exit 1
+        when it is spent) and continue from the last complete checkpoint, or the start; said in the terminal and
+        train.log, recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
+        changes, what, self.ckpt, start = next_attempt(self.plan, step, error, self.dir)
         free_memory(self.plan.where.cuda)
-        self.ckpt = rundir.last_checkpoint(self.dir)
-        start = rundir.checkpoint_step(self.ckpt) if self.ckpt else 0
-        self._say("note")(f"out of GPU memory at step {step} ({error}); {what}; training again from "
+        self.say("note")(f"out of GPU memory at step {step} ({error}); {what}; training again from "
                           f"{self.ckpt.name if self.ckpt else 'the start'}")
         self.plan = replan(self.plan, changes, f"out of GPU memory at step {step}; so from step {start}")
         self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
@@ -238,6 +225,27 @@ class Session:
         else:
             log.info("finished at step %d; adapter in %s", step, adapter)
         save_curves(self.dir)
+
+    def prove(self) -> None:
+        """A finished run's proof: base vs adapter, greedy, on training.proof_rows held-out rows, scored with the
+        run's shaped reward (app/eval/compare.py), kept as RUN/compare.json; then the adapter's model card. A proof
+        that cannot be made is said, not a failed run: the adapter is trained and saved."""
+        if not self.main or self.status != rundir.FINISHED:
+            return
+        cfg = self.plan.cfg
+        rows = min(cfg.training.proof_rows, len(self.heldout_rows))
+        if rows:
+            free_memory(self.plan.where.cuda)
+            try:
+                result = run_comparison(self.dir, num_samples=rows, max_new_tokens=answer_tokens(cfg),
+                                        batch_size=PROOF_BATCH, seed=cfg.training.seed,
+                                        local_only=cfg.runtime.local_only, record="proof")
+                log.info("held-out proof: %s", comparison_text(result.to_dict()))
+            except Exception as e:  # noqa: BLE001 - the trained adapter stands without its proof
+                self.say()(f"no held-out proof was made ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                            f"qlora-app compare --adapter {self.dir} --num-samples {rows} makes one")
+        write_card(self.dir / rundir.ADAPTER, self.dir, cfg, "adapter", cfg.model.name_or_path, {},
+                   adapter_dir=self.dir / rundir.ADAPTER)
 
     def close(self) -> None:
         """The final status of a run that ended on its own or was stopped, and the exit code it gives."""
@@ -272,7 +280,7 @@ class Session:
                     model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
                     step=rundir.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
         for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:
-            self._say("note")(line)
+            self.say("note")(line)
         log.info(plan.describe().replace("\n", "; "))
         log.info("run %s: %s on %s, %d train rows, %d held out; fields: %s", self.dir.name, plan.cfg.method,
                  plan.cfg.data.dataset, len(self.rows), len(self.heldout_rows), self.det.fields_line())
@@ -334,13 +342,13 @@ class Session:
         except OSError:
             pass
 
-    def _say(self, label: str = "warning"):
+    def say(self, label: str = "warning"):
         console = self.console if self.main else None
 
         def warn(line: str) -> None:
             log.warning(line)
             if console:
-                console.print(f"[yellow]{label}:[/] {line}")
+                console.print(f"[yellow]{label}:[/] {escape(line)}")
         return warn
 
     # ------------------------------------------------------------------------------------------------ torchrun

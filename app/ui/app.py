@@ -14,6 +14,10 @@ from app.ui.tabs import runs as runs_tab
 from app.ui.tabs import train as train_tab
 from app.ui.widgets import Context
 
+# The log box shows tables and aligned columns (the end-of-run summary): a monospace font that does not wrap them.
+CSS = ("#train-log textarea {font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; "
+       "white-space: pre; overflow-x: auto}")
+
 
 def build_app(runs_dir: str | Path, local_only: bool = False, jobs: JobManager | None = None):
     import gradio as gr

@@ -34,8 +34,12 @@ from app.reward_registry import NAMES as REWARD_COMPONENTS
 from app.rewards import effective_weights
 from app.runs import run_summary
 from app.train.plan import card_verdicts
+from app.ui.folders import run_path
 
 NO_PRESET = "(none)"
+# What the Train form starts from: the offline demo's recipe, which shows learning in about a minute on a CPU (the
+# built-in defaults with the tiny model learn nothing in 40 steps); a GPU user picks gsm8k-grpo or a gpu-* preset.
+DEFAULT_PRESET = "demo-grpo"
 AUTO = "(auto)"
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
@@ -255,7 +259,9 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     if not cfg.data.dataset:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
     # a model that cannot be found is said here, before a run is started that would only fail
-    check_model_source(model_name(cfg), cfg.runtime.local_only or hub_offline())
+    check_model_source(model_name(cfg), cfg.runtime.local_only or hub_offline(),
+                       "'Local only (offline)' forbids downloads" if cfg.runtime.local_only else
+                       "this machine is offline (HF_HUB_OFFLINE=1 where the UI was started)")
     jobs.check_free()
     _, _, _, argv = form_to_cli(form, runs_dir)
     d = rundir.unused_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
@@ -267,7 +273,7 @@ def resume_run(jobs, runs_dir: str | Path, name: str, max_steps: int | None = No
     """Continue a stopped run, or extend any run with a checkpoint to ``max_steps`` (more than it has done)."""
     if not name:
         raise UserError("select a run to resume")
-    d = rundir.require_run_dir(Path(runs_dir) / name)
+    d = rundir.require_run_dir(run_path(runs_dir, name))
     s = run_summary(d)
     max_steps = int(max_steps) if max_steps else None
     if max_steps is not None and max_steps <= (s.get("step") or 0):

@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from app import rundir
-from app.plots import figure
+from app.plots import figure, waiting
 from app.procs import pid_alive
 from app.runs import run_summary
+from app.ui.folders import shown_runs
 from app.ui.jobs import console_tail, running_elsewhere
 
 LOG_TAIL_BYTES = 64 * 1024
@@ -20,10 +21,10 @@ RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "r
 
 def runs_rows(runs_dir: str | Path) -> list[list]:
     rows = []
-    for d in rundir.list_runs(runs_dir):
+    for label, d in shown_runs(runs_dir):
         s = run_summary(d)
         step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
-        rows.append([s["name"], s["status"], s["method"] or "", _short_source(s["model"]),
+        rows.append([label, s["status"], s["method"] or "", _short_source(s["model"]),
                      _short_source(s["dataset"]), str(step),
                      "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"], s["date"]])
     return rows
@@ -44,7 +45,7 @@ def curves(run_dir: Path | None, records: list[dict] | None = None, max_steps: i
     if run_dir is None:
         return None
     recs = rundir.read_metrics(run_dir) if records is None else records
-    return figure(recs, Path(run_dir).name, max_steps)
+    return figure(recs, Path(run_dir).name, max_steps) or waiting()
 
 
 def curves_key(run_dir: Path | None, records: list[dict], summary: dict | None) -> tuple:
@@ -57,8 +58,8 @@ def runs_fingerprint(runs_dir: str | Path) -> tuple:
     """Changes whenever anything a Runs view shows may have: a run's status.json or metrics.jsonl written, a run
     made or removed, a "running" process gone (kill -9 writes nothing). A few stat calls per run."""
     out = []
-    for d in rundir.list_runs(runs_dir):
-        row: list = [d.name]
+    for label, d in shown_runs(runs_dir):
+        row: list = [label]
         for name in (rundir.STATUS, rundir.METRICS):
             try:
                 st = (d / name).stat()

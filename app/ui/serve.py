@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from app.errors import UserError
-from app.ui.app import build_app
+from app.ui.app import CSS, build_app
 from app.ui.handlers import UPLOAD_DIR
 
 MAX_UPLOAD = "200mb"  # a dataset file; anything bigger belongs on disk, passed as a path
@@ -59,14 +59,14 @@ def launch_kwargs(host: str, port: int, share: bool, auth: str | None, runs_dir:
         show_error=True, enable_monitoring=False, mcp_server=False, run_history=False, ssr_mode=False,
         # quiet: Gradio's own banner suggests `share=True in launch()`, a Python call our users never make;
         # launch() prints where the UI is and how to share it (--share --auth) instead
-        footer_links=[], quiet=True,
+        footer_links=[], quiet=True, css=CSS,
     )
 
 
 def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth: str | None = None,
-           runs_dir: Path = Path("runs"), local_only: bool = False, block: bool = True):
-    """Build and serve the app. With block=False returns the running Blocks (tests; call .close() and
-    .jobs.shutdown())."""
+           runs_dir: Path = Path("runs"), local_only: bool = False, block: bool = True, open_browser: bool = False):
+    """Build and serve the app; say where it is (and open a browser there with ``open_browser``). With block=False
+    returns the running Blocks (tests; call .close() and .jobs.shutdown())."""
     # Before gradio is imported: it reads these at import time.
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -76,8 +76,14 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     demo = build_app(runs_dir, local_only=local_only)
     atexit.register(demo.jobs.shutdown)  # a UI closed with Ctrl-C still stops its run gracefully
     demo.queue(default_concurrency_limit=4)
-    demo.launch(prevent_thread_lock=not block, **kwargs)
+    demo.launch(prevent_thread_lock=True, **kwargs)  # returns once it serves: the address is said before blocking
     print(serving_message(demo, host, share, auth), flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(getattr(demo, "local_url", None) or f"http://{host}:{port}/")
+    if block:
+        demo.block_thread()  # until Ctrl-C; atexit then stops a running training gracefully
     return demo
 
 
@@ -86,7 +92,8 @@ def serving_message(demo, host: str, share: bool, auth: str | None) -> str:
     if share:
         return f"{where} and {getattr(demo, 'share_url', None) or 'a public share link'} (login required)"
     if is_loopback(host):
-        return f"{where} (this machine only; qlora-app ui --share --auth USER:PASS publishes it, with a login)"
+        return f"{where} (this machine only" + ("; login required)" if auth else
+                                                "; qlora-app ui --share --auth USER:PASS publishes it, with a login)")
     return f"{where} (login required)"
 
 

@@ -22,7 +22,10 @@ class Context:
 
 
 # The engine's messages name CLI flags; on the page they name the control that sets the same thing (the one table).
-UI_CONTROLS = {f.cli: f.label for f in FLAGS if f.cli and f.label}
+UI_CONTROLS = {f.cli: f.label for f in FLAGS if f.cli and f.label} | {
+    # the Compare and Chat tabs' own controls (compare / chat flags)
+    "--max-new-tokens": "Max new tokens", "--num-samples": "Held-out rows to sample", "--temperature": "Temperature",
+    "--prompt": "Prompt"}
 _FLAG = re.compile(r"(?<![\w-])(" + "|".join(re.escape(f) for f in UI_CONTROLS) + r")(?![\w-])(?: (NAME|FILE|ID|[^\s;,)']+))?")
 
 

@@ -6,6 +6,7 @@ from app import rundir
 from app.runs import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
+from app.ui.folders import run_path
 from app.ui.widgets import Context, err, plots
 
 REFRESH_SECONDS = 3.0
@@ -19,7 +20,7 @@ def build(ctx: Context, tab):
     with gr.Row():
         refresh_btn = gr.Button("Refresh", size="sm", elem_id="runs-refresh")
     # Narrow columns get narrow widths so the nine fit a 1400 px page; the table scrolls sideways below that.
-    runs_df = gr.Dataframe(headers=rv.RUN_COLUMNS, interactive=False, wrap=True, elem_id="runs-table",
+    runs_df = gr.Dataframe(headers=rv.RUN_COLUMNS, interactive=False, wrap=False, elem_id="runs-table",
                            column_widths=["22%", "8%", "6%", "14%", "12%", "8%", "8%", "8%", "14%"])
     with gr.Row():
         run_pick = gr.Dropdown([], label="Run", elem_id="run-pick", scale=3)
@@ -41,8 +42,8 @@ def build(ctx: Context, tab):
     def view(name):
         if not name:
             return "", "", None
-        d = runs_dir / name
         try:
+            d = run_path(runs_dir, name)
             records = rundir.read_metrics(d)
             s = run_summary(d, records)
             text = (d / rundir.CONFIG).read_text() if (d / rundir.CONFIG).is_file() else ""

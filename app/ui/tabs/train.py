@@ -30,15 +30,19 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
 
     w = {}
     with gr.Row():
-        w["preset"] = gr.Dropdown(h.preset_choices(), value=h.NO_PRESET, label="Preset", elem_id="preset")
+        w["preset"] = gr.Dropdown(h.preset_choices(), value=h.DEFAULT_PRESET, label="Preset", elem_id="preset",
+                                  info="demo-grpo: the offline demo's recipe (the tiny shipped model learns arith in "
+                                       "about a minute on a CPU); gsm8k-grpo and gpu-* are for a GPU")
         w["method"] = gr.Radio(["grpo", "sft"], value=dflt["method"], label=_label("method"), elem_id="method",
                                info=_info("method"))
-    w["model"] = gr.Textbox(label=f"{_label('model')}: hub id or local folder", elem_id="model", info=_info("model"),
-                            placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
+    w["model"] = gr.Textbox(dflt["model"], label=f"{_label('model')}: hub id or local folder", elem_id="model",
+                            info=_info("model"), placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
     with gr.Row():
-        w["dataset"] = gr.Textbox(label=f"{_label('dataset')}: name, hub id or local file", scale=3, elem_id="dataset",
+        w["dataset"] = gr.Textbox(dflt["dataset"], label=f"{_label('dataset')}: name, hub id or local file", scale=3,
+                                  elem_id="dataset",
                                   placeholder="gsm8k, arith, data.jsonl", info=_info("dataset"))
-        w["dataset_config"] = gr.Textbox(label=_label("dataset_config"), scale=1, elem_id="dataset-config",
+        w["dataset_config"] = gr.Textbox(dflt["dataset_config"], label=_label("dataset_config"), scale=1,
+                                         elem_id="dataset-config",
                                          placeholder="e.g. main", info=_info("dataset_config"))
     upload = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
                      elem_id="upload")
@@ -48,18 +52,20 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                            max_height=220, visible=False, elem_id="samples")
     with gr.Row():
         for name, elem in (("prompt_field", "prompt-field"), ("reference_field", "reference-field")):
-            w[name] = gr.Dropdown([h.AUTO], value=h.AUTO, allow_custom_value=True, label=_label(name), elem_id=elem,
-                                  info=_info(name))
+            w[name] = gr.Dropdown(list(dict.fromkeys([h.AUTO, dflt[name]])), value=dflt[name], allow_custom_value=True,
+                                  label=_label(name), elem_id=elem, info=_info(name))
     with gr.Accordion("Training settings", open=True):
         with gr.Row():
             # "auto" numbers are text boxes: Gradio's Number box cannot be empty (see handlers.AUTO_NUMBERS).
             for name, elem in (("lora_r", "lora-r"), ("lora_alpha", "lora-alpha"), ("learning_rate", "learning-rate")):
-                w[name] = gr.Textbox(label=_label(name), placeholder="auto", elem_id=elem, info=_info(name))
+                w[name] = gr.Textbox(dflt[name], label=_label(name), placeholder="auto", elem_id=elem,
+                                     info=_info(name))
             w["max_steps"] = gr.Number(dflt["max_steps"], label=f"{_label('max_steps')} (-1 = epochs)", precision=0,
                                        elem_id="max-steps", info=_info("max_steps"))
         with gr.Row():
             for name, elem in (("batch_size", "batch-size"), ("grad_accum", "grad-accum")):
-                w[name] = gr.Textbox(label=_label(name), placeholder="auto", elem_id=elem, info=_info(name))
+                w[name] = gr.Textbox(dflt[name], label=_label(name), placeholder="auto", elem_id=elem,
+                                     info=_info(name))
             w["max_length"] = gr.Number(dflt["max_length"], label=_label("max_length"), precision=0,
                                         elem_id="max-length", info=_info("max_length"))
             w["save_steps"] = gr.Number(dflt["save_steps"], label=_label("save_steps"), precision=0,
@@ -70,8 +76,8 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                                                       elem_id="grad-ckpt", info=_info("gradient_checkpointing"))
             w["local_only"] = gr.Checkbox(dflt["local_only"], label=_label("local_only"), elem_id="local-only",
                                           info=_info("local_only"))
-            w["run_name"] = gr.Textbox(label=_label("run_name"), placeholder="auto", elem_id="run-name",
-                                       info=_info("run_name"))
+            w["run_name"] = gr.Textbox(dflt["run_name"], label=_label("run_name"), placeholder="auto",
+                                       elem_id="run-name", info=_info("run_name"))
             w["num_processes"] = gr.Number(dflt["num_processes"], label=_label("num_processes"), precision=0,
                                            minimum=1, elem_id="num-processes", info=_info("num_processes"))
     with gr.Accordion("GRPO settings", open=True):
@@ -94,7 +100,7 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
 def build(ctx: Context) -> None:
     import gradio as gr
 
-    dflt = h.widget_values(h.form_defaults(None, ctx.local_only))
+    dflt = h.widget_values(h.form_defaults(h.DEFAULT_PRESET, ctx.local_only))
     with gr.Row():
         with gr.Column(scale=3):
             w, upload, detect_btn, detect_md, samples = _form(dflt)
@@ -156,14 +162,16 @@ def _wire_form(ctx: Context, w: dict, upload, detect_btn, detect_md, samples, pa
         try:
             res = h.detect(dataset, config_name, pf, rf, lo)
         except Exception as e:  # noqa: BLE001
-            return err(e), gr.update(visible=False), gr.update(), gr.update()
+            return err(e), gr.update(visible=False), gr.update(), gr.update(), gr.update()
         cols = [h.AUTO, *res["detection"]["columns"]]
         rows = [list(s.values()) for s in res["samples"]]
+        # a good detect clears an earlier error about the data from the page (its message box too)
         return (h.detection_markdown(res), gr.update(value=rows, visible=True), gr.update(choices=cols),
-                gr.update(choices=cols))
+                gr.update(choices=cols), "")
 
     detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["prompt_field"], w["reference_field"],
-                                 w["local_only"]], [detect_md, samples, w["prompt_field"], w["reference_field"]])
+                                 w["local_only"]],
+                     [detect_md, samples, w["prompt_field"], w["reference_field"], panel["message"]])
 
 
 def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
