@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from app.assets import BUILTIN_MODEL, builtin_model_path
 from app.config_keys import format_validation_error, parse_set
 from app.config_schema import (
+    PREFERENCE_METHODS,
     AppConfig,
     DataConfig,
     GRPOConfig,
@@ -39,9 +40,10 @@ __all__ = ["AppConfig", "DataConfig", "GRPOConfig", "LoraConfig", "ModelConfig",
 DEFAULT_GRPO_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
-# "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity.
-DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5}
-DEFAULT_RANK = {"grpo": 16}
+# "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity. DPO: 10x
+# TRL's full fine-tuning default (1e-6); its pairs carry about as little information per step as RL's rewards.
+DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5}
+DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16}
 EFFECTIVE_BATCH_WARN = 32
 
 # The prompt suffix that tells a model the answer format the shaped reward's format bonus looks for.
@@ -89,9 +91,12 @@ def validate(data: dict) -> AppConfig:
 def build_config(preset: dict | None = None, flags: dict | None = None, sets: list[str] | None = None) -> AppConfig:
     """Merge the layers and validate once. ``flags`` is a nested dict of explicit CLI options (None = unset)."""
     data: dict = {}
-    for layer in (preset or {}, _drop_none(flags or {}), parse_set(sets or [])):
+    for layer in (preset or {}, _drop_none(flags or {})):
         data = _deep_merge(data, layer)
-    return validate(data)
+    # a bare key several sections have ('beta') is the method's own: the method --set gives, else the layers'
+    said = [s.split("=", 1)[1].strip() for s in sets or [] if s.split("=", 1)[0].strip() == "method" and "=" in s]
+    method = said[-1] if said else data.get("method") or AppConfig.model_fields["method"].default
+    return validate(_deep_merge(data, parse_set(sets or [], method)))
 
 
 def with_values(cfg: AppConfig, values: dict) -> AppConfig:
@@ -180,9 +185,9 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
     c = cfg.model_copy(deep=True)
     c.model.name_or_path = model_name(c)
     if c.lora.r is None:
-        c.lora.r = DEFAULT_RANK["grpo"] if c.method == "grpo" else sft_rank_for_size(num_rows)
+        c.lora.r = DEFAULT_RANK[c.method] if c.method in DEFAULT_RANK else sft_rank_for_size(num_rows)
     if c.lora.alpha is None:
-        c.lora.alpha = 32 if c.method == "grpo" else max(16, c.lora.r // 4)
+        c.lora.alpha = 32 if c.method in DEFAULT_RANK else max(16, c.lora.r // 4)
     t = c.training
     if t.learning_rate is None:
         t.learning_rate = DEFAULT_LR[c.method]
@@ -193,6 +198,11 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
             t.gradient_accumulation_steps = 2
         if c.data.system_prompt is None:
             c.data.system_prompt = DEFAULT_GRPO_SYSTEM_PROMPT
+    elif c.method in PREFERENCE_METHODS:  # pairs per micro-batch; each is two sequences (chosen, rejected) in a pass
+        if t.per_device_train_batch_size is None:
+            t.per_device_train_batch_size = 4
+        if t.gradient_accumulation_steps is None:
+            t.gradient_accumulation_steps = 2
     else:
         if t.per_device_train_batch_size is None:
             # A packed row holds several examples (about 4 GSM8K rows in 1024 tokens): one packed row per micro-batch

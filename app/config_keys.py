@@ -91,8 +91,13 @@ def unknown_key_message(dotted: str) -> str:
     return f"unknown config key '{dotted}'{hint}"
 
 
-def resolve_set_key(key: str) -> str:
-    """Turn a bare leaf name ('save_steps') into its dotted key; dotted keys pass through if they exist."""
+# The section a bare key of a method's own means: `--set beta=0.04` is grpo.beta in a GRPO run, dpo.beta in a DPO one.
+METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo"}
+
+
+def resolve_set_key(key: str, method: str | None = None) -> str:
+    """Turn a bare leaf name ('save_steps') into its dotted key; dotted keys pass through if they exist. A name
+    several sections have ('beta') is the run's ``method``'s own."""
     keys = all_leaf_keys()
     if key in keys or key in AppConfig.model_fields:
         return key
@@ -102,19 +107,23 @@ def resolve_set_key(key: str) -> str:
         matches = [k for k in keys if k.rsplit(".", 1)[-1] == key]
         if len(matches) == 1:
             return matches[0]
+        own = [k for k in matches if k.split(".")[0] == METHOD_SECTIONS.get(method or "")]
+        if len(own) == 1:
+            return own[0]
         if len(matches) > 1:
             raise UserError(f"--set key '{key}' is ambiguous ({', '.join(matches)}); use the dotted form")
     raise UserError(unknown_key_message(key))
 
 
-def parse_set(items: list[str]) -> dict:
-    """['training.save_steps=5', 'r=8'] -> nested dict. Values are parsed as YAML scalars (5 -> int)."""
+def parse_set(items: list[str], method: str | None = None) -> dict:
+    """['training.save_steps=5', 'r=8'] -> nested dict. Values are parsed as YAML scalars (5 -> int). ``method``:
+    the run's, whose section a bare key several sections share belongs to."""
     out: dict = {}
     for item in items:
         if "=" not in item:
             raise UserError(f"--set '{item}' needs the form key=value, e.g. --set training.save_steps=5")
         key, raw = item.split("=", 1)
-        dotted = resolve_set_key(key.strip())
+        dotted = resolve_set_key(key.strip(), method)
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError:
@@ -172,6 +181,8 @@ FLAGS = (
     Flag("data.config_name", "--dataset-config", "dataset_config", "Hub config"),
     Flag("data.prompt_field", "--prompt-field", "prompt_field", "Prompt field (override)"),
     Flag("data.reference_field", "--reference-field", "reference_field", "Reference field (override)"),
+    Flag("data.chosen_field", "--chosen-field", "chosen_field", "Chosen field (override)"),
+    Flag("data.rejected_field", "--rejected-field", "rejected_field", "Rejected field (override)"),
     Flag("training.max_steps", "--max-steps", "max_steps", "Max steps"),
     Flag("runtime.local_only", "--local-only", "local_only", "Local only (offline)", kind="on"),
     Flag("runtime.num_processes", "--num-processes", "num_processes", "Processes (GPUs)"),
@@ -195,6 +206,8 @@ FLAGS = (
     Flag("grpo.max_completion_length", None, "max_completion_length", "Max completion tokens"),
     Flag("grpo.temperature", None, "grpo_temperature", "Temperature"),
     Flag("grpo.beta", None, "beta", "KL beta"),
+    Flag("dpo.loss_type", None, "dpo_loss", "DPO loss"),
+    Flag("dpo.beta", None, "dpo_beta", "DPO beta"),
 )
 CLI_FLAGS = {f.param: f for f in FLAGS if f.cli}
 WIDGETS = {f.widget: f for f in FLAGS if f.widget}

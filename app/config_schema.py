@@ -94,6 +94,9 @@ class DataConfig(StrictModel):
                                       "slice of heldout_size rows")
     prompt_field: str | None = _d(None, "column holding the prompt; empty = auto-detect (qlora-app inspect shows why)")
     reference_field: str | None = _d(None, "column holding the reference answer; empty = auto-detect")
+    chosen_field: str | None = _d(None, "preference data: column holding the preferred answer; empty = auto-detect")
+    rejected_field: str | None = _d(None, "preference data: column holding the answer that lost; empty = "
+                                          "auto-detect")
     max_samples: int | None = _d(None, "use at most this many training rows", gt=0)
     heldout_size: int = _d(100, "rows held out when the dataset has no test split", ge=0)
     system_prompt: str | None = _d(None, "system prompt put before every prompt; empty = the method's default "
@@ -198,6 +201,61 @@ class GRPOConfig(StrictModel):
                                             gt=0, le=1.0)
 
 
+# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/test_dpo.py keeps this list equal to the names the installed
+# TRL documents.
+DPO_LOSS_TYPES = {
+    "sigmoid": "DPO's logistic loss on the chosen-rejected reward difference (the original)",
+    "hinge": "hinge loss on it (SLiC)",
+    "ipo": "squared loss toward 1/(2 beta) (IPO: does not overfit to deterministic preferences)",
+    "exo_pair": "reverse-KL to the preference distribution (EXO)",
+    "nca_pair": "absolute rewards, not only their difference (NCA)",
+    "robust": "DPO that expects some labels to be flipped (label_smoothing is the flip rate)",
+    "bco_pair": "a binary classifier of chosen vs rejected (BCO)",
+    "sppo_hard": "self-play preference optimization, hard labels (SPPO)",
+    "aot": "alignment via optimal transport, paired (AOT)",
+    "aot_unpaired": "alignment via optimal transport, unpaired",
+    "apo_zero": "anchored: push chosen up and rejected down (APO-zero, for chosen better than the model)",
+    "apo_down": "anchored: push both down, rejected more (APO-down, for chosen worse than the model)",
+    "discopop": "log-ratio modulated loss (DiscoPOP)",
+    "sft": "the chosen answer's negative log-likelihood: mixed in with loss_weights it is RPO",
+    "sigmoid_norm": "DPO on length-normalized log-probabilities",
+}
+
+
+def _known_dpo_loss(v):
+    names = [v] if isinstance(v, str) else list(v)
+    names = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
+    for name in names:
+        if name not in DPO_LOSS_TYPES:
+            hint = difflib.get_close_matches(name, DPO_LOSS_TYPES, n=1)
+            raise ValueError(f"unknown DPO loss '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
+                             + f"; TRL's losses: {', '.join(DPO_LOSS_TYPES)}")
+    if not names:
+        raise ValueError("name at least one DPO loss, e.g. sigmoid")
+    return names
+
+
+class DPOSection(StrictModel):
+    loss_type: list[str] = _d(["sigmoid"], "TRL's DPO loss, or several mixed by loss_weights (sigmoid,sft is RPO): "
+                              + "; ".join(f"{k} = {v}" for k, v in DPO_LOSS_TYPES.items()))
+    loss_weights: list[float] | None = _d(None, "one weight per loss in loss_type; empty = 1 each")
+    beta: float = _d(0.1, "DPO: how far the adapter may move from the base (the reference, the adapter switched "
+                          "off): higher stays closer; ORPO: the weight of its odds-ratio term (lambda)", gt=0)
+    label_smoothing: float = _d(0.0, "robust / exo_pair: the share of labels taken to be flipped", ge=0, lt=0.5)
+
+    @field_validator("loss_type", mode="before")
+    @classmethod
+    def _losses(cls, v):
+        return _known_dpo_loss(v)
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> "DPOSection":
+        if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_type):
+            raise ValueError(f"dpo.loss_weights has {len(self.loss_weights)} weight(s) for {len(self.loss_type)} "
+                             f"loss(es) ({', '.join(self.loss_type)}); give one weight per loss")
+        return self
+
+
 class RewardConfig(StrictModel):
     # The default weights and every component's meaning live in app/reward_registry.py (see docs/rewards.md).
     weights: dict[str, float] = Field(default_factory=default_weights, description=(
@@ -269,13 +327,20 @@ class RuntimeConfig(StrictModel):
         return self
 
 
+# The methods and what each learns from (the UI's radio, the CLI's help, the config's check).
+METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", "dpo": "learn from preference pairs",
+           "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)"}
+PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/preference.py)
+
+
 class AppConfig(StrictModel):
-    method: Literal["sft", "grpo"] = _d("grpo", "sft (learn from reference answers) or grpo (learn from rewards)")
+    method: Literal["grpo", "sft", "dpo", "orpo"] = _d("grpo", "; ".join(f"{k}: {v}" for k, v in METHODS.items()))
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    dpo: DPOSection = Field(default_factory=DPOSection)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output_dir: str = _d("runs", "parent folder; each run gets its own sub-directory")
@@ -299,6 +364,13 @@ class AppConfig(StrictModel):
                     f"a generation batch of {total} completions ({source}) is not a multiple of "
                     f"grpo.num_generations = {self.grpo.num_generations}; change one so it divides"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _orpo_has_one_loss(self) -> "AppConfig":
+        if self.method == "orpo" and (self.dpo.loss_type != ["sigmoid"] or self.dpo.loss_weights):
+            raise ValueError(f"dpo.loss_type={','.join(self.dpo.loss_type)} is a DPO setting and ORPO has one loss of "
+                             "its own; drop it, or train with --method dpo")
         return self
 
     def to_yaml(self) -> str:

@@ -14,6 +14,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class DataError(UserError):
+    """A dataset problem the user can fix; the message is one line: the problem and the fix."""
+
+
 class RunFailed(UserError):
     """A run that stopped for a reason outside the input (full disk, NaN loss): the same one line, no traceback on
     the terminal (the full one is in train.log), but exit code 1, and status.json says failed."""

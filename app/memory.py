@@ -28,7 +28,9 @@ Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
   reserve    0.25 GB the caching allocator holds beyond live tensors (cuBLAS workspaces, its 2 MB / 20 MB blocks).
   context    0.5 GB of CUDA context (total only).
 Tokens come from the data's real lengths when known (SFT padded: the 95th percentile row; packed: full rows; GRPO:
-the 95th percentile prompt + max_completion_length). Calibrated on one H100 (docs/performance.md; the measured
+the 95th percentile prompt + max_completion_length; DPO: twice the 95th percentile prompt + longer answer per pair,
+chosen and rejected in one pass; the reference is the base with the adapter off, no second copy, and its no-grad
+forward is smaller than the backward pass). Calibrated on one H100 (docs/performance.md; the measured
 table is test data in tests/test_memory.py). An estimate, meant to catch "this cannot fit" before a 20-minute
 download and to size the plan, not to replace a try. Owns these terms; must not decide anything (the plan does).
 """
@@ -108,11 +110,13 @@ def adapter_bytes(s: dict, cfg, cuda: bool, d: int) -> tuple[float, float]:
 def micro_batch_tokens(cfg, lengths: list[int] | None, packing: bool) -> int:
     """Tokens in one micro-batch. SFT packed: full rows (as far as the data reaches); SFT padded: the 95th
     percentile row (max_length when the lengths are unknown); GRPO: every completion at max_completion_length after
-    a 95th percentile prompt."""
+    a 95th percentile prompt; DPO: two padded 95th percentile pairs' sides (chosen and rejected) per pair."""
     t = cfg.training
     batch = t.per_device_train_batch_size or 1
     if cfg.method == "grpo":
         return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * cfg.grpo.max_completion_length
+    if cfg.method in ("dpo", "orpo"):  # chosen and rejected of each pair in one pass, padded alike: never packed
+        return 2 * batch * min(t.max_length, _p95(lengths) or t.max_length)
     if not lengths:
         return batch * t.max_length
     if packing:

@@ -49,10 +49,12 @@ def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def curve_keys(records: list[dict]) -> list[str]:
-    """loss, reward, each reward component's mean, then the held-out evaluation's accuracy and reward."""
-    keys = [k for k in ("loss", "reward") if any(r.get(k) is not None for r in records)]
-    held = [k for k in (rundir.EVAL_ACCURACY, rundir.EVAL_REWARD) if any(r.get(k) is not None for r in records)]
-    return keys + rundir.component_keys(records) + held
+    """loss, reward, each reward component's mean, DPO's pairs won and margin, then the held-out evaluation's
+    accuracy, reward and preference accuracy and margin."""
+    present = lambda keys: [k for k in keys if any(r.get(k) is not None for r in records)]  # noqa: E731
+    return (present(("loss", "reward")) + rundir.component_keys(records)
+            + present((rundir.DPO_ACCURACY, rundir.DPO_MARGIN, rundir.EVAL_ACCURACY, rundir.EVAL_REWARD,
+                       rundir.EVAL_PREF_ACCURACY, rundir.EVAL_PREF_MARGIN)))
 
 
 def ema(values: list[float], span: int) -> list[float]:
@@ -131,6 +133,7 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
         every = [y for s in comps for y in s.ys]
         out.append(Panel("components", "reward components (unweighted)", comps,
                          readable_limits(every, _min_span(every, 0.2))))
+    out += _preference_panels(records)
     held = rundir.EVAL_ACCURACY if any(r.get(rundir.EVAL_ACCURACY) is not None for r in records) else (
         rundir.EVAL_REWARD if any(r.get(rundir.EVAL_REWARD) is not None for r in records) else None)
     if held:
@@ -151,6 +154,29 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
     steps = [x for p in out for s in p.series for x in s.xs]
     right = max([*steps, max_steps or 0, 1])
     return out, (0.0, right * 1.02 + 0.5)
+
+
+def _preference_panels(records: list[dict]) -> list[Panel]:
+    """DPO: the share of pairs the adapter wins (training batches, and held-out pairs) on a 0-100% panel, and the
+    implicit reward margin (training and held-out)."""
+    out = []
+    for key, title, train_key, held_key, colour in (
+            ("pairs", "pairs the chosen answer wins", rundir.DPO_ACCURACY,
+             rundir.EVAL_PREF_ACCURACY, "#9467bd"),
+            ("margin", "reward margin (chosen - rejected)", rundir.DPO_MARGIN, rundir.EVAL_PREF_MARGIN, "#17becf")):
+        shown = []
+        tx, ty = series(records, train_key)
+        if tx:
+            shown.append(Series(train_key, tx, ty, colour, label="training batches"))
+        hx, hy = series(records, held_key)
+        if hx:
+            held_label = ("held-out pairs, chosen more likely" if key == "pairs" else "held-out pairs")
+            shown.append(Series(held_key, hx, hy, "#2ca02c", smooth=False, label=held_label))
+        if shown:
+            every = [y for s in shown for y in s.ys]
+            limits = (-0.02, 1.02) if key == "pairs" else readable_limits(every, _min_span(every, 0.05))
+            out.append(Panel(key, title, shown, limits, percent=key == "pairs"))
+    return out
 
 
 def waiting(text: str = "waiting for the first logged step"):

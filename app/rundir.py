@@ -33,6 +33,7 @@ BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best hel
 CHECKPOINTS = "checkpoints"
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # inside a run: its proof (app/proof.py); the demo's folder: the demo's result
+DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
@@ -51,6 +52,16 @@ COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
 EVAL_PREFIX = "eval/"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_REWARD = "eval/reward"
+# Preference data: held-out pairs the adapter finds chosen more likely than rejected, and DPO's implicit reward
+# margin on them (app/eval/preference.py); the base's accuracy is one number (status.json), not a curve.
+EVAL_PREF_ACCURACY = "eval/pref_accuracy"
+EVAL_PREF_MARGIN = "eval/pref_margin"
+PREF_BASE_ACCURACY = "pref_base_accuracy"
+PREF_ROWS = "pref_rows"  # held-out pairs each preference evaluation scored
+# What DPO logs during training (TRL's names): on the training batch, the share of pairs with chosen's implicit reward
+# above rejected's, and the mean margin between them.
+DPO_ACCURACY = "rewards/accuracies"
+DPO_MARGIN = "rewards/margins"
 BEST_STEP = "best_step"
 BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
 EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total

@@ -39,7 +39,8 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "step": st.get("step"),
         "max_steps": st.get("max_steps"),
         "loss": _fmt(last.get("loss")),
-        "reward": _fmt(last.get("reward")),
+        # GRPO's mean reward; a DPO run's reward is its implicit one: the margin of chosen over rejected
+        "reward": _fmt(last.get("reward", last.get(rundir.DPO_MARGIN))),
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
         "fast_paths": st.get("fast_paths"),
@@ -62,13 +63,24 @@ def heldout_text(records: list[dict], st: dict) -> str | None:
     """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54 (32 rows)': the evaluation during
     training, with the rows each point scored (training.eval_rows, as status.json records them)."""
     points = [(r["step"], r[rundir.EVAL_ACCURACY]) for r in records if r.get(rundir.EVAL_ACCURACY) is not None]
-    if not points:
+    pairs = [(r["step"], r[rundir.EVAL_PREF_ACCURACY]) for r in records
+             if r.get(rundir.EVAL_PREF_ACCURACY) is not None]
+    if not points and not pairs:
         return None
-    (s0, a0), (s1, a1) = points[0], points[-1]
     best = (f"; best {st[rundir.BEST_SCORE]:.1%} at step {st[rundir.BEST_STEP]}"
             if st.get(rundir.BEST_STEP) is not None and st.get(rundir.BEST_SCORE) is not None else "")
     rows = f" ({st[rundir.EVAL_ROWS]} rows)" if st.get(rundir.EVAL_ROWS) else ""
-    return f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best}{rows}"
+    parts = []
+    if points:
+        (s0, a0), (s1, a1) = points[0], points[-1]
+        parts.append(f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best if points else ''}{rows}")
+    if pairs:
+        (s0, a0), (s1, a1) = pairs[0], pairs[-1]
+        base = st.get(rundir.PREF_BASE_ACCURACY)
+        parts.append("preference accuracy " + (f"base {base:.1%}, " if base is not None else "")
+                     + f"{a0:.1%} at step {s0} -> {a1:.1%} at step {s1}" + ("" if points else best)
+                     + (f" ({st[rundir.PREF_ROWS]} pairs)" if st.get(rundir.PREF_ROWS) else ""))
+    return "; ".join(parts)
 
 
 def comparison_text(cmp: dict | None) -> str | None:
@@ -84,7 +96,17 @@ def comparison_text(cmp: dict | None) -> str | None:
         base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
         head = f"mean reward base {base} -> adapter {adapter}"
     rows = f"on {s['n']} held-out rows" if s.get("heldout", True) else f"on {s['n']} typed prompts"
-    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}"
+    pref = preference_text(cmp.get("preference"))
+    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}" + (f"; {pref}" if pref else "")
+
+
+def preference_text(p: dict | None) -> str | None:
+    """'preference accuracy base 48.0% -> adapter 81.0%, reward margin +0.41 (79% of pairs above 0), on 100 held-out
+    pairs'."""
+    if not p:
+        return None
+    return (f"preference accuracy base {p['base_accuracy']:.1%} -> adapter {p['adapter_accuracy']:.1%}, reward margin "
+            f"{p['margin']:+.3g} ({p['reward_accuracy']:.0%} of pairs above 0), on {p['n']} held-out pairs")
 
 
 def memory_check(estimate: dict, peak: dict) -> dict:

@@ -23,9 +23,9 @@ LAYERS = (
     ("app.config_schema", "app.config_keys", "app.config", "app.presets"),
     ("app.data", "app.rewards", "app.model_shape", "app.memory", "app.models", "app.generation", "app.unsloth_backend",
      "app.plots", "app.runs"),
-    ("app.train", "app.eval", "app.export", "app.doctor", "app.report"),
+    ("app.train", "app.eval", "app.export", "app.doctor", "app.report", "app.pairs"),
     ("app.demo", "app.ui"),
-    ("app.cli", "app.cli_ship"),
+    ("app.cli", "app.cli_ship", "app.cli_pairs"),
 )
 
 

@@ -177,7 +177,7 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
     assert r.returncode == 2 and "not found" in r.stderr
     os.chdir(tmp_path)  # in-process: find_adapter takes the bare name as well
     try:
-        with pytest.raises(Exception, match=r"no adapter yet \(interrupted at step 1\); continue it with"):
+        with pytest.raises(Exception, match=r"no adapter yet \(interrupted at step 1\); it saved no checkpoint either"):
             rundir.find_adapter("demo-grpo")
     finally:
         os.chdir(ROOT)
@@ -406,3 +406,12 @@ def test_doctor_says_whether_gguf_export_can_run(monkeypatch):
     assert doctor.gguf_export() == "not available: pip install 'qlora-app[gguf]'"
     r = cli("doctor", "--help")
     assert r.returncode == 0
+
+
+def test_the_dpo_preset_follows_the_guide():
+    from app.presets import load_preset
+
+    dpo = load_preset("dpo")
+    # LoRA Without Regret: all linear layers, a small rank, ~10x full fine-tuning's learning rate (TRL: 1e-6)
+    assert (dpo["method"], dpo["lora"]["target_modules"], dpo["lora"]["r"]) == ("dpo", "all-linear", 16)
+    assert dpo["training"]["learning_rate"] == 1e-5 and dpo["dpo"]["beta"] == 0.1

@@ -115,7 +115,7 @@ def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
                          html_out=out_html, console=console)
     assert rc == 0
     res = json.loads(out_json.read_text())
-    assert set(res) == {"rows", "summary", "config"}
+    assert set(res) == {"rows", "summary", "config", "preference"} and res["preference"] is None  # no pairs here
     assert len(res["rows"]) == 5
     heldout = [r for r in res["rows"] if r["reference"] is not None]
     assert len(heldout) == 4 and res["rows"][-1]["prompt"] == evil and res["rows"][-1]["reference"] is None
@@ -136,10 +136,11 @@ def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
     train, _, _ = build_splits(cfg.data, cfg.training.seed)
     assert not {r["prompt"] for r in heldout} & set(train["question"])
     s = res["summary"]
-    assert s["wins"] + s["ties"] + s["losses"] == 5
+    assert s["wins"] + s["ties"] + s["losses"] == 4 and s["n"] == 4  # the held-out rows; the typed prompt is shown
+    assert s["prompts"] == 1 and s["heldout"]
     for side in ("base", "adapter"):
         assert 0.0 <= s[side]["accuracy"] <= 1.0 and s[side]["n_judged"] == 4
-        mean = sum(r[side]["reward"] for r in res["rows"]) / 5
+        mean = sum(r[side]["reward"] for r in heldout) / 4  # the typed prompt is not a sample of the data
         assert s[side]["mean_reward"] == pytest.approx(mean)
         assert set(s[side]["components"]) >= {"length", "format", "reference", "boilerplate"}
         assert 0.0 <= s[side]["boilerplate_rate"] <= 1.0 and s[side]["mean_length"] >= 0

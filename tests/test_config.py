@@ -34,7 +34,7 @@ def test_set_errors_suggest(item, needle):
 
 @pytest.mark.parametrize("sets, needle", [
     (["r=0"], "lora.r"), (["learning_rate=0"], "training.learning_rate"),
-    (["num_generations=1"], "grpo.num_generations"), (["method=dpo"], "method"),
+    (["num_generations=1"], "grpo.num_generations"), (["method=ppo"], "method"),
     (["per_device_train_batch_size=3", "gradient_accumulation_steps=1"],
      "3 completions (per_device_train_batch_size x gradient_accumulation_steps) is not a multiple of grpo.num_gen"),
     (["per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.generation_batch_size=6"],
@@ -140,3 +140,14 @@ def test_grpo_loss_variants_are_checked_config():
             args.epsilon, args.epsilon_high) == ("dr_grpo", "sequence", "none", True, 0.2, 0.28)
     with pytest.raises(UserError, match="grpo.importance_sampling_level"):
         build_config(sets=["grpo.importance_sampling_level=tokens"])
+
+
+def test_a_bare_key_two_sections_share_is_the_methods_own():
+    from app.config import build_config
+
+    assert build_config(sets=["beta=0.04"]).grpo.beta == 0.04  # grpo is the default method
+    dpo = build_config({"method": "dpo"}, sets=["beta=0.3"])
+    assert (dpo.dpo.beta, dpo.grpo.beta) == (0.3, build_config().grpo.beta)
+    assert build_config(sets=["method=orpo", "beta=0.2"]).dpo.beta == 0.2
+    with pytest.raises(UserError, match="ambiguous"):
+        build_config({"method": "sft"}, sets=["beta=0.3"])

@@ -16,6 +16,12 @@ from app.errors import UserError
 CORPUS = Path(__file__).parent / "data_schemas"
 EXPECTED = json.loads((CORPUS / "expected.json").read_text())
 KEYS = ("format", "prompt_field", "reference_field", "context_fields", "messages_field")
+PAIR_KEYS = ("chosen_field", "rejected_field", "pair_fields", "preference_field")  # None unless expected.json says
+
+
+def _roles(det: Detection, expected: dict) -> dict:
+    d = det.to_dict()
+    return {k: d[k] for k in KEYS + tuple(k for k in PAIR_KEYS if k in expected or d[k] is not None)}
 
 
 def test_corpus_is_big_enough_and_complete():
@@ -30,14 +36,14 @@ def test_corpus_is_big_enough_and_complete():
 def test_corpus_detection_full_load(name):
     """The training path: full load, detection on a spread sample."""
     det = detect_fields(resolve_dataset(str(CORPUS / name))["train"])
-    assert {k: det.to_dict()[k] for k in KEYS} == EXPECTED[name], det.reasons
+    assert _roles(det, EXPECTED[name]) == EXPECTED[name], det.reasons
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_corpus_detection_inspect_path(name):
     """The inspect path reads only the first rows of big files; it must agree with the training path."""
     det, rows, split = inspect_detection(str(CORPUS / name), None, None, None, None, False)
-    assert {k: det.to_dict()[k] for k in KEYS} == EXPECTED[name], det.reasons
+    assert _roles(det, EXPECTED[name]) == EXPECTED[name], det.reasons
     assert det.num_rows == 12 and split == "train" and rows
 
 
@@ -129,17 +135,26 @@ def test_categorical_source_is_not_a_prompt_in_chat_data():
     assert det.format == "chat" and det.messages_field == "conversation" and det.prompt_field is None
 
 
-def test_preference_conversations_only_train_on_chosen():
-    turn = lambda i: [{"role": "user", "content": _prose(i)}, {"role": "assistant", "content": _prose(i + 1)}]  # noqa: E731
-    det = _detect(_rows(chosen=[turn(i) for i in R], rejected=[turn(i + 5) for i in R]))
-    assert (det.format, det.messages_field, det.prompt_field, det.reference_field) == ("chat", "chosen", None, "chosen")
+def test_preference_conversations_are_pairs_with_the_shared_prompt():
+    def turn(i, a):
+        return [{"role": "user", "content": _prose(i)}, {"role": "assistant", "content": _prose(a)}]
+
+    rows = _rows(chosen=[turn(i, i + 1) for i in R], rejected=[turn(i, i + 5) for i in R])
+    det = _detect(rows)
+    assert (det.format, det.prompt_field, det.chosen_field, det.rejected_field) == ("preference", None, "chosen",
+                                                                                     "rejected")
+    from app.data.convert import completion_text, prompt_text, reference_text
+
+    # SFT on pairs learns the chosen answer; GRPO and compare see the shared prompt and judge by the chosen answer
+    assert prompt_text(rows[0], det) == _prose(0)
+    assert completion_text(rows[0], det) == reference_text(rows[0], det) == _prose(1)
 
 
 def test_to_dict_has_exactly_the_json_keys():
     det = _detect(_rows(question=[_prose(i) for i in R], answer=[str(i) for i in R]))
     d = det.to_dict()
     assert list(d) == ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns",
-                       "num_rows", "reasons"]
+                       "num_rows", "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field"]
     json.dumps(d)
     assert isinstance(det, Detection) and d["num_rows"] == 20
 

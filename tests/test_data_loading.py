@@ -252,7 +252,7 @@ def test_heldout_examples(tmp_path, math_jsonl):
     train, held, _ = build_splits(cfg, 1)
     held_q = {r["question"] for r in held}
     for e in ex:
-        assert set(e) == {"prompt", "reference", "row", "messages", "plain"}
+        assert set(e) == {"prompt", "reference", "row", "messages", "plain", "pair"} and e["pair"] is None
         assert e["messages"][-1] == {"role": "user", "content": e["prompt"]} and e["plain"] == e["prompt"]
         assert e["prompt"] == e["row"]["question"] and e["row"]["question"] in held_q
         assert e["reference"] == e["row"]["answer"] and "####" in e["reference"]  # GSM8K answers kept whole

@@ -39,6 +39,11 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert demo["grpo_lift"] >= 0.10
     assert "GRPO's own lift" in r.stdout
     assert "held-out accuracy by phase" in r.stdout
+    # one story: the sampled reward is said to be noisy, and every held-out figure says how many rows it is of
+    said = " ".join(r.stdout.split())  # as read, whatever the width rich wrapped it to
+    assert "(sampled, noisy)" in said
+    rows = rundir.read_status(Path(demo["grpo_run"]))[rundir.EVAL_ROWS]
+    assert f"{rows} rows each" in said and "base vs adapter on 100 held-out problems" in said
     grpo = tmp_path / "demo-grpo"
     assert Path(demo["grpo_run"]) == grpo
     assert rundir.read_status(grpo)["status"] == rundir.FINISHED

@@ -200,6 +200,11 @@ def demo_run(tmp_path_factory):
     return Session(cfg, progress=False).run()
 
 
+# Logit gap (transformers, fp32 on the fp16 merge) below which two tokens are a tie that f16 rounding in llama.cpp
+# may break the other way.
+NEAR_TIE = 0.05
+
+
 @pytest.mark.slow
 def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
@@ -232,8 +237,16 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
                 if t == llm.token_eos() or len(ours) == len(hf) + 1 or len(ours) >= 32:
                     break
                 ours.append(t)
+            if ours != hf:  # f16 GGUF vs transformers: only a near-tie in transformers' own logits may flip
+                k = next(i for i in range(min(len(ours), len(hf)) + 1) if i >= len(ours) or i >= len(hf)
+                         or ours[i] != hf[i])
+                with torch.no_grad():
+                    logits = model(torch.tensor([ids + hf[:k]])).logits[0, -1]
+                pick = lambda seq: seq[k] if k < len(seq) else tok.eos_token_id  # noqa: E731
+                gap = float(logits[pick(hf)] - logits[pick(ours)])
+                assert gap < NEAR_TIE, f"llama.cpp chose a token {gap:.3f} below transformers' pick at {k}"
             same += ours == hf
-        assert same == len(cmp["rows"]), f"{same}/{len(cmp['rows'])} held-out prompts gave the same greedy tokens"
+        assert same >= len(cmp["rows"]) - 2, f"{same}/{len(cmp['rows'])} held-out prompts gave the same greedy tokens"
         # llama.cpp's chat completion renders the GGUF's embedded template as transformers renders the model's
         template = llm.metadata["tokenizer.chat_template"]
         rendered = Jinja2ChatFormatter(template=template, eos_token=tok.eos_token, bos_token=tok.bos_token)(

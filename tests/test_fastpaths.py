@@ -46,15 +46,17 @@ def test_forcing_a_fast_path_where_it_cannot_run_is_a_user_error(key, env, needl
     assert f"{key}=true" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_forced_off_stays_off_and_offloading_is_sft_only():
+def test_forced_off_stays_off_and_offloading_is_sft_and_dpo_only():
     fp = decide(_cfg("grpo.use_vllm=false", "training.use_liger_kernel=false"), GPU_ALL)
     assert not fp.vllm and not fp.liger
-    with pytest.raises(UserError, match="SFT option"):
+    with pytest.raises(UserError, match="SFT / DPO option"):
         decide(_cfg("training.activation_offloading=true"), GPU_ALL)
-    sft = _cfg(method="sft")
-    assert not decide(sft, GPU_ALL).offloading  # auto: only when the fit check needs the room
-    assert decide(sft, GPU_ALL, needs_room=True).offloading
-    assert not decide(sft, CPU_ALL, needs_room=True).offloading
+    for method in ("sft", "dpo"):  # TRL offers it to both: whole sequences trained, no sampling
+        cfg = _cfg(method=method)
+        assert not decide(cfg, GPU_ALL).offloading  # auto: only when the fit check needs the room
+        assert decide(cfg, GPU_ALL, needs_room=True).offloading
+        assert not decide(cfg, CPU_ALL, needs_room=True).offloading
+        assert decide(_cfg("training.activation_offloading=true", method=method), GPU_ALL).offloading
 
 
 def test_translation_into_trl_arguments():

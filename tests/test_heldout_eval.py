@@ -50,9 +50,11 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     # the best adapter is kept beside the last one, and compare / export take it as they take the run's
     best_dir = d / rundir.BEST_ADAPTER
     assert (best_dir / rundir.ADAPTER_CONFIG).is_file()
+    proof = (d / rundir.COMPARE_JSON).read_text()  # the run's proof, of its final adapter
     res = run_comparison(best_dir, num_samples=4, max_new_tokens=8, local_only=True)
     assert res.config["adapter"] == str(best_dir) and res.config["system_prompt"]  # the run's config was found
-    assert not (d / rundir.COMPARE_JSON).exists()  # only the final adapter's comparison is the run's record
+    assert (d / rundir.COMPARE_JSON).read_text() == proof  # a compare of the best adapter is kept apart
+    assert len(list((d / rundir.COMPARISONS).glob("compare-*.json"))) == 1
     card = (export_run(best_dir, tmp_path / "best-export").out / "README.md").read_text()
     assert "How it was trained" in card
 

@@ -81,6 +81,14 @@ def test_the_sft_ladder_ends_with_offloading_on_a_gpu_and_without_it_on_a_cpu():
     assert len(rungs) == 2  # CUDA's offloading is not a rung on a CPU
 
 
+def test_the_dpo_ladder_halves_its_pairs_then_offloads():
+    cfg = build_config({"method": "dpo"}, None, ["per_device_train_batch_size=4", "gradient_accumulation_steps=4"])
+    rungs, last = _walk(plan_for(cfg, gpu_gb=24))
+    assert rungs == ["per-device batch 2 with 8 accumulation steps (was 4 x 4)",
+                     "per-device batch 1 with 16 accumulation steps (was 2 x 8)", "activation offloading on"]
+    assert last.fast.offloading and last.cfg.training.per_device_train_batch_size == 1
+
+
 def _train(out, *extra, env=None, steps=6):
     argv = [sys.executable, "-m", "app.cli", "train", "--preset", "demo-grpo", "--max-steps", str(steps),
             "--output-dir", str(out), "--no-progress", "--set", "training.eval_every=0", *extra]

@@ -128,3 +128,22 @@ def test_save_curves_uses_the_runs_max_steps(tmp_path):
         rundir.append_metrics(d, r)
     out = plots.save_curves(d)
     assert out == d / rundir.CURVES and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dpo_runs_show_the_pairs_won_and_the_margin_training_and_held_out():
+    recs = []
+    for i in range(1, 21):
+        r = {"step": i, "loss": 0.69 - 0.01 * i, rundir.DPO_ACCURACY: 0.5 + 0.02 * i, rundir.DPO_MARGIN: 0.01 * i}
+        if i % 10 == 0:
+            r.update({rundir.EVAL_PREF_ACCURACY: 0.6 + 0.01 * i, rundir.EVAL_PREF_MARGIN: 0.005 * i})
+        recs.append(r)
+    fig = plots.figure(recs, "dpo", 20)
+    titles = [a.get_title() for a in fig.axes if a.get_title()]
+    assert titles == ["training loss", "pairs the chosen answer wins", "reward margin (chosen - rejected)"]
+    won = _by_title(fig, "pairs the chosen answer wins")
+    assert won.get_ylim() == pytest.approx((-0.02, 1.02)) and won.yaxis.get_major_formatter()(0.5, 0) == "50%"
+    (held,) = [ln for ln in won.get_lines() if ln.get_label() == "held-out pairs, chosen more likely"]
+    assert list(held.get_xdata()) == [10, 20] and list(held.get_ydata()) == pytest.approx([0.7, 0.8])
+    legend = [t.get_text() for t in won.get_legend().get_texts()]
+    assert "training batches" in legend and "held-out pairs, chosen more likely" in legend
+    assert set(plots.curve_keys(recs)) >= {rundir.EVAL_PREF_ACCURACY, rundir.DPO_ACCURACY}

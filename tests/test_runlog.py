@@ -34,9 +34,14 @@ def test_a_library_warning_is_written_once_when_the_console_is_train_log(tmp_pat
     assert len(_lines(tmp_path, "UserWarning: a python warning")) == 1
 
 
-def test_python_warnings_reach_train_log_after_an_earlier_run_in_the_same_process(tmp_path):
+def test_python_warnings_reach_train_log_after_an_earlier_run_in_the_same_process(tmp_path, monkeypatch):
     # An earlier run left logging's capture switch on, and something since put the original showwarning back (what
     # a warnings.catch_warnings block or pytest does): the next run's warnings must still be written.
+    # A library user's process: warnings are not kept off the terminal (an in-process CLI test before this one set
+    # up a command line's py.warnings logger, app.offline.quiet_command_line)
+    caught = logging.getLogger("py.warnings")
+    monkeypatch.setattr(caught, "handlers", [])
+    monkeypatch.setattr(caught, "propagate", True)
     logging.captureWarnings(True)
     warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
     handler = setup_logging(tmp_path)

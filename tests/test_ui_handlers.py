@@ -309,3 +309,47 @@ def test_the_compare_summary_says_what_its_figures_are_of():
     md = summary_markdown(Comparison.of(rows, {}))
     assert "summary over 6 held-out rows (your 1 prompt(s) are shown, not counted" in md
     assert "| accuracy (6 with reference) | 0.0% | 50.0% |" in md and "| mean reward | 0.000 | 0.500 |" in md
+
+
+SCHEMAS = Path(__file__).parent / "data_schemas"
+
+
+def test_dpo_form_is_the_cli_config(tmp_path):
+    """Method dpo, the pair overrides and the DPO accordion reach the same config the CLI builds."""
+    f = h.form_defaults("dpo")
+    f.update(dataset=str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="chosen", rejected_field="rejected",
+             dpo_loss="sigmoid,sft", dpo_beta=0.25, max_steps=5.0)
+    ui_cfg = h.config_from_form(f, tmp_path)
+    assert ui_cfg.method == "dpo" and ui_cfg.dpo.loss_type == ["sigmoid", "sft"] and ui_cfg.dpo.beta == 0.25
+    assert ui_cfg.data.chosen_field == "chosen" and ui_cfg.data.rejected_field == "rejected"
+    _, _, sets, argv = h.form_to_cli(f, tmp_path)
+    assert argv[argv.index("--chosen-field") + 1] == "chosen" and argv[argv.index("--rejected-field") + 1] == "rejected"
+    cli_cfg = build_config(load_preset("dpo"), {
+        "data": {"dataset": str(SCHEMAS / "hh_rlhf.jsonl"), "chosen_field": "chosen", "rejected_field": "rejected"},
+        "training": {"max_steps": 5}, "output_dir": str(tmp_path)}, sets)
+    assert ui_cfg == cli_cfg
+    f["dpo_loss"] = "sigmoid,sfft"  # a bad loss name is a one-line reason in the preview, not a traceback
+    with pytest.raises(UserError, match="sfft"):
+        h.config_from_form(f, tmp_path)
+
+
+def test_detect_shows_the_pair_each_row_makes():
+    res = h.detect(str(SCHEMAS / "hh_rlhf.jsonl"))
+    d = res["detection"]
+    assert d["format"] == "preference" and d["prompt_field"] is None
+    assert (d["chosen_field"], d["rejected_field"]) == ("chosen", "rejected")
+    s = res["samples"][0]
+    assert "Ana has 16 apples" in s["prompt (as the model sees it)"]
+    assert s["chosen"] == "Adding them gives 22." and s["rejected"] == "It is 23, I believe."
+    md = h.detection_markdown(res)
+    assert "**chosen**: `chosen`" in md and "**rejected**: `rejected`" in md
+    swapped = h.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")
+    assert swapped["samples"][0]["chosen"] == "It is 23, I believe."
+
+
+def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_columns():
+    # demo-grpo names arith's columns; typing a file of pairs must not carry 'question' over to it
+    assert h.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO]
+    assert h.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 4
+    assert h.column_overrides("", "demo-grpo") == [h.AUTO] * 4
+    assert h.column_overrides("arith", "no-such-preset") == [h.AUTO] * 4

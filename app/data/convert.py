@@ -1,51 +1,27 @@
 """Raw rows -> what TRL's trainers take, using a ``Detection``.
 
 GRPO wants ``prompt`` (+ our ``reference`` column, which TRL passes to the reward functions); SFT wants
-``prompt``/``completion``, ``messages`` or ``text``. Prompts are conversational (lists of role/content messages)
-exactly when the tokenizer has a chat template, because TRL applies the template to those and cannot to anything
-else; base models without a template get plain strings. Heavy libraries are not imported here at all: the functions
-only call methods on the ``datasets.Dataset`` they are given.
+``prompt``/``completion``, ``messages`` or ``text``; DPO (and ORPO) ``prompt`` / ``chosen`` / ``rejected``: the
+pair app/data/preference.py reads from any preference layout, after the prompt every other method sees. Prompts are
+conversational (lists of role/content messages) exactly when the tokenizer has a chat template, because TRL applies
+the template to those and cannot to anything else; base models without a template get plain strings. Heavy libraries
+are not imported here at all: the functions only call methods on the ``datasets.Dataset`` they are given.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 
 from app.data.detect import CHOICE_WORDS, PASSAGE_WORDS, DataError, Detection
+from app.data.preference import answer_text, pair_of, require_pairs, shared_prompt
 from app.data.profile import name_words, value_kind
+from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
+
+# the cell and turn helpers live in app/data/turns.py; they are part of this module's interface too
+__all__ = ["ROLE_MAP", "normalize_messages", "render_conversation", "value_text", "with_system", "prompt_text",
+           "reference_text", "completion_text", "prompt_messages", "plain_prompt", "to_grpo", "to_sft", "to_dpo"]
 
 log = logging.getLogger("app.data")
-
-# ShareGPT and other dialects -> the role names chat templates understand.
-ROLE_MAP = {"human": "user", "user": "user", "prompter": "user", "question": "user",
-            "gpt": "assistant", "assistant": "assistant", "bot": "assistant", "model": "assistant",
-            "chatgpt": "assistant", "ai": "assistant", "answer": "assistant", "system": "system"}
-
-
-def value_text(v) -> str:
-    """Any cell as readable text: lists joined by lines, dicts by their text-like key."""
-    if v is None or (isinstance(v, float) and v != v):
-        return ""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    if isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        if v and all(isinstance(x, dict) for x in v) and value_kind(list(v)) == "messages":
-            return render_conversation(normalize_messages(v))
-        return "\n".join(t for t in (value_text(x) for x in v) if t)
-    if isinstance(v, dict):
-        for k in ("text", "value", "answer", "answers", "ground_truth", "normalized_value", "target", "solution",
-                  "label", "contexts", "content"):
-            if k in v and value_text(v[k]):
-                return value_text(v[k])
-        return json.dumps(v, ensure_ascii=False, default=str)
-    return str(v)
 
 
 def choices_text(v) -> str:
@@ -62,28 +38,6 @@ def choices_text(v) -> str:
     return value_text(v)
 
 
-def normalize_messages(msgs) -> list[dict]:
-    """Any list of turns -> [{"role": "user"|"assistant"|"system"|..., "content": str}]."""
-    out = []
-    for m in msgs or []:
-        if not isinstance(m, dict):
-            continue
-        role = next((m[k] for k in ("role", "from", "speaker", "author", "sender") if m.get(k) is not None), "user")
-        content = next((m[k] for k in ("content", "value", "text", "message", "utterance") if k in m), "")
-        if isinstance(content, list):  # multimodal-style parts: keep the text ones
-            content = "\n".join(p.get("text") or "" if isinstance(p, dict) else str(p) for p in content)
-        role = str(role).strip().lower()
-        out.append({"role": ROLE_MAP.get(role, role), "content": value_text(content)})
-    return out
-
-
-def render_conversation(msgs: list[dict]) -> str:
-    """Plain-text form for tokenizers without a chat template; a single user turn is just its content."""
-    if len(msgs) == 1 and msgs[0]["role"] == "user":
-        return msgs[0]["content"]
-    return "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in msgs)
-
-
 def _split_conversation(msgs: list[dict]) -> tuple[list[dict], str | None]:
     """(the turns before a closing assistant turn, that turn's content). A conversation that ends with a user turn
     is all prompt (its last question is what to answer) and has no answer: (all turns, None)."""
@@ -93,7 +47,10 @@ def _split_conversation(msgs: list[dict]) -> tuple[list[dict], str | None]:
 
 
 def _conversation_source(row: dict, det: Detection) -> list[dict] | None:
-    """The prompt as turns when the data itself is conversational (chat format or a TRL-style message prompt)."""
+    """The prompt as turns when the data itself is conversational (chat format, a TRL-style message prompt, or the
+    turns preference answers share)."""
+    if det.format == "preference" and det.prompt_field is None:
+        return shared_prompt(row, det)
     if det.prompt_field is None and det.messages_field:
         return _split_conversation(normalize_messages(row.get(det.messages_field)))[0]
     v = row.get(det.prompt_field) if det.prompt_field else None
@@ -122,6 +79,8 @@ def reference_text(row: dict, det: Detection) -> str | None:
     if not det.reference_field:
         return None
     v = row.get(det.reference_field)
+    if det.reference_field in (det.chosen_field, det.rejected_field):  # a preference answer, not its transcript
+        return answer_text(v)
     if isinstance(v, int) and not isinstance(v, bool):
         # MMLU-style: an index into the answer options is the option's letter, which is what the prompt shows.
         for c in det.context_fields:
@@ -147,7 +106,11 @@ def reference_text(row: dict, det: Detection) -> str | None:
 
 
 def completion_text(row: dict, det: Detection) -> str | None:
-    """What SFT trains the model to write: the worked solution when there is one, else the reference."""
+    """What SFT trains the model to write: the worked solution when there is one, else the reference (preference
+    data: the preferred answer)."""
+    if det.format == "preference":
+        pair = pair_of(row, det)
+        return pair.chosen if pair else None
     if det.prompt_field is None and det.messages_field:
         return _split_conversation(normalize_messages(row.get(det.messages_field)))[1]
     if det.solution_field and value_text(row.get(det.solution_field)).strip():
@@ -155,19 +118,11 @@ def completion_text(row: dict, det: Detection) -> str | None:
     return reference_text(row, det)
 
 
-def _with_system(msgs: list[dict], system_prompt: str | None) -> list[dict]:
-    if not system_prompt:
-        return msgs
-    if msgs and msgs[0]["role"] == "system":  # keep the data's own system turn, after ours
-        return [{"role": "system", "content": f"{system_prompt}\n\n{msgs[0]['content']}"}, *msgs[1:]]
-    return [{"role": "system", "content": system_prompt}, *msgs]
-
-
 def prompt_messages(row: dict, det: Detection, system_prompt: str | None) -> list[dict]:
     conv = _conversation_source(row, det)
     if conv is None or det.context_fields:
         conv = [{"role": "user", "content": prompt_text(row, det)}]
-    return _with_system([{"role": m["role"], "content": m["content"]} for m in conv], system_prompt)
+    return with_system([{"role": m["role"], "content": m["content"]} for m in conv], system_prompt)
 
 
 def plain_prompt(row: dict, det: Detection, system_prompt: str | None) -> str:
@@ -207,7 +162,7 @@ def _grpo_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) 
 
 
 def _conversation_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) -> dict:
-    msgs = _with_system(normalize_messages(row.get(det.messages_field)), system_prompt)
+    msgs = with_system(normalize_messages(row.get(det.messages_field)), system_prompt)
     return {"messages": msgs} if chat else {"text": render_conversation(msgs)}
 
 
@@ -243,9 +198,39 @@ def to_sft(ds, det: Detection, tokenizer, system_prompt: str | None):
     if det.prompt_field is None and det.messages_field:
         out = _apply(ds, _conversation_row, det, tokenizer, system_prompt, "formatting conversations")
         return _drop_empty(out, "messages" if _has_template(tokenizer) else "text", "conversation")
-    if det.reference_field is None:  # text-only: plain language modelling on the text
+    if det.reference_field is None and det.format != "preference":  # text-only: plain language modelling
         out = _apply(ds, _text_row, det, tokenizer, None, "formatting text")
         return _drop_empty(out, "text", "text")
     out = _apply(ds, _pair_row, det, tokenizer, system_prompt, "formatting SFT pairs")
     out = _drop_empty(out, "completion", "reference (completion)")
     return _drop_empty(out, "prompt", "prompt")
+
+
+def _dpo_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) -> dict:
+    pair = pair_of(row, det)
+    if pair is None:
+        return {"prompt": None, "chosen": None, "rejected": None}
+    if chat:
+        return {"prompt": prompt_messages(row, det, system_prompt),
+                "chosen": [{"role": "assistant", "content": pair.chosen}],
+                "rejected": [{"role": "assistant", "content": pair.rejected}]}
+    # A newline between prompt and answer, as for SFT: TRL concatenates the token sequences as they are.
+    return {"prompt": plain_prompt(row, det, system_prompt), "chosen": "\n" + pair.chosen,
+            "rejected": "\n" + pair.rejected}
+
+
+def to_dpo(ds, det, tokenizer, system_prompt: str | None):
+    """TRL's preference format (prompt / chosen / rejected; conversational with a chat template). Rows that make no
+    pair are counted and skipped with one line; data with no pair at all is one line (DataError)."""
+    require_pairs(det)
+    out = _apply(ds, _dpo_row, det, tokenizer, system_prompt, "formatting preference pairs")
+    before = len(out)
+    out = out.filter(lambda row: row["chosen"] is not None, desc="dropping rows that make no pair")
+    if len(out) == 0:
+        raise DataError(f"none of the {before} rows makes a preference pair (a side missing, or chosen equal to "
+                        "rejected); check the fields with `qlora-app inspect` and pass --chosen-field / "
+                        "--rejected-field")
+    if len(out) < before:
+        log.warning("skipped %d of %d rows that make no preference pair (a side missing, chosen equal to rejected, "
+                    "or a tie)", before - len(out), before)
+    return out

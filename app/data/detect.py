@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 
+from app.data.preference import with_preference
 from app.data.profile import (
     Profile,
     name_words,
@@ -31,11 +32,9 @@ from app.data.vocabulary import (
     WHOLE_REFERENCE,
     role_score,
 )
-from app.errors import UserError
+from app.errors import DataError
 
-
-class DataError(UserError):
-    """A dataset problem the user can fix; the message is one line: the problem and the fix."""
+__all__ = ["DataError", "Detection", "detect_fields", "detect_from_rows", "detect_nested"]
 
 
 @dataclass
@@ -51,6 +50,12 @@ class Detection:
     # Not part of the inspect --json contract: the long worked solution when the reference is a short final answer.
     # SFT trains on it (teaching "42" alone would teach no reasoning); GRPO compares against the short answer.
     solution_field: str | None = field(default=None, repr=False)
+    # Preference data (format "preference", app/data/preference.py): the preferred and the rejected answer's columns,
+    # or two answers (pair_fields) and the label column or the two score columns that rank them (preference_field).
+    chosen_field: str | None = None
+    rejected_field: str | None = None
+    pair_fields: list[str] | None = None
+    preference_field: str | list[str] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -60,7 +65,10 @@ class Detection:
     def fields_line(self) -> str:
         """'prompt question, reference answer (qlora-app inspect shows why)': the dry run's and train.log's line."""
         parts = [f"{role.removesuffix('_field')} {getattr(self, role)}"
-                 for role in ("prompt_field", "reference_field", "messages_field") if getattr(self, role)]
+                 for role in ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field")
+                 if getattr(self, role)]
+        if self.pair_fields:
+            parts.append(f"answers {' / '.join(self.pair_fields)} ranked by {self.preference_field}")
         if self.context_fields:
             parts.append("context " + ", ".join(self.context_fields))
         return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
@@ -87,13 +95,13 @@ REFERENCE_KINDS = {"text", "number", "bool", "list_text", "answer_dict", "messag
 
 
 def detect_fields(ds, prompt_field: str | None = None, reference_field: str | None = None,
-                  sample_rows: int = 64, *, num_rows: int | None = None) -> Detection:
+                  sample_rows: int = 64, *, num_rows: int | None = None, **pair_fields) -> Detection:
     """Detect the roles of ``ds``'s columns from a bounded sample. Overrides win over detection.
 
     ``num_rows`` lets a caller that only read a sample (``inspect`` on a big file) report the true size."""
     rows = spread_sample(ds, sample_rows)
     return detect_from_rows(rows, list(ds.column_names), prompt_field, reference_field,
-                            num_rows if num_rows is not None else len(ds))
+                            num_rows if num_rows is not None else len(ds), **pair_fields)
 
 
 def flatten_row(row: dict, prefix: str = "") -> dict:
@@ -109,29 +117,34 @@ def flatten_row(row: dict, prefix: str = "") -> dict:
 
 
 def detect_nested(rows: list[dict], columns: list[str], prompt_field: str | None = None,
-                  reference_field: str | None = None, num_rows: int | None = None) -> tuple[Detection, bool]:
+                  reference_field: str | None = None, num_rows: int | None = None,
+                  **pair_fields) -> tuple[Detection, bool]:
     """(Detection, flattened). Where the top-level columns give no prompt (or an override names a dotted field),
     the rows' nested objects are read as dotted columns; flattened=True tells the caller to flatten the data alike.
     Top-level columns come first so that answer objects (SQuAD's answers) and metadata stay whole."""
     try:
-        return detect_from_rows(rows, columns, prompt_field, reference_field, num_rows), False
+        return detect_from_rows(rows, columns, prompt_field, reference_field, num_rows, **pair_fields), False
     except DataError:
         flat = [flatten_row(r) if isinstance(r, dict) else r for r in rows]
         flat_columns = list(dict.fromkeys(k for r in flat if isinstance(r, dict) for k in r))
         if set(flat_columns) == set(columns):
             raise
-    det = detect_from_rows(flat, flat_columns, prompt_field, reference_field, num_rows)
+    det = detect_from_rows(flat, flat_columns, prompt_field, reference_field, num_rows, **pair_fields)
     det.reasons["format"] = det.reasons.get("format", "") + "; nested objects read as dotted columns"
     return det, True
 
 
 def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | None = None,
-                     reference_field: str | None = None, num_rows: int | None = None) -> Detection:
-    """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files)."""
+                     reference_field: str | None = None, num_rows: int | None = None, *,
+                     chosen_field: str | None = None, rejected_field: str | None = None) -> Detection:
+    """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files).
+    ``chosen_field`` / ``rejected_field``: overrides of a preference pair's columns (app/data/preference.py)."""
     if not columns:
         raise DataError("the dataset has no columns; pass a file with named fields (e.g. JSONL objects)")
     p_override = _resolve_override(prompt_field, columns, "--prompt-field") if prompt_field else None
     r_override = _resolve_override(reference_field, columns, "--reference-field") if reference_field else None
+    pair = {k: _resolve_override(v, columns, f"--{k.replace('_', '-')}") if v else None
+            for k, v in (("chosen_field", chosen_field), ("rejected_field", rejected_field))}
     d = _Detector(rows, columns)
     prompt, reference = p_override, r_override
     if p_override:
@@ -176,7 +189,8 @@ def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | N
                                         "--reference-field NAME in the CLI)")
     d.reasons.setdefault("format", "separate prompt / reference columns" if reference else "prompt text only")
     solution = d.solution(reference) if reference and not r_override and fmt == "columns" else None
-    return Detection(fmt, prompt, reference, contexts, messages, columns, num_rows, d.reasons, solution)
+    det = Detection(fmt, prompt, reference, contexts, messages, columns, num_rows, d.reasons, solution)
+    return with_preference(det, d, pair["chosen_field"], pair["rejected_field"], bool(p_override), bool(r_override))
 
 
 _FINAL_MARK = re.compile(r"####\s*-?[\d,.]+\s*$")

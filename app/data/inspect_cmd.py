@@ -10,6 +10,7 @@ import json
 import sys
 
 from app.data.convert import prompt_text, reference_text
+from app.data.preference import pair_of
 from app.data.preview import inspect_detection
 
 SAMPLES = 3
@@ -24,9 +25,11 @@ def _short(text: str | None) -> str:
 
 
 def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt_field: str | None,
-                reference_field: str | None, local_only: bool, as_json: bool) -> int:
-    """Print the detection; returns the exit code. Bad input raises DataError (the CLI maps it to exit 2)."""
-    det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only)
+                reference_field: str | None, local_only: bool, as_json: bool, **pair_fields) -> int:
+    """Print the detection; returns the exit code. Bad input raises DataError (the CLI maps it to exit 2).
+    ``pair_fields``: chosen_field / rejected_field overrides of preference data."""
+    det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only,
+                                              **pair_fields)
     if as_json:
         sys.stdout.write(json.dumps(det.to_dict(), ensure_ascii=False) + "\n")
         sys.stdout.flush()
@@ -48,7 +51,9 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     rows_ = [("format", det.format, det.reasons.get("format", ""))]
     if det.messages_field:
         rows_.append(("messages", det.messages_field, det.reasons.get("messages_field", "")))
-    if det.messages_field and not det.prompt_field:  # chat data: the prompt is part of the conversation column
+    if det.format == "preference" and not det.prompt_field:
+        rows_.append(("prompt", "-", det.reasons.get("prompt_field", "")))
+    elif det.messages_field and not det.prompt_field:  # chat data: the prompt is part of the conversation column
         rows_.append(("prompt", det.messages_field, "the turns before the last assistant turn of "
                                                     f"'{det.messages_field}'"))
     else:
@@ -58,6 +63,14 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
         rows_.append(("context", ", ".join(det.context_fields), det.reasons.get("context_fields", "")))
     if det.solution_field:
         rows_.append(("SFT target", det.solution_field, "worked solution used as the SFT completion"))
+    for role in ("chosen_field", "rejected_field"):
+        if getattr(det, role):
+            rows_.append((role.removesuffix("_field"), getattr(det, role), det.reasons.get(role, "")))
+    if det.pair_fields:
+        rows_.append(("answers", ", ".join(det.pair_fields), "two answers; the better one is the chosen"))
+        ranker = det.preference_field
+        rows_.append(("ranked by", ", ".join(ranker) if isinstance(ranker, list) else ranker,
+                      det.reasons.get("preference_field", "")))
     for role, field, why in rows_:
         roles.add_row(role, Text(field), Text(why))
     console.print(roles)
@@ -66,8 +79,17 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     samples.add_column("#", justify="right")
     samples.add_column("prompt")
     samples.add_column("reference")
+    pairs = det.format == "preference"
+    if pairs:
+        samples.add_column("chosen")
+        samples.add_column("rejected")
     for i, row in enumerate(rows[:SAMPLES]):
-        samples.add_row(str(i), Text(_short(prompt_text(row, det))), Text(_short(reference_text(row, det))))
+        cells = [Text(_short(prompt_text(row, det))), Text(_short(reference_text(row, det)))]
+        if pairs:
+            pair = pair_of(row, det)
+            cells += [Text(_short(pair.chosen if pair else None)), Text(_short(pair.rejected if pair else None))]
+        samples.add_row(str(i), *cells)
     console.print(samples)
-    console.print("[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME.[/]")
+    more = " / --chosen-field NAME / --rejected-field NAME" if pairs else ""
+    console.print(f"[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME{more}.[/]")
     return 0

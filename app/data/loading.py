@@ -293,10 +293,12 @@ def pick_split(dd, split: str | None):
     raise DataError(f"split '{name}' not found; this dataset has: {', '.join(dd)} (pass --split NAME)")
 
 
-def detect_dataset(ds, prompt_field: str | None = None, reference_field: str | None = None, sample_rows: int = 64):
-    """(ds, Detection): ``ds`` flattened into dotted columns where only its nested objects hold the prompt."""
+def detect_dataset(ds, prompt_field: str | None = None, reference_field: str | None = None, sample_rows: int = 64,
+                   **pair_fields):
+    """(ds, Detection): ``ds`` flattened into dotted columns where only its nested objects hold the prompt.
+    ``pair_fields``: chosen_field / rejected_field overrides of preference data."""
     det, flattened = detect_nested(spread_sample(ds, sample_rows), list(ds.column_names), prompt_field,
-                                   reference_field, len(ds))
+                                   reference_field, len(ds), **pair_fields)
     return (ds.flatten() if flattened else ds), det
 
 
@@ -312,7 +314,8 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     train = dd[train_name]
     if len(train) == 0:
         raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --split")
-    train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field)
+    train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field,
+                                chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
             raise DataError(f"eval split '{data_cfg.eval_split}' not found; this dataset has: {', '.join(dd)}")
@@ -331,7 +334,8 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
         heldout = train.select(sorted(held))
         train = train.select([i for i in range(len(train)) if i not in held])
         det.reasons["heldout"] = f"{k} rows drawn from '{train_name}' with seed {seed} (removed from training)"
-    missing = [c for c in (det.prompt_field, det.messages_field) if c and c not in heldout.column_names]
+    missing = [c for c in (det.prompt_field, det.messages_field, det.chosen_field, det.rejected_field,
+                           *(det.pair_fields or ())) if c and c not in heldout.column_names]
     if missing:
         raise DataError(f"the held-out split lacks column(s) {', '.join(missing)}; set data.eval_split to a split "
                         "with the same columns, or unset it")

@@ -85,7 +85,9 @@ def peek(spec: str, config_name: str | None, split: str | None, n: int, local_on
 
 
 def inspect_detection(spec: str, config_name: str | None, split: str | None, prompt_field: str | None,
-                      reference_field: str | None, local_only: bool, n: int = 64) -> tuple[Detection, list[dict], str]:
+                      reference_field: str | None, local_only: bool, n: int = 64,
+                      **pair_fields) -> tuple[Detection, list[dict], str]:
+    """``pair_fields``: chosen_field / rejected_field overrides of preference data."""
     rows, cols, total, name = peek(spec, config_name, split, n, local_only)
-    det, flattened = detect_nested(rows, cols, prompt_field, reference_field, total)
+    det, flattened = detect_nested(rows, cols, prompt_field, reference_field, total, **pair_fields)
     return det, ([flatten_row(r) for r in rows] if flattened else rows), name

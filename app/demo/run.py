@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from app import proof, rundir
 from app.config import build_config
@@ -41,6 +42,24 @@ def _keep_previous(path: Path) -> None:
     if path.exists():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
         os.replace(path, path.with_name(f"{path.stem}.{stamp}{path.suffix}"))
+
+
+def stop_if_interrupted(run: Path, console) -> None:
+    """Ctrl-C ends a demo: a half-trained adapter proves nothing, so no lift is claimed; the run is kept."""
+    st = rundir.read_status(run) or {}
+    if st.get("status") == rundir.INTERRUPTED:
+        console.print(f"[yellow]interrupted[/] at step {st.get('step')}: no comparison, no lift claimed; the run is "
+                      f"kept in {escape(str(run))} (qlora-app train --resume {escape(str(run))} continues it)",
+                      highlight=False)
+        raise DemoInterrupted()
+
+
+def run_proof(run: Path) -> Comparison:
+    """The proof the run's session wrote as its training ended (training.proof_rows): the demo's result."""
+    recorded = proof.latest_proof(run)
+    if recorded is None:
+        raise RunFailed(f"the demo's run made no held-out proof; see {run / rundir.LOG}")
+    return Comparison.from_dict(recorded)
 
 
 def quarter_means(values: list[float]) -> tuple[float | None, float | None]:
@@ -77,10 +96,7 @@ def run_demo(output_dir: Path, quick: bool = False, console=None, progress: bool
     quarters = _show_curves(grpo_dir, console)
     console.print(f"[bold]2/2[/] base vs adapter on {n_eval} held-out problems (greedy): the run's proof, written as "
                   "its training ended")
-    recorded = proof.latest_proof(grpo_dir)
-    if recorded is None:
-        raise RunFailed(f"the demo's run made no held-out proof; see {grpo_dir / rundir.LOG}")
-    result = Comparison.from_dict(recorded)
+    result = run_proof(grpo_dir)
     timings["total_s"] = time.time() - t0
     out = _record(result, output_dir, grpo_dir, quick, seed, quarters, timings)
     _print_outcome(result, console, grpo_dir, out, timings["total_s"])
@@ -94,11 +110,7 @@ def _train(base: Path, output_dir: Path, quick: bool, seed: int, sets, console, 
     console.print("[bold]1/2[/] GRPO with the shaped reward, straight from the 4-bit base (no warm-up)")
     cfg = build_config({**grpo_preset(base), "output_dir": str(output_dir), "run_name": "demo-grpo"}, sets=sets)
     grpo_dir = Session(cfg, progress=progress, console=console).run()
-    st = rundir.read_status(grpo_dir) or {}
-    if st.get("status") == rundir.INTERRUPTED:  # Ctrl-C ends the demo: a half-trained adapter proves nothing
-        console.print(f"[yellow]interrupted[/] at step {st.get('step')}: no comparison, no lift claimed; the run is "
-                      f"kept in {grpo_dir} (qlora-app train --resume {grpo_dir} continues it)", highlight=False)
-        raise DemoInterrupted()
+    stop_if_interrupted(grpo_dir, console)
     return grpo_dir
 
 
@@ -107,8 +119,9 @@ def _show_curves(grpo_dir: Path, console) -> tuple[float | None, float | None]:
     recs = rundir.read_metrics(grpo_dir)
     _, reward = series(recs, "reward")
     first_q, last_q = quarter_means(reward)
-    if reward:
-        console.print(f"   reward {sparkline(reward, 40)}  first quarter {first_q:.3f} -> last quarter {last_q:.3f}")
+    if reward:  # sampled at temperature 1, a few prompts a point: noisy; the held-out line below is the learning
+        console.print(f"   reward {sparkline(reward, 40)}  first quarter {first_q:.3f} -> last quarter {last_q:.3f} "
+                      "(sampled, noisy)")
     for key in rundir.component_keys(recs):
         _, ys = series(recs, key)
         console.print(f"   {rundir.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")

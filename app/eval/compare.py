@@ -19,9 +19,11 @@ from pathlib import Path
 
 from app import proof, rundir
 from app.config import DataConfig, ModelConfig, TrainingConfig, load_yaml_file, validate
+from app.config_schema import DPOSection
 from app.cpu_threads import ThreadGovernor
 from app.errors import UserError
 from app.eval.heldout import heldout_examples
+from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.generation import format_prompt, generate
 from app.models import check_model_source, load_base_model
@@ -198,6 +200,8 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     with peft_model.disable_adapter():
         base_out = generate(peft_model, tok, texts, **gen)
     adapter_out = generate(peft_model, tok, texts, **gen)
+    # preference data: which of each held-out pair's answers base and adapter find more likely
+    pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
 
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
@@ -210,7 +214,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
               "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
-    result = Comparison.of(rows, config)
+    result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)
     run = rundir.run_of_adapter(adapter_dir)
     if run is not None and record == "proof":
         proof.write_proof(run, result.to_dict())

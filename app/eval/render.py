@@ -13,6 +13,7 @@ import re
 from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
+from app.runs import preference_text
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}
@@ -125,7 +126,8 @@ def summary_markdown(c: Comparison) -> str:
     """The UI's summary: the same rows as the terminal and the page, as a Markdown table."""
     lines = [f"**{summary_title(c.summary)}**", "", "| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
-    return "\n".join(lines) + f"\n\n{wins_line(c.summary)}"
+    pref = preference_text(c.preference)
+    return "\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
 
 
 def _verdict(correct) -> str:
@@ -164,7 +166,12 @@ def page_html(c: Comparison) -> str:
             "<title>qlora-app: base vs adapter</title>"
             f"<style>{PAGE_CSS}{CSS}</style></head><body>"
             f"<h1>Base vs adapter</h1><div class=\"meta\">{meta}</div>"
-            f"{_summary(c.summary)}{rows_html(c)}</body></html>\n")
+            f"{_summary(c.summary)}{_preference(c)}{rows_html(c)}</body></html>\n")
+
+
+def _preference(c: Comparison) -> str:
+    pref = preference_text(c.preference)
+    return f'<p class="pref">{escape(pref)}</p>' if pref else ""
 
 
 # ---------------------------------------------------------------------------------------------- terminal
@@ -206,3 +213,6 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
         st.add_row(*r)
     console.print(st)
     console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")
+    pref = preference_text(c.preference)
+    if pref:
+        console.print(pref, markup=False, highlight=False)

@@ -110,10 +110,12 @@ class Comparison:
     rows: list[Row]
     summary: Summary
     config: dict = field(default_factory=dict)  # what was compared and how (adapter, base, dataset, seed, ...)
+    # preference data: app.eval.preference.PreferenceSummary of the held-out rows' pairs, as a dict; else None
+    preference: dict | None = None
 
     @classmethod
-    def of(cls, rows: list[Row], config: dict) -> "Comparison":
-        return cls(rows=rows, summary=Summary.of(rows), config=config)
+    def of(cls, rows: list[Row], config: dict, preference: dict | None = None) -> "Comparison":
+        return cls(rows=rows, summary=Summary.of(rows), config=config, preference=preference)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,4 +128,5 @@ class Comparison:
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
                           losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
                           prompts=s.get("prompts", 0))
-        return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}))
+        return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}),
+                   preference=data.get("preference"))

@@ -57,6 +57,13 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
         lines.append(f"| {side} | {_pct(x.get('accuracy'))} | {_num(x.get('mean_reward'))} | "
                      f"{_num(x.get('mean_tokens'))} |")
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
+    p = cmp.get("preference")
+    if p:  # preference data: which answer of each held-out pair each side finds more likely
+        lines += ["", f"On {p['n']} held-out preference pairs (chosen vs rejected answer, summed log-probability):", "",
+                  "| | prefers the chosen answer |", "|---|---:|", f"| base | {_pct(p['base_accuracy'])} |",
+                  f"| adapter | {_pct(p['adapter_accuracy'])} |", "",
+                  f"DPO's implicit reward margin (beta {p['beta']:g}): {p['margin']:+.3g} on average, above 0 on "
+                  f"{_pct(p['reward_accuracy'])} of the pairs."]
     return lines
 
 
@@ -118,6 +125,14 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
                      f"{g.max_completion_length} tokens each; reward weights: {weights}"]
+        elif cfg.method == "dpo":
+            d = cfg.dpo
+            body += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"
+                     + (f" (weights {', '.join(f'{w:g}' for w in d.loss_weights)})" if d.loss_weights else "")
+                     + f", beta {d.beta:g}; the reference is the base with the adapter switched off"]
+        elif cfg.method == "orpo":
+            body += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
+                     "model"]
         body.append("")
     body += ["## Held-out proof", ""] + proof_table(*_comparison_of(run, adapter_dir)) + [""]
     if run and (run / rundir.CURVES).is_file():

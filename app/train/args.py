@@ -1,4 +1,4 @@
-"""Translate a run plan into TRL's SFTConfig / GRPOConfig keyword arguments.
+"""Translate a run plan into TRL's SFTConfig / DPOConfig / GRPOConfig keyword arguments.
 
 Owns the translation only: every value comes from the plan (app/train/plan.py), which decided it; nothing here
 decides again. Kept separate from the trainers so the translation can be unit-tested without loading a model.
@@ -74,6 +74,27 @@ def sft_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
     return _with_extra(kw, cfg, "SFTConfig")
 
 
+def dpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
+    """DPOConfig's arguments for a plan: the loss family, beta and the pair's token budget."""
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
+    kw.update(trl_kwargs(plan.fast, cfg))
+    d = cfg.dpo
+    kw.update(loss_type=list(d.loss_type), loss_weights=d.loss_weights, beta=d.beta,
+              label_smoothing=d.label_smoothing, max_length=cfg.training.max_length,
+              # prompt + answer cut at max_length keeps the prompt's start; the answer's end goes first
+              truncation_mode="keep_start")
+    return _with_extra(kw, cfg, "DPOConfig")
+
+
+def orpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
+    """trl.experimental's ORPOConfig arguments for a plan: its lambda (dpo.beta) and the pair's token budget."""
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
+    kw.update(beta=cfg.dpo.beta, max_length=cfg.training.max_length, remove_unused_columns=False)
+    return _with_extra(kw, cfg, "ORPOConfig")
+
+
 def grpo_kwargs(plan, run_dir: Path, reward_weights: list[float], fsdp_layers: list[str] | None = None) -> dict:
     """GRPOConfig's arguments for a plan."""
     cfg = plan.cfg
@@ -101,7 +122,10 @@ def grpo_kwargs(plan, run_dir: Path, reward_weights: list[float], fsdp_layers: l
 def _with_extra(kw: dict, cfg: AppConfig, cls_name: str) -> dict:
     import trl
 
-    cls = getattr(trl, cls_name)
+    if cls_name == "ORPOConfig":  # experimental: not at trl's top level
+        from trl.experimental.orpo import ORPOConfig as cls
+    else:
+        cls = getattr(trl, cls_name)
     names = {f.name for f in dataclasses.fields(cls)}
     for k, v in cfg.training.extra_args.items():
         if cfg.runtime.local_only and (k.startswith(("trackio_", "hub_")) or k == "push_to_hub") and v:

@@ -1,8 +1,9 @@
 """Building a planned run: the base model as the plan placed it, the TRL trainer on it, and its callbacks.
 
 Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA), choosing the trainer builder of the
-method (app/train/grpo.py, app/train/sft.py) and attaching the run's callbacks. Must not decide anything (the plan
-did: app/train/plan.py) nor write the run's records (the callbacks report to the session: app/train/session.py).
+method (app/train/grpo.py, app/train/sft.py, app/train/dpo.py) and attaching the run's callbacks. Must not decide
+anything (the plan did: app/train/plan.py) nor write the run's records (the callbacks report to the session:
+app/train/session.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from app.models import load_base_model
 from app.rewards import reward_error_count
+from app.train.dpo import build_dpo_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
 from app.train.sft import build_sft_trainer
@@ -45,6 +47,8 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: b
         trainer = build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
                                      on_sampler_change=on_sampler_change)
         return trainer, reward_error_count
+    if plan.cfg.method in ("dpo", "orpo"):
+        return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir), lambda: 0
     return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir), lambda: 0
 
 
@@ -73,5 +77,5 @@ def attach_callbacks(trainer, session, tokenizer, errors, heldout: list[dict]):
     if main and heldout and t.eval_every != 0:
         trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
-                                         record=session.record))
+                                         record=session.record, beta=plan.cfg.dpo.beta))
     return watch, stop, bar

@@ -23,7 +23,7 @@ log = logging.getLogger("qlora_app")
 
 # TRL/transformers key -> the stable name we write (the UI and `runs` read these names).
 _RENAME = {"train_loss": "loss"}
-_KEEP_PREFIXES = ("rewards/", "completions/", "kl", "entropy", "grad_norm", "reward", "loss", "learning_rate",
+_KEEP_PREFIXES = ("rewards/", "logps/", "completions/", "kl", "entropy", "grad_norm", "reward", "loss", "learning_rate",
                   "epoch", "num_tokens", "step_time", "frac_reward_zero_std", "mean_token_accuracy", "reward_std")
 
 

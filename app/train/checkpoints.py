@@ -61,8 +61,11 @@ def save_adapter(model, tok, run_dir: Path, name: str = rundir.ADAPTER) -> Path:
     final = Path(run_dir) / name
     tmp = final.with_name(f".tmp-{name}")
     shutil.rmtree(tmp, ignore_errors=True)
+    # DPO on an initial adapter trains beside TRL's frozen copy of it ("ref"): the run's adapter is the trained one
+    adapters = getattr(model, "peft_config", None) or {}
+    only = {"selected_adapters": ["default"]} if len(adapters) > 1 and "default" in adapters else {}
     try:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **only)
         tok.save_pretrained(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

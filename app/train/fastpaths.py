@@ -65,11 +65,12 @@ def pick_liger(setting: bool | None, env: Env) -> bool:
 
 
 def pick_offloading(setting: bool | None, method: str, env: Env, needs_room: bool = False) -> bool:
-    """Activation offloading: TRL offers it for SFT; auto only when the run would not fit without it."""
-    if setting and method != "sft":
-        raise UserError("training.activation_offloading=true is an SFT option (TRL's GRPO has none); leave it empty")
+    """Activation offloading: TRL offers it for SFT and DPO; auto only when the run would not fit without it."""
+    if setting and method == "grpo":
+        raise UserError("training.activation_offloading=true is an SFT / DPO option (TRL's GRPO has none); leave it "
+                        "empty")
     if setting is None:
-        return method == "sft" and env.cuda and env.backend != "unsloth" and needs_room
+        return method != "grpo" and env.cuda and env.backend != "unsloth" and needs_room
     return _pick(setting, "training.activation_offloading", env, "torch", True)
 
 
@@ -101,8 +102,8 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> 
     the weights for the merged sampler fits (the caller's memory check)."""
     t, g = cfg.training, cfg.grpo
     vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
-    if cfg.method == "sft" and g.use_vllm:
-        raise UserError("grpo.use_vllm=true only applies to method grpo; leave it empty for SFT")
+    if cfg.method != "grpo" and g.use_vllm:
+        raise UserError(f"grpo.use_vllm=true only applies to method grpo; leave it empty for {cfg.method.upper()}")
     spg = at_once = per_gen = None
     sampler = "plain"
     if cfg.method == "grpo":
@@ -149,9 +150,9 @@ def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1,
 
 
 def trl_kwargs(fp: FastPaths, cfg) -> dict:
-    """The TRL (SFTConfig / GRPOConfig) arguments for the decided fast paths."""
+    """The TRL (SFTConfig / DPOConfig / GRPOConfig) arguments for the decided fast paths."""
     kw: dict = {"use_liger_kernel": fp.liger}
-    if cfg.method == "sft":
+    if cfg.method != "grpo":
         kw["activation_offloading"] = fp.offloading
         return kw
     kw["use_vllm"] = fp.vllm

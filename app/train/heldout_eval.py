@@ -3,8 +3,10 @@ rows, scored with the run's shaped reward, through compare's own generate / scor
 
 Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>, on the line of their step (every
 ``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
-`compare` measures). status.json keeps the best point
-(best_step / best_score: accuracy, or the mean reward for data without references); with training.keep_best its
+`compare` measures). Preference data adds eval/pref_accuracy and eval/pref_margin on the same rows' pairs
+(app/eval/preference.py; the base's accuracy goes to status.json once). status.json keeps the best point
+(best_step / best_score: accuracy; for data without references the preference accuracy of its pairs, else the mean
+reward); with training.keep_best its
 adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
 """
 
@@ -18,6 +20,7 @@ from transformers import TrainerCallback
 
 from app import rundir
 from app.eval.compare import score_cell
+from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
 from app.generation import format_prompt, generate
 from app.models import context_length, eval_keeping_4bit
@@ -39,9 +42,11 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
-                 keep_best: bool = False, sink: dict | None = None, record=None):
+                 keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
-        **fields)``: the session's record of the run (status.json keeps the best point)."""
+        **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
+        reward margin of held-out preference pairs (items with a "pair")."""
+        self.beta, self.base_logps = beta, None
         self.record = record or (lambda status, **fields: None)
         self.run_dir, self.items, self.tok, self.reward_cfg = Path(run_dir), items, tok, reward_cfg
         self.sink = sink if sink is not None else {}
@@ -80,15 +85,21 @@ class HeldoutEval(TrainerCallback):
             with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
                 outs = generate(model, self.tok, self.texts, max_new_tokens=tokens, temperature=0.0,
                                 batch_size=len(self.texts))
+                pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps)
         finally:
             self.tok.padding_side, self.tok.truncation_side = sides
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg) for o, it in zip(outs, self.items)])
         rec = {rundir.EVAL_ACCURACY: summary.accuracy, rundir.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{rundir.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
+        if pref:
+            rec.update({rundir.EVAL_PREF_ACCURACY: pref.adapter_accuracy, rundir.EVAL_PREF_MARGIN: pref.margin})
+            self.record(None, **{rundir.PREF_BASE_ACCURACY: pref.base_accuracy, rundir.PREF_ROWS: pref.n})
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
         self.record(None, **{rundir.EVAL_SECONDS: round(self.seconds, 2), rundir.EVAL_ROWS: len(outs)})
-        score = summary.accuracy if summary.accuracy is not None else summary.mean_reward
+        # the answers' accuracy where the data has references, else the preference accuracy of its pairs
+        score = next((x for x in (summary.accuracy, pref.adapter_accuracy if pref else None, summary.mean_reward)
+                      if x is not None), None)
         if score is not None and (self.best[1] is None or score > self.best[1]):
             self.best = (step, score)
             self.record(None, **{rundir.BEST_STEP: step, rundir.BEST_SCORE: score})
@@ -96,5 +107,7 @@ class HeldoutEval(TrainerCallback):
                 save_adapter(model, self.tok, self.run_dir, rundir.BEST_ADAPTER)
         acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"
         reward = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
-        log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)", step, acc, reward, len(outs))
+        log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)%s", step, acc, reward, len(outs),
+                 f"; preference accuracy {pref.adapter_accuracy:.1%} (base {pref.base_accuracy:.1%}), margin "
+                 f"{pref.margin:+.3g} ({pref.n} pairs)" if pref else "")
         return rec

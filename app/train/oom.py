@@ -80,8 +80,8 @@ def next_rung(plan) -> tuple[dict, str] | None:
                 f"{fast.completions_at_once}")
     if cfg.method == "grpo" and fast.sampler == "merged":
         return {"grpo.sampler": "plain"}, "sampling with the 4-bit model instead of the merged 16-bit copy"
-    offload = cfg.method == "sft" and fast.cuda and not fast.offloading and plan.backend != "unsloth"
-    if offload and t.per_device_train_batch_size == 1:  # SFT: after the batch, offloading
+    offload = cfg.method != "grpo" and fast.cuda and not fast.offloading and plan.backend != "unsloth"
+    if offload and t.per_device_train_batch_size == 1:  # SFT / DPO: after the batch, offloading
         return {"training.activation_offloading": True}, "activation offloading on"
     if t.per_device_train_batch_size > 1:
         half = t.per_device_train_batch_size // 2

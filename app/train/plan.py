@@ -27,7 +27,10 @@ from typing import Any
 from app import machine as this_machine
 from app.config import AppConfig, resolve, with_absolute_paths, with_values
 from app.config_keys import differences
+from app.config_schema import PREFERENCE_METHODS
 from app.data import to_grpo, to_sft
+from app.data.convert import to_dpo
+from app.data.preference import require_pairs
 from app.errors import UserError
 from app.memory import CARDS_GB, FIT_MARGIN, Decisions, estimate_memory
 from app.models import (
@@ -202,6 +205,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     if stack:
         raise UserError(stack)
     world = world_size()
+    if cfg.method in PREFERENCE_METHODS and det is not None:
+        require_pairs(det)  # before any model file is read
     lengths = token_lengths(cfg, rows, det)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
@@ -219,6 +224,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                 steps.say("dataset has no reference field: GRPO runs without the reference-match component")
             changes, train_ds = fit_grpo(cfg, to_grpo(rows, det, tok, cfg.data.system_prompt), tok, context,
                                          steps.say)  # says how many it dropped
+        elif cfg.method in PREFERENCE_METHODS:
+            changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
         else:
             changes, train_ds = fit_sft_length(cfg, context, steps.say), to_sft(rows, det, tok, cfg.data.system_prompt)
         cfg = steps.apply(cfg, changes)

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 
 from app.batching import steps_per_generation
 from app.config import with_values
+from app.config_schema import PREFERENCE_METHODS
 from app.data.convert import completion_text, prompt_text
+from app.data.preference import pair_of
 from app.errors import UserError
 from app.memory import Decisions, estimate_memory, fit_problem
 from app.train.fastpaths import Env
@@ -29,7 +31,8 @@ LENGTH_SAMPLE = 2000
 
 
 def token_lengths(cfg, rows, det) -> list[int] | None:
-    """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO."""
+    """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO, the prompt
+    and the longer answer for DPO (both answers are padded to it)."""
     if rows is None or det is None or not len(rows):
         return None
     n = min(len(rows), LENGTH_SAMPLE)
@@ -39,6 +42,9 @@ def token_lengths(cfg, rows, det) -> list[int] | None:
         text = prompt_text(row, det) + (cfg.data.system_prompt or "")
         if cfg.method == "sft":
             text += completion_text(row, det) or ""
+        elif cfg.method in PREFERENCE_METHODS:
+            pair = pair_of(row, det)
+            text += max(pair.chosen, pair.rejected, key=len) if pair else ""
         texts.append(text)
     tok = _local_tokenizer(cfg)
     overhead = 12  # chat-template tokens around the turns
@@ -77,7 +83,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
     est = estimate_memory(cfg, lengths, base)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
-    if problem and cfg.method == "sft" and cfg.training.activation_offloading is None:
+    if problem and cfg.method != "grpo" and cfg.training.activation_offloading is None:
         if fit_problem(estimate_memory(cfg, lengths, replace(base, offloading=True)), cfg, gpu_gb) is None:
             needs_room, problem = True, None
             if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already

@@ -25,6 +25,7 @@ from app.config import (
 from app.config_keys import WIDGETS, flags_layer
 from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
+from app.data.preference import pair_of
 from app.errors import UserError
 from app.memory import format_estimate
 from app.models import check_model_source
@@ -45,6 +46,9 @@ UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no confi
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
 WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
+FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_field")  # column dropdowns
+ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field", "pair_fields",
+         "preference_field")
 # Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
 # are text boxes and their text is parsed here.
 AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",
@@ -83,6 +87,8 @@ def _number(name: str, v):
 
 
 def _same(a, b) -> bool:
+    if isinstance(b, list) and isinstance(a, str):  # a list key shown as text (dpo.loss_type: "sigmoid,sft")
+        b = ",".join(map(str, b))
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return float(a) == float(b)
     return a == b
@@ -114,6 +120,8 @@ def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
     out = {"preset": preset or NO_PRESET}
     for name, flag in WIDGETS.items():
         out[name] = _get(data, flag.key)
+        if isinstance(out[name], list):  # shown as comma-separated text
+            out[name] = ",".join(map(str, out[name]))
     out["local_only"] = bool(out["local_only"] or local_only)
 
     weights = effective_weights(RewardConfig.model_validate(data["reward"]))
@@ -129,7 +137,7 @@ def widget_values(form: dict) -> dict:
         out[name] = "" if form.get(name) is None else str(form[name])
     for name in ("model", "dataset", "dataset_config", "run_name"):
         out[name] = form.get(name) or ""
-    for name in ("prompt_field", "reference_field"):
+    for name in FIELD_OVERRIDES:
         out[name] = form.get(name) or AUTO
     return out
 
@@ -207,8 +215,21 @@ def save_upload(tmp_path: str | None, runs_dir: str | Path) -> str:
     return str(dest.resolve())
 
 
+def column_overrides(dataset: str | None, preset: str | None, local_only: bool = False) -> list[str]:
+    """The column overrides (FIELD_OVERRIDES order) a dataset starts with: an override names a column of the dataset
+    it was picked for, so another dataset (typed, pasted or uploaded) starts from auto-detection, while the preset's
+    own dataset keeps the preset's columns."""
+    try:
+        d = widget_values(form_defaults(preset, local_only))
+    except UserError:  # no or a broken preset: nothing to keep
+        d = {}
+    same = _clean(dataset) is not None and _clean(dataset) == _clean(d.get("dataset"))
+    return [d[n] if same else AUTO for n in FIELD_OVERRIDES]
+
+
 def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
-           reference_field: str | None = None, local_only: bool = False, n_samples: int = 3) -> dict:
+           reference_field: str | None = None, local_only: bool = False, n_samples: int = 3,
+           chosen_field: str | None = None, rejected_field: str | None = None) -> dict:
     """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
     see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
     dataset = _clean(dataset)
@@ -217,10 +238,15 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
 
     dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
     split = "train" if "train" in dd else next(iter(dd))
-    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field))
+    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field),
+                             chosen_field=_clean(chosen_field), rejected_field=_clean(rejected_field))
     rows = ds.select(range(min(n_samples, len(ds)))).to_list()
     samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
                 "reference": _short(reference_text(r, det))} for r in rows]
+    if det.format == "preference":  # the pair each row makes (None: the row makes none and is skipped)
+        for s, r in zip(samples, rows):
+            pair = pair_of(r, det)
+            s["chosen"], s["rejected"] = (_short(pair.chosen), _short(pair.rejected)) if pair else ("–", "–")
     return {"detection": det.to_dict(), "split": split, "samples": samples}
 
 
@@ -235,14 +261,17 @@ def detection_markdown(result: dict) -> str:
     d = result["detection"]
     size = f"{d['num_rows']:,} rows" if d.get("num_rows") is not None else "rows: not counted"
     lines = [f"**Split `{result['split']}`**: {size}, columns: {', '.join(f'`{c}`' for c in d['columns'])}", ""]
-    for role in ("prompt_field", "reference_field", "messages_field"):
-        if d.get(role) or role != "messages_field":
+    for role in ROLES:
+        if d.get(role) or role in ("prompt_field", "reference_field"):
             why = d["reasons"].get(role, "")
-            lines.append(f"- **{role.replace('_field', '')}**: `{d.get(role) or '—'}`" + (f" — {why}" if why else ""))
+            value = d.get(role)
+            shown = " / ".join(value) if isinstance(value, list) else value or "—"
+            lines.append(f"- **{role.replace('_fields', '').replace('_field', '')}**: `{shown}`"
+                         + (f" — {why}" if why else ""))
     if d.get("context_fields"):
         lines.append(f"- **context**: {', '.join(f'`{c}`' for c in d['context_fields'])}")
     for k, why in d["reasons"].items():
-        if k not in ("prompt_field", "reference_field", "messages_field"):
+        if k not in ROLES:
             lines.append(f"- *{k}*: {why}")
     return "\n".join(lines)
 

@@ -157,6 +157,41 @@ def main() -> None:
     pd.DataFrame([{"Input Text": q, "Target Text": str(a), "split": "train"} for q, a in problems]).to_csv(HERE / "spaced_headers.tsv", sep="\t", index=False)
     write_jsonl(HERE / "unnamed_pair.jsonl", rows_for("unnamed_pair"))
     write_jsonl(HERE / "mixed_meta.jsonl", rows_for("mixed_meta"))
+    preference_layouts()
+
+
+def preference_layouts() -> None:
+    """Preference pairs in the layouts people publish (issue #34); after the others, so their rows stay as they were."""
+    def turns(q: str, a: str) -> list[dict]:
+        return [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+
+    hh, ultra, pku, arena = [], [], [], []
+    for i in range(N):
+        q, ans = word_problem(i)
+        good, bad = f"Adding them gives {ans}.", f"It is {ans + 1 + i % 3}, I believe."
+        # Anthropic HH-RLHF: whole transcripts, the prompt is the shared prefix
+        hh.append({"chosen": f"\n\nHuman: {q}\n\nAssistant: {good}",
+                   "rejected": f"\n\nHuman: {q}\n\nAssistant: {bad}"})
+        # UltraFeedback binarized: prompt + chosen / rejected conversations + their scores
+        ultra.append({"prompt": q, "prompt_id": f"{i * 7919:064x}", "chosen": turns(q, good),
+                      "rejected": turns(q, bad),
+                      "messages": turns(q, good), "score_chosen": 8.0 + i % 2, "score_rejected": 3.0})
+        # PKU-SafeRLHF: two responses and the id of the better one
+        first_better = i % 2 == 0
+        pku.append({"prompt": q, "response_0": good if first_better else bad,
+                    "response_1": bad if first_better else good,
+                    "is_response_0_safe": True, "is_response_1_safe": True,
+                    "better_response_id": 0 if first_better else 1})
+        # Chatbot-Arena style: two conversations, the winner named, no prompt column
+        a_wins = i % 3 != 1
+        arena.append({"question_id": f"{i:032x}", "model_a": "model-x", "model_b": "model-y",
+                      "winner": "model_a" if a_wins else "model_b",
+                      "conversation_a": turns(q, good if a_wins else bad),
+                      "conversation_b": turns(q, bad if a_wins else good)})
+    write_jsonl(HERE / "hh_rlhf.jsonl", hh)
+    write_jsonl(HERE / "ultrafeedback.jsonl", ultra)
+    write_jsonl(HERE / "pku_saferlhf.jsonl", pku)
+    write_jsonl(HERE / "arena_pairs.jsonl", arena)
 
 
 if __name__ == "__main__":

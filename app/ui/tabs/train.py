@@ -3,6 +3,7 @@ memory estimate, the equivalent CLI command, Start / Stop and the live view of t
 
 from app.config import DEFAULT_GRPO_MODEL
 from app.config_keys import WIDGETS
+from app.config_schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS
 from app.errors import UserError
 from app.reward_registry import BY_NAME
 from app.ui import handlers as h
@@ -24,8 +25,8 @@ def _label(name: str) -> str:
 
 
 def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
-    """The widgets, keyed by the names app.config_keys.WIDGETS / handlers.WEIGHTS use; plus the upload, detect and
-    samples parts."""
+    """The widgets, keyed by the names app.config_keys.WIDGETS / handlers.WEIGHTS use; plus the parts that are not
+    config (upload, detect, samples, the method's settings boxes)."""
     import gradio as gr
 
     w = {}
@@ -33,7 +34,7 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
         w["preset"] = gr.Dropdown(h.preset_choices(), value=h.DEFAULT_PRESET, label="Preset", elem_id="preset",
                                   info="demo-grpo: the offline demo's recipe (the tiny shipped model learns arith in "
                                        "about a minute on a CPU); gsm8k-grpo and gpu-* are for a GPU")
-        w["method"] = gr.Radio(["grpo", "sft"], value=dflt["method"], label=_label("method"), elem_id="method",
+        w["method"] = gr.Radio(list(METHODS), value=dflt["method"], label=_label("method"), elem_id="method",
                                info=_info("method"))
     w["model"] = gr.Textbox(dflt["model"], label=f"{_label('model')}: hub id or local folder", elem_id="model",
                             info=_info("model"), placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
@@ -44,16 +45,17 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
         w["dataset_config"] = gr.Textbox(dflt["dataset_config"], label=_label("dataset_config"), scale=1,
                                          elem_id="dataset-config",
                                          placeholder="e.g. main", info=_info("dataset_config"))
-    upload = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
+    parts = {}
+    parts["upload"] = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
                      elem_id="upload")
-    detect_btn = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
-    detect_md = gr.Markdown(elem_id="detect-md")
-    samples = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True, interactive=False,
-                           max_height=220, visible=False, elem_id="samples")
+    parts["detect_btn"] = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
+    parts["detect_md"] = gr.Markdown(elem_id="detect-md")
+    parts["samples"] = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True,
+                                    interactive=False, max_height=220, visible=False, elem_id="samples")
     with gr.Row():
-        for name, elem in (("prompt_field", "prompt-field"), ("reference_field", "reference-field")):
+        for name in h.FIELD_OVERRIDES:  # prompt, reference; chosen, rejected of preference pairs
             w[name] = gr.Dropdown(list(dict.fromkeys([h.AUTO, dflt[name]])), value=dflt[name], allow_custom_value=True,
-                                  label=_label(name), elem_id=elem, info=_info(name))
+                                  label=_label(name), elem_id=name.replace("_", "-"), info=_info(name))
     with gr.Accordion("Training settings", open=True):
         with gr.Row():
             # "auto" numbers are text boxes: Gradio's Number box cannot be empty (see handlers.AUTO_NUMBERS).
@@ -80,7 +82,16 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                                        elem_id="run-name", info=_info("run_name"))
             w["num_processes"] = gr.Number(dflt["num_processes"], label=_label("num_processes"), precision=0,
                                            minimum=1, elem_id="num-processes", info=_info("num_processes"))
-    with gr.Accordion("GRPO settings", open=True):
+    _method_settings(w, parts, dflt)
+    return w, parts
+
+
+def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
+    """GRPO's and DPO's own settings, each in a box: the method picked has its box open, the other folded away
+    (on_method keeps it so)."""
+    import gradio as gr
+
+    with gr.Accordion("GRPO settings", open=dflt["method"] == "grpo") as parts["grpo_box"]:
         with gr.Row():
             w["num_generations"] = gr.Number(dflt["num_generations"], label=_label("num_generations"), precision=0,
                                              elem_id="num-generations", info=_info("num_generations"))
@@ -94,7 +105,14 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
             for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
                 w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",
                                     elem_id=f"w-{comp}", info=BY_NAME[comp].description)
-    return w, upload, detect_btn, detect_md, samples
+    with gr.Accordion("DPO settings (preference pairs)", open=dflt["method"] in PREFERENCE_METHODS) as \
+            parts["dpo_box"]:
+        with gr.Row():
+            w["dpo_loss"] = gr.Dropdown(list(DPO_LOSS_TYPES), value=dflt["dpo_loss"], allow_custom_value=True,
+                                        label=f"{_label('dpo_loss')} (several: comma-separated, e.g. sigmoid,sft)",
+                                        elem_id="dpo-loss", info=_info("dpo_loss"))
+            w["dpo_beta"] = gr.Number(dflt["dpo_beta"], label=_label("dpo_beta"), elem_id="dpo-beta",
+                                      info=_info("dpo_beta"))
 
 
 def build(ctx: Context) -> None:
@@ -103,13 +121,13 @@ def build(ctx: Context) -> None:
     dflt = h.widget_values(h.form_defaults(h.DEFAULT_PRESET, ctx.local_only))
     with gr.Row():
         with gr.Column(scale=3):
-            w, upload, detect_btn, detect_md, samples = _form(dflt)
+            w, parts = _form(dflt)
         with gr.Column(scale=2):
             panel = _panel(dflt, ctx.runs_dir)
     panel["curves"] = plots("train")
     panel["log"] = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True,
                               interactive=False, elem_id="train-log")
-    _wire_form(ctx, w, upload, detect_btn, detect_md, samples, panel)
+    _wire_form(ctx, w, parts, panel)
     _wire_run(ctx, w, panel)
 
 
@@ -130,9 +148,12 @@ def _panel(dflt: dict, runs_dir) -> dict:
     return p
 
 
-def _wire_form(ctx: Context, w: dict, upload, detect_btn, detect_md, samples, panel: dict) -> None:
-    """The form's events: the command and estimate follow every edit; presets, upload, field detection."""
+def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
+    """The form's events: the command and estimate follow every edit; presets, upload, field detection, the method's
+    settings."""
     import gradio as gr
+
+    upload, detect_btn, detect_md, samples = (parts[k] for k in ("upload", "detect_btn", "detect_md", "samples"))
 
     names, inputs = list(w), list(w.values())
 
@@ -158,20 +179,34 @@ def _wire_form(ctx: Context, w: dict, upload, detect_btn, detect_md, samples, pa
 
     upload.upload(on_upload, upload, [w["dataset"], panel["message"]])
 
-    def on_detect(dataset, config_name, pf, rf, lo):
-        try:
-            res = h.detect(dataset, config_name, pf, rf, lo)
-        except Exception as e:  # noqa: BLE001
-            return err(e), gr.update(visible=False), gr.update(), gr.update(), gr.update()
-        cols = [h.AUTO, *res["detection"]["columns"]]
-        rows = [list(s.values()) for s in res["samples"]]
-        # a good detect clears an earlier error about the data from the page (its message box too)
-        return (h.detection_markdown(res), gr.update(value=rows, visible=True), gr.update(choices=cols),
-                gr.update(choices=cols), "")
+    overrides = [w[n] for n in h.FIELD_OVERRIDES]
+    def on_dataset(dataset, preset):
+        return h.column_overrides(dataset, preset, ctx.local_only)
 
-    detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["prompt_field"], w["reference_field"],
-                                 w["local_only"]],
-                     [detect_md, samples, w["prompt_field"], w["reference_field"], panel["message"]])
+    w["dataset"].change(on_dataset, [w["dataset"], w["preset"]], overrides, show_progress="hidden")
+
+    def on_method(method):
+        return gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS)
+
+    w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"]])
+
+    def on_detect(dataset, config_name, lo, pf, rf, cf, xf):
+        try:
+            res = h.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf)
+        except Exception as e:  # noqa: BLE001
+            return [err(e), gr.update(visible=False)] + [gr.update() for _ in overrides] + [gr.update()]
+        cols = [h.AUTO, *res["detection"]["columns"]]
+        table = {"headers": list(res["samples"][0]) if res["samples"] else [],
+                 "data": [list(s.values()) for s in res["samples"]]}
+        # a good detect clears an earlier error about the data from the page (its message box too)
+        # every column in view (wrapped text): the first would otherwise take the width and hide the pair's answers
+        n = len(table["headers"])
+        widths = ["40%"] + [f"{60 // (n - 1)}%"] * (n - 1) if n > 1 else None
+        return ([h.detection_markdown(res), gr.update(value=table, visible=True, column_widths=widths)]
+                + [gr.update(choices=cols) for _ in overrides] + [""])
+
+    detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], *overrides],
+                     [detect_md, samples, *overrides, panel["message"]])
 
 
 def _wire_run(ctx: Context, w: dict, panel: dict) -> None:

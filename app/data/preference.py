@@ -1,0 +1,230 @@
+"""Preference data: which fields hold a chosen and a rejected answer, and the pairs they make, in the layouts people
+publish:
+  - named: prompt + chosen + rejected columns (strings or message lists; UltraFeedback, Argilla, TRL's own);
+  - shared prefix: chosen + rejected whole transcripts and no prompt column, the prompt being what both start with
+    (Anthropic HH's "\\n\\nHuman: ... \\n\\nAssistant: ...", or message lists sharing their leading turns);
+  - labelled: two answers (response_a / response_b, completion_0 / completion_1, ...) and either a label naming the
+    better one (preference, winner, better_response_id, ...) or a score for each (the higher wins).
+A row whose two answers are equal, or that lacks one side, is no pair: it is counted and skipped, with a line.
+
+Owns preference detection and the pairs (``pair_of``; app/data/convert.py's ``to_dpo`` formats them for TRL). Must
+not choose prompt / reference columns for other data (app/data/detect.py does); only the standard library at module
+level.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+
+from app.data.profile import name_words, value_kind
+from app.data.turns import normalize_messages, value_text
+from app.data.vocabulary import METADATA_WORDS
+from app.errors import DataError, UserError
+
+log = logging.getLogger("qlora_app")
+
+CHOSEN_WORDS = {"chosen", "preferred", "accepted", "winner", "positive", "good", "better", "win", "pos"}
+REJECTED_WORDS = {"rejected", "dispreferred", "declined", "loser", "negative", "bad", "worse", "lose", "neg"}
+LABEL_WORDS = {"label", "preference", "preferred", "winner", "better", "choice", "chosen", "best", "pick"}
+SCORE_WORDS = {"score", "scores", "rating", "ratings", "reward", "rewards", "rank"}
+ANSWER_WORDS = {"response", "responses", "completion", "completions", "answer", "answers", "output", "outputs",
+                "reply", "generation", "text", "conversation", "conversations"}
+NOT_ANSWER_WORDS = METADATA_WORDS | SCORE_WORDS
+_TURN = re.compile(r"\n*(Human|Assistant|User):\s*", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Pair:
+    prompt: list[dict]  # the conversation before the answers (no system prompt added yet)
+    chosen: str
+    rejected: str
+
+
+def _side(words: list[str]) -> str | None:
+    if set(words) & REJECTED_WORDS:
+        return "rejected"
+    if set(words) & CHOSEN_WORDS:
+        return "chosen"
+    return None
+
+
+def _answerish(kind: str) -> bool:
+    return kind in ("text", "messages")
+
+
+def find_named(profiles: dict, chosen: str | None = None, rejected: str | None = None) -> tuple[str, str] | None:
+    """(chosen column, rejected column) by their names (or the overrides), both text or message lists. The plainest
+    name wins ('chosen' over 'chosen_response'); a name with a metadata word ('chosen_model', 'score_chosen') is
+    about the answer, not the answer."""
+    if chosen and rejected:
+        return chosen, rejected
+    sides: dict[str, list[str]] = {"chosen": [], "rejected": []}
+    for c, p in profiles.items():
+        side = _side(p.words)
+        if side and _answerish(p.kind) and not (set(p.words) - CHOSEN_WORDS - REJECTED_WORDS) & NOT_ANSWER_WORDS:
+            sides[side].append(c)
+    plainest = {side: min(cols, key=lambda c: len(profiles[c].words)) if cols else None for side, cols in sides.items()}
+    chosen, rejected = chosen or plainest["chosen"], rejected or plainest["rejected"]
+    return (chosen, rejected) if chosen and rejected and chosen != rejected else None
+
+
+def _twin_key(words: list[str]) -> tuple[tuple[str, ...], str] | None:
+    """('response', 'a') for response_a / responseA / response_0: the stem and the one distinguishing part."""
+    if len(words) < 2 or not re.fullmatch(r"[ab]|[0-9]", words[-1]):
+        return None
+    return tuple(words[:-1]), words[-1]
+
+
+def find_labelled(profiles: dict) -> dict | None:
+    """{'pair': [a, b], 'label': column} or {'pair': [a, b], 'scores': [sa, sb]}: two answers and what ranks them."""
+    twins: dict[tuple, list[tuple[str, str]]] = {}
+    for c, p in profiles.items():
+        key = _twin_key(p.words)
+        if key:
+            twins.setdefault(key[0], []).append((key[1], c))
+    answers = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
+                    and set(stem) & ANSWER_WORDS and all(_answerish(profiles[c].kind) for _, c in v)), None)
+    scores = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
+                   and set(stem) & SCORE_WORDS and all(profiles[c].kind == "number" for _, c in v)), None)
+    if not answers:
+        return None
+    if scores:
+        return {"pair": answers, "scores": scores}
+    label = next((c for c, p in profiles.items() if c not in answers and set(p.words) & LABEL_WORDS
+                  and p.kind in ("text", "number", "bool")), None)
+    return {"pair": answers, "label": label} if label else None
+
+
+def with_preference(det, d, chosen: str | None = None, rejected: str | None = None, prompt_set: bool = False,
+                    reference_set: bool = False):
+    """``det`` as preference data when its columns hold a chosen and a rejected answer (or two answers and what
+    ranks them); else ``det`` as it was. ``d``: the detector that made it (app.data.detect: profiles, reasons,
+    named_reference); ``chosen`` / ``rejected``: overrides (already resolved to columns); ``prompt_set`` /
+    ``reference_set``: whether those were overridden."""
+    named = find_named(d.prof, chosen, rejected)
+    labelled = None if named else find_labelled(d.prof)
+    if named is None and labelled is None:
+        if chosen or rejected:
+            given, other = ("--chosen-field", "--rejected-field") if chosen else ("--rejected-field", "--chosen-field")
+            raise DataError(f"{given} is set but no column holds the other answer of the pair; pass {other} NAME")
+        return det
+    rankers = [] if named else ([labelled["label"]] if "label" in labelled else list(labelled["scores"]))
+    taken = set(named or labelled["pair"]) | set(rankers)
+    r = d.reasons
+    det.format, det.messages_field = "preference", None
+    r.pop("messages_field", None)
+    det.context_fields = [c for c in det.context_fields if c not in taken]
+    if det.prompt_field in taken and not prompt_set:
+        det.prompt_field = None
+    if det.prompt_field is None:
+        r["prompt_field"] = ("no prompt column: the prompt is what both answers start with (the turns before their "
+                             "last assistant turn)")
+    if not reference_set and (det.reference_field is None or det.reference_field in taken):
+        det.reference_field = d.named_reference(exclude=taken | {det.prompt_field})
+        if det.reference_field is None and named:
+            det.reference_field = named[0]
+            r["reference_field"] = ("the preferred answer (no separate reference column): SFT learns it, GRPO and "
+                                    "compare score against it")
+        elif det.reference_field is None:
+            r["reference_field"] = "no reference column: compare shows answers side by side, unscored by reference"
+    if named:
+        det.chosen_field, det.rejected_field = named
+        set_by = "set by override" if chosen and rejected else "named so"
+        r["chosen_field"], r["rejected_field"] = (f"{set_by}: the preferred answer", f"{set_by}: the answer that lost")
+        r["format"] = f"preference pairs: '{named[0]}' (preferred) and '{named[1]}' (rejected) answers"
+    else:
+        det.pair_fields = list(labelled["pair"])
+        det.preference_field = rankers[0] if "label" in labelled else rankers
+        by = f"the label in '{rankers[0]}'" if "label" in labelled else f"the higher score of {' / '.join(rankers)}"
+        r["preference_field"] = f"{by} names the better of '{labelled['pair'][0]}' and '{labelled['pair'][1]}'"
+        r["format"] = f"preference pairs: two answers ({', '.join(labelled['pair'])}) ranked by {by}"
+    return det
+
+
+def shared_prompt(row: dict, det) -> list[dict]:
+    """A preference row's prompt when it has no prompt column: the turns before the first answer's last one."""
+    found = _answer(row.get(det.chosen_field or det.pair_fields[0]))
+    return found[0] if found else []
+
+
+def answer_text(v) -> str | None:
+    """The answer a chosen / rejected cell holds (its last assistant turn, or the text itself)."""
+    found = _answer(v)
+    return found[1] if found else None
+
+
+def _messages(v) -> list[dict] | None:
+    if isinstance(v, (list, tuple)) and value_kind(list(v)) == "messages":
+        return normalize_messages(v)
+    if isinstance(v, str) and _TURN.search(v):
+        parts = _TURN.split(v)
+        turns = [{"role": "assistant" if r.lower() == "assistant" else "user", "content": t.strip()}
+                 for r, t in zip(parts[1::2], parts[2::2])]
+        return turns if turns else None
+    return None
+
+
+def _answer(v) -> tuple[list[dict], str] | None:
+    """(the turns before the answer, the answer): a message list's last assistant turn, a transcript's last
+    Assistant turn, or a plain string answer (no turns before it)."""
+    msgs = _messages(v)
+    if msgs:
+        if msgs[-1]["role"] != "assistant" or not msgs[-1]["content"].strip():
+            return None
+        return msgs[:-1], msgs[-1]["content"]
+    if isinstance(v, str) and v.strip():
+        return [], v
+    return None
+
+
+def _better(row: dict, det) -> tuple[str, str] | None:
+    """(chosen column, rejected column) of a labelled row, by its label or its scores; None for a tie or a label
+    that names neither answer."""
+    a, b = det.pair_fields
+    if isinstance(det.preference_field, list):
+        sa, sb = (row.get(c) for c in det.preference_field)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (sa, sb)) or sa == sb:
+            return None
+        return (a, b) if sa > sb else (b, a)
+    label = row.get(det.preference_field)
+    text = "" if isinstance(label, bool) else value_text(label).strip().lower()
+    parts = {a: _twin_key(name_words(a))[1], b: _twin_key(name_words(b))[1]}
+    for col, other in ((a, b), (b, a)):
+        part = parts[col]
+        if text in (col.lower(), part) or text.endswith(("_" + part, " " + part, "-" + part)):
+            return col, other
+    if parts[a].isalpha() and text in ("1", "2"):  # response_a / response_b, the better one numbered 1 / 2
+        return (a, b) if text == "1" else (b, a)
+    return None
+
+
+def pair_of(row: dict, det) -> Pair | None:
+    """The pair a preference row holds, or None (a side missing, both answers equal, a tie)."""
+    chosen_col, rejected_col = (det.chosen_field, det.rejected_field) if det.chosen_field else (_better(row, det)
+                                                                                               or (None, None))
+    if chosen_col is None:
+        return None
+    c, r = _answer(row.get(chosen_col)), _answer(row.get(rejected_col))
+    if c is None or r is None or c[1].strip() == r[1].strip():
+        return None
+    if det.prompt_field:
+        v = row.get(det.prompt_field)
+        prompt = _messages(v) if isinstance(v, (list, tuple)) else None
+        prompt = prompt or [{"role": "user", "content": value_text(v)}]
+        if not prompt[-1]["content"].strip():
+            return None
+    else:  # the shared prefix: the turns both answers follow
+        if c[0] != r[0] or not c[0]:
+            return None
+        prompt = c[0]
+    return Pair(prompt=prompt, chosen=c[1], rejected=r[1])
+
+
+def require_pairs(det) -> None:
+    """Method dpo needs preference data: one line naming the fix otherwise."""
+    if det.format != "preference":
+        raise UserError("method dpo trains on preference pairs and this data has none (no chosen / rejected answers, "
+                        "nor two ranked answers; qlora-app inspect shows its fields); pass pairs, or make them from a "
+                        "reward: qlora-app pairs --dataset DATA --out FOLDER")

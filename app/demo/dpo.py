@@ -1,0 +1,138 @@
+"""`qlora-app demo --method dpo`: preference pairs from a reward, then DPO, offline on a CPU, through the real engine.
+
+1. pairs (app/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
+   `arith` training prompt 8 times at temperature 1; the shaped reward scores the answers; the best and the worst
+   make a pair where their scores differ. The held-out problems get their pairs too (test.jsonl), for preference
+   accuracy;
+2. a DPO run on those pairs from the same base (presets/demo-dpo.yaml), through one `Session`;
+3. its proof: greedy base vs adapter on the held-out problems, and which answer of each held-out pair base and
+   adapter find more likely; copied with the demo's stages to DIR/compare-dpo.json.
+Measured over seeds in docs/performance.md (``python bench/bench_dpo.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from app import rundir
+from app.config import build_config
+from app.demo.recipe import EVAL_SIZE, base_model_path
+from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
+from app.eval.render import print_result
+from app.eval.result import Comparison
+from app.pairs import MANIFEST, PairsRequest, make_pairs
+from app.plots import series, sparkline
+from app.presets import load_preset
+from app.train.session import Session
+
+# The pairs: answers as long as the GRPO demo lets a completion be (arith answers are ~15 tokens).
+PAIRS = PairsRequest(samples=8, temperature=1.0, max_new_tokens=40, max_heldout=EVAL_SIZE)
+# --quick: fewer prompts, fewer steps, a smaller proof (docs/performance.md has the seeds).
+QUICK = {"max_prompts": 800, "steps": 40, "eval": 100}
+
+
+def demo_config(base: Path | str, **data) -> dict:
+    """presets/demo-dpo.yaml as an AppConfig-shaped dict on the shipped base (``data``: data keys to set)."""
+    d = load_preset("demo-dpo")
+    d["model"]["name_or_path"] = str(base)
+    d["data"].update(data)
+    return d
+
+
+def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None,
+                 seed: int = 42) -> Comparison:
+    """Returns the DPO run's proof; its config["demo"] holds the stages, the folders and the timings."""
+    console = console or Console()
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    show = console.is_terminal if progress is None else progress
+    t0, timings = time.time(), {}
+    console.rule("[bold]qlora-app demo --method dpo[/]: pairs from a reward, then 4-bit QLoRA + DPO on CPU, offline")
+    base = base_model_path()
+    n_eval = QUICK["eval"] if quick else EVAL_SIZE
+
+    console.print(f"[bold]1/3[/] pairs: the base answers each arith prompt {PAIRS.samples} times; the shaped reward "
+                  "picks the best (chosen) and the worst (rejected)")
+    t = time.time()
+    pairs_dir = _pairs(base, output_dir / f"demo-pairs-{seed}{'-quick' if quick else ''}", quick, seed, console)
+    timings["pairs_s"] = time.time() - t
+    counts = json.loads((pairs_dir / MANIFEST).read_text())["splits"]
+    console.print(f"   {counts['train']['pairs']} pairs from {counts['train']['done']} prompts; "
+                  f"{counts['test']['pairs']} of the {counts['test']['rows']} held-out problems have one too")
+
+    console.print("[bold]2/3[/] DPO on the pairs, from the same 4-bit base (the base is also the reference)")
+    t = time.time()
+    sets = [f"training.seed={seed}", f"training.proof_rows={n_eval}"] + (
+        [f"training.max_steps={QUICK['steps']}"] if quick else [])
+    cfg = build_config({**demo_config(base, dataset=str(pairs_dir), system_prompt=None),
+                        "output_dir": str(output_dir), "run_name": "demo-dpo"}, sets=sets)
+    run = Session(cfg, progress=show, console=console).run()
+    timings["dpo_s"] = time.time() - t
+    stop_if_interrupted(run, console)
+    _show_curves(run, console)
+
+    console.print(f"[bold]3/3[/] base vs adapter on {n_eval} held-out problems (greedy) and their pairs: the run's "
+                  "proof")
+    result = run_proof(run)
+    timings["total_s"] = time.time() - t0
+    out = _record(result, output_dir, pairs_dir, run, quick, seed, timings)
+    _print_outcome(result, console, run, out, timings["total_s"])
+    return result
+
+
+def _pairs(base: Path, folder: Path, quick: bool, seed: int, console) -> Path:
+    """The demo's pairs folder: made, continued after an interruption, or reused when complete."""
+    cfg = build_config(demo_config(base, dataset="arith"), sets=[f"training.seed={seed}"])
+    req = PairsRequest(**{**PAIRS.__dict__, "max_prompts": QUICK["max_prompts"] if quick else None})
+    manifest = folder / MANIFEST
+    state = json.loads(manifest.read_text()) if manifest.is_file() else None
+    if state and state.get("complete"):
+        console.print(f"   reusing the pairs in {escape(str(folder))}")
+        return folder
+    if folder.exists() and state is None:
+        _keep_previous(folder)
+    make_pairs(cfg, folder, req, resume=state is not None)
+    return folder
+
+
+def _show_curves(run: Path, console) -> None:
+    recs = rundir.read_metrics(run)
+    for key, label in ((rundir.DPO_ACCURACY, "pairs won"), (rundir.DPO_MARGIN, "margin")):
+        _, ys = series(recs, key)
+        if ys:
+            console.print(f"   {label:<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f} (training batches)")
+    for key, label, fmt in ((rundir.EVAL_ACCURACY, "held-out", "{:.1%}"),
+                            (rundir.EVAL_PREF_ACCURACY, "pref. acc.", "{:.1%}")):
+        steps, ys = series(recs, key)
+        if ys:
+            console.print(f"   {label:<11} {sparkline(ys, 40)}  {fmt.format(ys[0])} (step {steps[0]}) -> "
+                          f"{fmt.format(ys[-1])} (step {steps[-1]})")
+
+
+def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, quick: bool, seed: int,
+            timings: dict) -> Path:
+    s, p = result.summary, result.preference or {}
+    result.config["demo"] = {
+        "method": "dpo", "quick": quick, "seed": seed, "pairs": str(pairs_dir), "dpo_run": str(run),
+        "stages": {"base": {"accuracy": s.base.accuracy, "preference_accuracy": p.get("base_accuracy")},
+                   "dpo": {"accuracy": s.adapter.accuracy, "preference_accuracy": p.get("adapter_accuracy")}},
+        "dpo_lift": s.adapter.accuracy - s.base.accuracy,
+        "timings": {k: round(v, 1) for k, v in timings.items()}}
+    out = output_dir / rundir.DEMO_DPO_JSON
+    _keep_previous(out)
+    rundir.write_atomic(out, json.dumps(result.to_dict(), indent=2))
+    return out
+
+
+def _print_outcome(result: Comparison, console, run: Path, out: Path, total_s: float) -> None:
+    print_result(result, console, max_rows=4)
+    s, lift = result.summary, result.config["demo"]["dpo_lift"]
+    console.print(f"\nDPO's lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} problems (base "
+                  f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
+    console.print(f"curves: {run / rundir.CURVES}")
+    console.print(f"comparison: {out}  (total {total_s:.0f} s)")

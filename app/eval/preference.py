@@ -1,0 +1,103 @@
+"""Preference accuracy on held-out pairs: does the model prefer the chosen answer to the rejected one, base (adapter
+off) vs adapter?
+
+For each held-out pair, the summed log-probability of the chosen and of the rejected answer after the prompt (the
+prompt as training built it: the run's system prompt and chat template; the answer as TRL's DPO tokenizes it: the
+assistant turn as the template closes it, or the text and the end-of-sequence token without one). Then:
+  - accuracy (per side): the share of pairs where chosen is more likely than rejected;
+  - reward margin: DPO's implicit reward of chosen minus rejected, beta x ((adapter - base) of chosen - (adapter -
+    base) of rejected), as TRL's rewards/margins is during training; reward accuracy: the share of pairs above 0.
+Used by the held-out evaluation during training (app/train/heldout_eval.py) and by the proof at the end
+(app/eval/compare.py). torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from app.generation import adds_special_tokens, format_prompt
+
+BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
+
+
+def answer_text(tok, item: dict, answer: str) -> str:
+    """The answer's text after the prompt exactly as DPO's data renders it."""
+    prompt = format_prompt(tok, item)
+    if getattr(tok, "chat_template", None):
+        full = tok.apply_chat_template([*item["messages"], {"role": "assistant", "content": answer}], tokenize=False)
+        if full.startswith(prompt):
+            return full[len(prompt):]
+        return answer
+    return "\n" + answer + (tok.eos_token or "")
+
+
+def _encode(tok, item: dict, answer: str) -> tuple[list[int], list[int]]:
+    prompt = tok(format_prompt(tok, item), add_special_tokens=adds_special_tokens(tok))["input_ids"]
+    return prompt, tok(answer_text(tok, item, answer), add_special_tokens=False)["input_ids"]
+
+
+def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
+    """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order."""
+    import torch
+
+    seqs = [_encode(tok, it, ans) for it in items for ans in it["pair"]]
+    device = next(model.parameters()).device
+    out: list[float] = []
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    for i in range(0, len(seqs), 2 * BATCH):
+        chunk = seqs[i:i + 2 * BATCH]
+        width = max(len(p) + len(a) for p, a in chunk)
+        keep = max(len(a) for _, a in chunk) + 1  # logits of the answer tokens only (left padding: the last ones)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, (p, a) in enumerate(chunk):
+            ids[r, width - len(p) - len(a):] = torch.tensor(p + a)
+            mask[r, width - len(p) - len(a):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift absolute positions
+        inputs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))
+        with torch.no_grad():
+            try:
+                logits = model(**inputs, logits_to_keep=keep).logits
+            except TypeError:  # a model without logits_to_keep: all of them, then the answers'
+                logits = model(**inputs).logits
+        logits = logits[:, -keep:].float()
+        logps = torch.log_softmax(logits[:, :-1], dim=-1)  # position j predicts token j + 1
+        for r, (_, a) in enumerate(chunk):
+            targets = torch.tensor(a, device=logps.device)
+            rows = logps[r, keep - 1 - len(a):]
+            out.append(float(rows.gather(-1, targets[:, None]).sum()))
+    return list(zip(out[0::2], out[1::2]))
+
+
+@dataclass
+class PreferenceSummary:
+    n: int  # held-out pairs
+    base_accuracy: float  # share of pairs where the base (adapter off) finds chosen more likely than rejected
+    adapter_accuracy: float
+    reward_accuracy: float  # share of pairs with a positive implicit reward margin (DPO's rewards/accuracies)
+    margin: float  # mean implicit reward margin (DPO's rewards/margins)
+    beta: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(base: list[tuple[float, float]], adapter: list[tuple[float, float]], beta: float) -> PreferenceSummary:
+    margins = [beta * ((ac - bc) - (ar - br)) for (bc, br), (ac, ar) in zip(base, adapter)]
+    n = len(margins)
+    return PreferenceSummary(n=n, base_accuracy=sum(c > r for c, r in base) / n,
+                             adapter_accuracy=sum(c > r for c, r in adapter) / n,
+                             reward_accuracy=sum(m > 0 for m in margins) / n, margin=sum(margins) / n, beta=beta)
+
+
+def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | None = None):
+    """(PreferenceSummary, the base's log-probs) of the items that hold a pair, or (None, None) when none does.
+    ``base``: the base's log-probs from an earlier call (they do not change while the adapter trains)."""
+    pairs = [it for it in items if it.get("pair")]
+    if not pairs:
+        return None, None
+    if base is None:
+        with peft_model.disable_adapter():
+            base = answer_logprobs(peft_model, tok, pairs)
+    adapter = answer_logprobs(peft_model, tok, pairs)
+    return summarize(base, adapter, beta), base
