@@ -113,6 +113,28 @@ def test_rows_without_a_pair_are_counted_and_skipped(tmp_path, caplog):
         to_dpo(bad, det, tok, None)
 
 
+def test_a_csv_of_numeric_answers_is_pairs_of_text(tmp_path):
+    """pandas reads a CSV's short answers ("42" vs "41") as numbers: they are still the two answers."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from app.config import DataConfig
+    from app.data import build_splits
+    from app.data.convert import to_dpo
+    from app.demo.recipe import base_model_path
+
+    path = tmp_path / "pairs.csv"
+    pd.DataFrame([{"prompt": _q(i), "chosen": 2 * i + 2, "rejected": i, "chosen_score": 9, "rejected_score": 2}
+                  for i in R]).to_csv(path, index=False)
+    train, _, det = build_splits(DataConfig(dataset=str(path), heldout_size=0), seed=0)
+    assert (det.format, det.prompt_field, det.chosen_field, det.rejected_field) == ("preference", "prompt", "chosen",
+                                                                                    "rejected")
+    ds = to_dpo(train, det, AutoTokenizer.from_pretrained(base_model_path()), None)
+    row = next(r for r in ds if r["prompt"][-1]["content"] == _q(3))
+    assert (row["chosen"], row["rejected"]) == ([{"role": "assistant", "content": "8"}],
+                                                [{"role": "assistant", "content": "3"}])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--set", "dpo.loss_type=sigmod"], "unknown DPO loss 'sigmod'; did you mean 'sigmoid'?"),
     (["--set", "dpo.loss_type=sigmoid,sft", "--set", "dpo.loss_weights=[1.0]"],

@@ -333,18 +333,12 @@ def test_dpo_form_is_the_cli_config(tmp_path):
         h.config_from_form(f, tmp_path)
 
 
-def test_detect_shows_the_pair_each_row_makes():
-    res = h.detect(str(SCHEMAS / "hh_rlhf.jsonl"))
-    d = res["detection"]
-    assert d["format"] == "preference" and d["prompt_field"] is None
-    assert (d["chosen_field"], d["rejected_field"]) == ("chosen", "rejected")
-    s = res["samples"][0]
-    assert "Ana has 16 apples" in s["prompt (as the model sees it)"]
-    assert s["chosen"] == "Adding them gives 22." and s["rejected"] == "It is 23, I believe."
-    md = h.detection_markdown(res)
-    assert "**chosen**: `chosen`" in md and "**rejected**: `rejected`" in md
+def test_the_pair_overrides_reach_the_samples():
+    # (detection of the pair itself: tests/test_preference_data.py); swapped overrides swap what each sample shows
     swapped = h.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")
-    assert swapped["samples"][0]["chosen"] == "It is 23, I believe."
+    assert swapped["detection"]["chosen_field"] == "rejected"
+    s = swapped["samples"][0]
+    assert (s["chosen"], s["rejected"]) == ("It is 23, I believe.", "Adding them gives 22.")
 
 
 def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_columns():

@@ -51,7 +51,8 @@ def _side(words: list[str]) -> str | None:
 
 
 def _answerish(kind: str) -> bool:
-    return kind in ("text", "messages")
+    # numbers too: a CSV of short answers ("42" vs "41") reads its answer columns as numbers
+    return kind in ("text", "messages", "number")
 
 
 def find_named(profiles: dict, chosen: str | None = None, rejected: str | None = None) -> tuple[str, str] | None:
@@ -176,6 +177,8 @@ def _answer(v) -> tuple[list[dict], str] | None:
         return msgs[:-1], msgs[-1]["content"]
     if isinstance(v, str) and v.strip():
         return [], v
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:  # a number read from a CSV; NaN = empty
+        return [], value_text(v)
     return None
 
 
