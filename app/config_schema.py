@@ -223,6 +223,8 @@ DPO_LOSS_TYPES = {
 
 
 def _known_dpo_loss(v):
+    if v is None:  # `--set dpo.loss_type=`: back to the default, as an empty value means for every key
+        return ["sigmoid"]
     names = [v] if isinstance(v, str) else list(v)
     names = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
     for name in names:

@@ -229,3 +229,23 @@ def test_dpo_on_two_processes_writes_one_run_from_rank_0(pairs_dir, tmp_path):
     assert all(x.get("rewards/accuracies") is not None for x in recs)  # DPO's own logs, gathered over both ranks
     assert (d / rundir.ADAPTER / "adapter_config.json").is_file()
     assert r.stdout.count(f"run {d.name}: finished") == 1
+
+
+def test_orpo_the_experimental_one_trains_on_the_same_pairs(pairs_dir, tmp_path):
+    """--method orpo: TRL's experimental ORPOTrainer, no reference model; a short run finishes and saves an adapter."""
+    from app.demo.recipe import base_model_path
+
+    out = tmp_path / "runs"
+    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-dpo", "--method", "orpo",
+                        "--model", str(base_model_path()), "--dataset", str(pairs_dir), "--max-steps", "2",
+                        "--output-dir", str(out), "--no-progress", "--set", "dpo.loss_type=", "--set",
+                        "training.per_device_train_batch_size=4", "--set", "logging_steps=1", "--set",
+                        "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt="],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    (d,) = [p for p in out.iterdir() if rundir.is_run_dir(p)]
+    st = rundir.read_status(d)
+    assert st["status"] == rundir.FINISHED and st["method"] == "orpo" and st["step"] == 2
+    recs = rundir.read_metrics(d)
+    assert [x["step"] for x in recs] == [1, 2] and all(isinstance(x.get("loss"), float) for x in recs)
+    assert (d / rundir.ADAPTER / "adapter_config.json").is_file()

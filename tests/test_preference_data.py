@@ -173,6 +173,9 @@ def test_the_loss_family_is_trls_and_orpo_takes_none_of_it():
     assert set(re.findall(r"`'(\w+)'`", field.metadata["help"])) == set(DPO_LOSS_TYPES)
     cfg = build_config({"method": "dpo"}, sets=["dpo.loss_type=sigmoid, sft", "dpo.loss_weights=[1.0, 0.2]"])
     assert cfg.dpo.loss_type == ["sigmoid", "sft"]
+    # an empty value is the default, as for every key (it was a TypeError traceback)
+    assert build_config({"method": "dpo", "dpo": {"loss_type": ["ipo"]}}, sets=["dpo.loss_type="]).dpo.loss_type == [
+        "sigmoid"]
     with pytest.raises(UserError, match="ORPO has one loss"):
         build_config({"method": "orpo"}, sets=["dpo.loss_type=ipo"])
 
