@@ -111,7 +111,7 @@ def _load_model(cfg: AppConfig, adapter: str | None):
     return model, tok
 
 
-def _row(row: dict, det, cfg: AppConfig, answers: list[str], scores: list[float], test: bool,
+def _row(prompt: list[dict], reference: str | None, answers: list[str], scores: list[float], test: bool,
          min_gap: float) -> dict | None:
     """The pair one prompt's scored answers make (best vs worst), or None (train) / a row without one (test)."""
     best = max(range(len(scores)), key=lambda i: scores[i])
@@ -119,10 +119,8 @@ def _row(row: dict, det, cfg: AppConfig, answers: list[str], scores: list[float]
     made = scores[best] - scores[worst] >= max(min_gap, 1e-9) and answers[best].strip() != answers[worst].strip()
     if not made and not test:
         return None
-    return {"prompt": prompt_messages(row, det, cfg.data.system_prompt),
-            "chosen": answers[best] if made else "", "rejected": answers[worst] if made else "",
-            "chosen_score": round(scores[best], 4), "rejected_score": round(scores[worst], 4),
-            "reference": reference_text(row, det)}
+    return {"prompt": prompt, "chosen": answers[best] if made else "", "rejected": answers[worst] if made else "",
+            "chosen_score": round(scores[best], 4), "rejected_score": round(scores[worst], 4), "reference": reference}
 
 
 def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), adapter: str | None = None,
@@ -168,7 +166,7 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
                 answers = [o["text"] for o in outs[k * req.samples:(k + 1) * req.samples]]
                 ref = reference_text(row, det)
                 scores = [score_completion(a, ref, cfg.reward)["total"] for a in answers]
-                made = _row(row, det, cfg, answers, scores, test=name == "test", min_gap=req.min_gap)
+                made = _row(msgs[k], ref, answers, scores, test=name == "test", min_gap=req.min_gap)
                 if made is not None:
                     lines.append(json.dumps(made, ensure_ascii=False) + "\n")
                     prog["pairs"] += bool(made["chosen"])

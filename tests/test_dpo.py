@@ -156,7 +156,7 @@ def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_ba
              if r["chosen"]][:5]
     batched = answer_logprobs(model, tok, items)
     for item, (c, _) in zip(items, batched):
-        prompt, answer = _encode(tok, item, item["pair"][0])
+        prompt, answer = _encode(tok, item)[0]  # the chosen answer's ids
         with torch.no_grad():
             logits = model(torch.tensor([prompt + answer])).logits[0].float()
         logps = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)

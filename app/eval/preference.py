@@ -20,9 +20,8 @@ from app.generation import adds_special_tokens, format_prompt
 BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
 
 
-def answer_text(tok, item: dict, answer: str) -> str:
-    """The answer's text after the prompt exactly as DPO's data renders it."""
-    prompt = format_prompt(tok, item)
+def answer_text(tok, item: dict, answer: str, prompt: str) -> str:
+    """The answer's text after the prompt (``format_prompt(tok, item)``) exactly as DPO's data renders it."""
     if getattr(tok, "chat_template", None):
         full = tok.apply_chat_template([*item["messages"], {"role": "assistant", "content": answer}], tokenize=False)
         if full.startswith(prompt):
@@ -31,16 +30,19 @@ def answer_text(tok, item: dict, answer: str) -> str:
     return "\n" + answer + (tok.eos_token or "")
 
 
-def _encode(tok, item: dict, answer: str) -> tuple[list[int], list[int]]:
-    prompt = tok(format_prompt(tok, item), add_special_tokens=adds_special_tokens(tok))["input_ids"]
-    return prompt, tok(answer_text(tok, item, answer), add_special_tokens=False)["input_ids"]
+def _encode(tok, item: dict) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, answer ids) of the chosen and of the rejected answer: the prompt rendered once for both."""
+    text = format_prompt(tok, item)
+    prompt = tok(text, add_special_tokens=adds_special_tokens(tok))["input_ids"]
+    return [(prompt, tok(answer_text(tok, item, ans, text), add_special_tokens=False)["input_ids"])
+            for ans in item["pair"]]
 
 
 def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
     """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order."""
     import torch
 
-    seqs = [_encode(tok, it, ans) for it in items for ans in it["pair"]]
+    seqs = [seq for it in items for seq in _encode(tok, it)]
     device = next(model.parameters()).device
     out: list[float] = []
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
