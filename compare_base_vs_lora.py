@@ -13,18 +13,18 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     import typer
 
-    from app import cli
+    from app.cli import main
     from app.errors import UserError
-    from app.offline import quiet_library_noise
+    from app.host.offline import quiet_library_noise
 
     quiet_library_noise()
 
     script = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    script.command()(cli.compare)  # a single command: options go straight after the script name
+    script.command()(main.compare)  # a single command: options go straight after the script name
     try:
         script(args=argv, prog_name="compare_base_vs_lora.py")
     except UserError as e:  # the same handling as cli.main
-        cli.err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+        main.err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
 
 

@@ -3,7 +3,7 @@
     python bench/bench_compare.py [--prompts 32] [--max-new-tokens 32] [--batch-size 16] [--repeats 2]
 
 Same model, same prompts, same process: a random Qwen3-architecture model (hidden 128, 4 layers, a locally trained
-tokenizer with a chat template) loaded in 4-bit NF4 through app.models.load_base_model, wrapped with a LoRA adapter
+tokenizer with a chat template) loaded in 4-bit NF4 through app.model.load.load_base_model, wrapped with a LoRA adapter
 by PEFT exactly as `qlora-app compare` does, then app.eval.compare.generate with batch_size=N and with batch_size=1.
 Both sides of a comparison run this code path, so the ratio applies to the whole command's generation time.
 Prints one Markdown table row per setting for docs/performance.md (## compare). Offline; CPU is fine.
@@ -65,9 +65,9 @@ def main() -> None:
 
     import torch
 
-    from app.config import ModelConfig
+    from app.config.schema import ModelConfig
     from app.eval.compare import load_pair
-    from app.generation import format_prompt, generate
+    from app.model.generation import format_prompt, generate
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, adapter_dir = build(Path(tmp))

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
 
+from app.run import store
+
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
@@ -46,8 +48,7 @@ class Timed:
 
 def reward_share(out: Path) -> dict:
     import app.rewards as rewards
-    from app import rundir
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.recipe import grpo_preset
     from app.train.session import Session
 
@@ -68,7 +69,7 @@ def reward_share(out: Path) -> dict:
         wall = time.perf_counter() - t
     finally:
         rewards.build_reward_funcs = real
-    steps = [m.get("step_time") for m in rundir.read_metrics(d) if m.get("step_time")]
+    steps = [m.get("step_time") for m in store.read_metrics(d) if m.get("step_time")]
     return {"reward_s": Timed.total, "train_wall_s": wall, "steps": 20,
             "trl_step_time_s": sum(steps) if steps else None}
 
@@ -104,19 +105,19 @@ def per_seed_table(results: list[dict]) -> str:
 def run_seed(seed: int, out: Path, quick: bool = False) -> dict:
     from rich.console import Console
 
-    from app import rundir
     from app.demo.run import run_demo
+    from app.run import layout, store
 
     t = time.time()
     result = run_demo(out, quick=quick, console=Console(file=open(os.devnull, "w")), progress=False, seed=seed)
     demo = result.config["demo"]
     st, q = demo["stages"], demo["grpo_reward_quarters"]
-    points = [r[rundir.EVAL_ACCURACY] for r in rundir.read_metrics(Path(demo["grpo_run"]))
-              if rundir.EVAL_ACCURACY in r]
+    points = [r[layout.EVAL_ACCURACY] for r in store.read_metrics(Path(demo["grpo_run"]))
+              if layout.EVAL_ACCURACY in r]
     r = {"seed": seed, "base": st["base"]["accuracy"], "grpo": st["grpo"]["accuracy"], "lift": demo["grpo_lift"],
          "r_first": q["first"], "r_last": q["last"], "seconds": time.time() - t, "timings": demo["timings"],
          "n": result.summary.n, "eval_first": points[0], "eval_last": points[-1],
-         "eval_rows": (rundir.read_status(Path(demo["grpo_run"])) or {}).get(rundir.EVAL_ROWS)}
+         "eval_rows": (store.read_status(Path(demo["grpo_run"])) or {}).get(layout.EVAL_ROWS)}
     # the full demo claims a rising reward on every seed; --quick claims its held-out curve rises (its sampled
     # reward over 30 logged points is too noisy to claim a direction)
     rising = r["r_last"] > r["r_first"] if not quick else r["eval_last"] > r["eval_first"]

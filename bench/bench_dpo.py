@@ -86,8 +86,8 @@ def main() -> None:
             runs[quick].append(run_seed(seed, out / f"{'quick' if quick else 'full'}-{seed}", quick))
             print(json.dumps({k: v for k, v in runs[quick][-1].items() if k != "timings"}), flush=True)
     full = runs[False]
+    from app.config.presets import load_preset
     from app.demo.dpo import PAIRS, QUICK
-    from app.presets import load_preset
 
     preset = load_preset("demo-dpo")
     t = preset["training"]

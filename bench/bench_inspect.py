@@ -47,7 +47,7 @@ def make_jsonl(path: Path, n: int) -> None:
 
 
 def time_inspect(path: Path, repeats: int) -> tuple[float, dict]:
-    from app.data.inspect_cmd import run_inspect
+    from app.cli.inspect import run_inspect
 
     times, out = [], ""
     for _ in range(repeats + 1):  # first run warms imports and the OS file cache; not counted

@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     args = ap.parse_args()
 
-    from app.config import RewardConfig
+    from app.config.schema import RewardConfig
     from app.rewards import build_reward_funcs, reward_error_count
 
     # Each measurement gets freshly generated batches (its own seed): math-verify memoises parsed LaTeX, and a

@@ -69,16 +69,16 @@ def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path) -> di
     plan = json.loads(dry.stdout) if dry.returncode == 0 else {"refused": dry.stderr.strip()[-300:]}
     rec = bench_trl._run([sys.executable, str(HERE / "steptimer.py"), "--", *args, "--no-progress"],
                          out / "timing.json")
-    from app import rundir
+    from app.run import layout, lookup, store
 
-    (run,) = rundir.list_runs(out)
-    st = rundir.read_status(run) or {}
+    (run,) = lookup.list_runs(out)
+    st = store.read_status(run) or {}
     steady = summary(rec)["s_per_step"] if len(rec["steps"]) > 2 else None
     return {"method": method, "estimate_torch_peak_gb": plan.get("torch_peak_gb"),
             "estimate_total_gb": plan.get("total_gb"), "sampler": plan.get("sampler"),
-            "measured_gib": st.get(rundir.PEAK_RESERVED), "device": st.get(rundir.PEAK_DEVICE),
-            "ratio": (plan["torch_peak_gb"] / st[rundir.PEAK_RESERVED]) if plan.get("torch_peak_gb") and
-            st.get(rundir.PEAK_RESERVED) else None, "wall_s": round(rec["wall_s"], 1), "steady_s_per_step": steady,
+            "measured_gib": st.get(layout.PEAK_RESERVED), "device": st.get(layout.PEAK_DEVICE),
+            "ratio": (plan["torch_peak_gb"] / st[layout.PEAK_RESERVED]) if plan.get("torch_peak_gb") and
+            st.get(layout.PEAK_RESERVED) else None, "wall_s": round(rec["wall_s"], 1), "steady_s_per_step": steady,
             "status": st.get("status")}
 
 
@@ -87,7 +87,7 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
     merge into the 16-bit copy), the prefill and the per-token decode, for one optimizer step's completions."""
     import torch
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.data import build_splits
     from app.train.build import build_trainer, load_model
     from app.train.plan import make_plan

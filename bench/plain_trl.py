@@ -56,7 +56,7 @@ def main(spec_path: str) -> None:
     else:
         from trl import GRPOConfig, GRPOTrainer
 
-        from app.config import RewardConfig
+        from app.config.schema import RewardConfig
         from app.rewards import build_reward_funcs
 
         funcs, weights = build_reward_funcs(RewardConfig(), has_reference=True)

@@ -105,7 +105,7 @@ if __name__ == "__main__":
     if argv and argv[0] == "--":
         argv = argv[1:]
     install()
-    from app.cli import main
+    from app.cli.main import main
 
     sys.argv = ["qlora-app", *argv]
     sys.exit(main())

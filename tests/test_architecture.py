@@ -18,14 +18,13 @@ HEAVY = {"torch", "transformers", "trl", "peft", "gradio", "datasets", "matplotl
 
 # Lowest first. A module may import its own layer and the ones below, never one above.
 LAYERS = (
-    ("app.errors", "app.assets", "app.reward_registry", "app.batching", "app.rundir", "app.proof", "app.offline",
-     "app.procs", "app.machine", "app.cpu_threads", "app.cpu_alloc"),
-    ("app.config_schema", "app.config_keys", "app.config", "app.presets"),
-    ("app.data", "app.rewards", "app.model_shape", "app.memory", "app.models", "app.generation", "app.unsloth_backend",
-     "app.plots", "app.runs"),
-    ("app.train", "app.eval", "app.export", "app.doctor", "app.report", "app.pairs"),
+    ("app.errors", "app.host"),
+    ("app.config",),
+    ("app.run",),
+    ("app.data", "app.rewards", "app.model"),
+    ("app.train", "app.eval", "app.export"),
     ("app.demo", "app.ui"),
-    ("app.cli", "app.cli_ship", "app.cli_pairs"),
+    ("app.cli",),
 )
 
 
@@ -177,10 +176,10 @@ def test_the_graph_checks_see_hidden_imports(tmp_path, monkeypatch):
     heavy_at_import.cache_clear()
     src = tmp_path / "rundir.py"
     src.write_text("def f():\n    from app.train.session import Session\n")
-    monkeypatch.setitem(MODULES, "app.rundir", src)
-    found = {(t, local, parent) for t, local, _, _, parent in imports("app.rundir")}
+    monkeypatch.setitem(MODULES, "app.run.store", src)
+    found = {(t, local, parent) for t, local, _, _, parent in imports("app.run.store")}
     assert found == {("app.train.session", True, False), ("app.train", True, True)}
-    assert layer("app.train.session") > layer("app.rundir")
+    assert layer("app.train.session") > layer("app.run.store")
     monkeypatch.undo()
     heavy_at_import.cache_clear()
     assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.session")

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from app.assets import shipped_dir
+from app.config.builtin import shipped_dir
 from app.data import arith
 from app.demo import build_base, recipe
 
@@ -126,7 +126,8 @@ def test_build_base_code_path_produces_a_loadable_model(tmp_path):
 
 
 def test_recipe_presets_validate_as_app_configs(tmp_path):
-    from app.config import build_config, resolve
+    from app.config.build import build_config
+    from app.config.resolve import resolve
 
     grpo = resolve(build_config(preset=recipe.grpo_preset(model_path=tmp_path)))
     assert grpo.method == "grpo" and grpo.lora.init_from is None and grpo.model.load_in_4bit

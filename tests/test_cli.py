@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from app.run import layout, lookup, newrun, store
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -17,7 +19,7 @@ def cli(*args, cwd=None, timeout=300):
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli import app\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli.main import app\n"
             "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output\n"
             "r = CliRunner().invoke(app, ['train', '--help'])\nassert r.exit_code == 0, r.output\n"
             "print(sorted(m for m in ('torch','transformers','gradio','trl','peft','datasets') if m in sys.modules))")
@@ -27,7 +29,7 @@ def test_help_does_not_import_heavy_libraries():
 
 
 def test_dry_run_prints_resolved_config_without_loading_weights():
-    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli import app\n"
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom app.cli.main import app\n"
             "r = CliRunner().invoke(app, ['train', '--dataset', 'gsm8k', '--dry-run'])\n"
             "assert r.exit_code == 0, r.output\nsys.stderr.write(r.output)\n"
             "print(any('.modeling_' in m for m in sys.modules))")
@@ -95,8 +97,9 @@ def test_presets_list_and_show():
 
 
 def test_every_preset_is_valid_and_starts_with_its_command():
-    from app.config import resolve, validate
-    from app.presets import list_presets, load_preset, preset_path
+    from app.config.build import validate
+    from app.config.presets import list_presets, load_preset, preset_path
+    from app.config.resolve import resolve
 
     names = [p["name"] for p in list_presets()]
     assert len(names) >= 8
@@ -107,7 +110,7 @@ def test_every_preset_is_valid_and_starts_with_its_command():
 
 
 def test_lwr_presets_match_the_guide():
-    from app.presets import load_preset
+    from app.config.presets import load_preset
 
     sft, grpo, sky = load_preset("lwr-sft"), load_preset("lwr-grpo"), load_preset("skyrl-gsm8k")
     assert (sft["lora"]["r"], sft["lora"]["alpha"], sft["training"]["learning_rate"]) == (256, 16, 2e-4)
@@ -133,12 +136,11 @@ def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp
     """The run name is what people copy into --resume: never cut to '20261…' on an 80-column terminal."""
     import os
 
-    from app import rundir
 
     name = "20261123-075531-sft-gsm8k-train-jsonl"
-    d = rundir.new_run_dir(tmp_path, name)
-    (d / rundir.CONFIG).write_text(f"method: sft\nmodel:\n  name_or_path: {tmp_path}/models/llama-tiny\n")
-    rundir.write_status(d, rundir.FINISHED, step=2)
+    d = newrun.new_run_dir(tmp_path, name)
+    (d / layout.CONFIG).write_text(f"method: sft\nmodel:\n  name_or_path: {tmp_path}/models/llama-tiny\n")
+    store.write_status(d, layout.FINISHED, step=2)
     for width, wide in (("80", False), ("160", True)):
         r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list", str(tmp_path)], capture_output=True,
                            text=True, env={**os.environ, "COLUMNS": width})
@@ -154,13 +156,12 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
     and demo-runs/ of the working folder, then taken as a path; `runs list` shows both folders."""
     import os
 
-    from app import rundir
 
     made = {}
     for folder, name in (("runs", "20261123-100000-grpo-arith"), ("demo-runs", "demo-grpo")):
-        d = rundir.new_run_dir(tmp_path / folder, name)
-        (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
-        rundir.write_status(d, rundir.INTERRUPTED, step=1)
+        d = newrun.new_run_dir(tmp_path / folder, name)
+        (d / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
+        store.write_status(d, layout.INTERRUPTED, step=1)
         made[name] = d
     env = {**os.environ, "COLUMNS": "120"}
     for name, d in made.items():
@@ -178,7 +179,7 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
     os.chdir(tmp_path)  # in-process: find_adapter takes the bare name as well
     try:
         with pytest.raises(Exception, match=r"no adapter yet \(interrupted at step 1\); it saved no checkpoint either"):
-            rundir.find_adapter("demo-grpo")
+            lookup.find_adapter("demo-grpo")
     finally:
         os.chdir(ROOT)
 
@@ -186,7 +187,7 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
 def test_presets_list_keeps_every_preset_and_what_it_is_for_at_80_columns():
     import os
 
-    from app.presets import list_presets
+    from app.config.presets import list_presets
 
     r = subprocess.run([sys.executable, "-m", "app.cli", "presets", "list"], capture_output=True, text=True,
                        env={**os.environ, "COLUMNS": "80"})
@@ -253,7 +254,7 @@ def test_ui_prints_its_own_share_hint_not_gradios():
 def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path):
     import os
 
-    from app.cli import explain_value
+    from app.cli.main import explain_value
 
     env = {**os.environ, "COLUMNS": "80"}
     base = [sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--model", "arith-base", "--dry-run"]
@@ -274,19 +275,18 @@ def test_the_run_summary_prints_the_adapter_path_whole_at_80_columns(tmp_path):
 
     from rich.console import Console
 
-    from app import rundir
-    from app.report import print_run_summary
+    from app.cli.plan_report import print_run_summary
 
-    d = rundir.new_run_dir(tmp_path / ("a-long-folder-name-" * 4), "20261123-120000-grpo-gsm8k-train-jsonl")
-    (d / rundir.CONFIG).write_text("method: grpo\n")
-    (d / rundir.ADAPTER).mkdir()
-    (d / rundir.ADAPTER / rundir.ADAPTER_CONFIG).write_text("{}")
-    rundir.write_status(d, rundir.FINISHED, step=3)
+    d = newrun.new_run_dir(tmp_path / ("a-long-folder-name-" * 4), "20261123-120000-grpo-gsm8k-train-jsonl")
+    (d / layout.CONFIG).write_text("method: grpo\n")
+    (d / layout.ADAPTER).mkdir()
+    (d / layout.ADAPTER / layout.ADAPTER_CONFIG).write_text("{}")
+    store.write_status(d, layout.FINISHED, step=3)
     out = io.StringIO()
     print_run_summary(d, Console(file=out, width=80))
-    assert str(d / rundir.ADAPTER) in out.getvalue().splitlines()  # one line, whole, ready to copy
-    failed = rundir.new_run_dir(tmp_path, "failed")
-    rundir.write_status(failed, rundir.FAILED, step=0, error="boom")
+    assert str(d / layout.ADAPTER) in out.getvalue().splitlines()  # one line, whole, ready to copy
+    failed = newrun.new_run_dir(tmp_path, "failed")
+    store.write_status(failed, layout.FAILED, step=0, error="boom")
     out = io.StringIO()
     print_run_summary(failed, Console(file=out, width=80))
     assert "adapter" not in out.getvalue()  # a run that saved none lists none
@@ -346,7 +346,7 @@ def test_a_model_or_folder_that_is_not_there_is_one_line(tmp_path, dry):
 def test_hints_keep_their_brackets(tmp_path, monkeypatch, capsys):
     """rich reads '[gguf]' as markup and drops it: the install hint said pip install 'qlora-app'. Every line the CLI
     prints from a message is escaped."""
-    import app.cli as cli_mod
+    import app.cli.main as cli_mod
     from app.errors import UserError
 
     def fails(**kw):
@@ -364,16 +364,16 @@ def test_hints_keep_their_brackets(tmp_path, monkeypatch, capsys):
 def test_a_bad_reward_leaves_no_run_folder_and_a_run_without_adapter_says_why(tmp_path):
     """A reward that cannot be loaded is one line before any run folder exists; a run that failed before its first
     checkpoint says so to chat / export / compare instead of suggesting a --resume that cannot work."""
-    from app import rundir
+    from app.run import layout, newrun, store
 
     runs = tmp_path / "runs"
     r = cli("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--output-dir", str(runs),
             "--reward", str(tmp_path / "missing.py") + ":score", cwd=tmp_path)
     assert r.returncode == 2 and "custom reward file" in r.stderr and "not found" in r.stderr, r.stderr
     assert not runs.exists() or not any(runs.iterdir())
-    failed = rundir.new_run_dir(runs, "failed-early")
-    (failed / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
-    rundir.write_status(failed, rundir.FAILED, step=0, error="ValueError: bad things")
+    failed = newrun.new_run_dir(runs, "failed-early")
+    (failed / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
+    store.write_status(failed, layout.FAILED, step=0, error="ValueError: bad things")
     for args in (("export", str(failed), "--out", str(tmp_path / "out")), ("chat", str(failed), "-m", "hi")):
         r = cli(*args, cwd=tmp_path)
         assert r.returncode == 2 and "has no adapter yet (failed at step 0: ValueError: bad things)" in r.stderr
@@ -387,7 +387,7 @@ def test_help_shows_no_type_beside_switches():
 
 
 def test_score_takes_a_custom_reward_and_set_takes_one_entry_without_list_syntax(tmp_path):
-    from app.config import build_config
+    from app.config.build import build_config
 
     (tmp_path / "mine.py").write_text("def brevity(completions, **kw):\n    return [0.5 for _ in completions]\n")
     r = cli("score", "--completion", "Final answer: 7", "--reference", "7", "--reward",
@@ -399,7 +399,7 @@ def test_score_takes_a_custom_reward_and_set_takes_one_entry_without_list_syntax
 
 
 def test_doctor_says_whether_gguf_export_can_run(monkeypatch):
-    import app.doctor as doctor
+    import app.cli.doctor as doctor
 
     assert doctor.gguf_export().startswith("available (llama.cpp's converter")  # the dev extra has it
     monkeypatch.setattr(doctor, "installed", lambda name: False)
@@ -409,7 +409,7 @@ def test_doctor_says_whether_gguf_export_can_run(monkeypatch):
 
 
 def test_the_dpo_preset_follows_the_guide():
-    from app.presets import load_preset
+    from app.config.presets import load_preset
 
     dpo = load_preset("dpo")
     # LoRA Without Regret: all linear layers, a small rank, ~10x full fine-tuning's learning rate (TRL: 1e-6)

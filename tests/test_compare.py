@@ -43,7 +43,7 @@ def write_run(run: Path, base_dir: Path, adapter_src: Path, dataset: Path | None
     """A run directory as the engine writes it: config.yaml + adapter/."""
     import shutil
 
-    from app.config import AppConfig
+    from app.config.schema import AppConfig
 
     cfg = AppConfig.model_validate({
         "method": "grpo", "model": {"name_or_path": str(base_dir)},
@@ -69,8 +69,8 @@ def plain_base_outputs(base_dir: Path, prompts: list[str], max_new_tokens: int) 
     """The base model loaded on its own (4-bit, no PEFT anywhere), one prompt at a time, greedy."""
     import torch
 
-    from app.config import ModelConfig
-    from app.models import load_base_model
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model
 
     model, tok, info = load_base_model(ModelConfig(name_or_path=str(base_dir)), for_training=False)
     assert info["4bit"]
@@ -106,7 +106,7 @@ def test_base_side_is_the_plain_base_and_adapter_side_differs(run_dir, tiny_mode
 def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
     from rich.console import Console
 
-    from app.eval.cli import run_compare_cli
+    from app.cli.compare import run_compare_cli
 
     evil = "<script>alert('x')</script> & <img src=https://example.com/a.png>"
     out_json, out_html = tmp_path / "c.json", tmp_path / "c.html"
@@ -129,7 +129,7 @@ def test_json_and_html_on_heldout_rows(run_dir, tmp_path):
             assert c["correct"] in (True, False) if r["reference"] is not None else c["correct"] is None
     assert all(r["prompt"] in dataset_questions for r in heldout)
     # Held-out means never trained on: none of the rows may come from the run's training split.
-    from app.config import load_yaml_file, validate
+    from app.config.build import load_yaml_file, validate
     from app.data import build_splits
 
     cfg = validate(load_yaml_file(run_dir / "config.yaml"))
@@ -338,14 +338,14 @@ def test_a_quick_compare_keeps_the_proof_and_never_counts_typed_prompts(run_dir)
     """The run's proof (RUN/compare.json, written as training ended) is what runs, the UI and the card show: a quick
     `compare RUN --num-samples 3 --prompt ...` goes to a file of its own, and its typed prompt (no reference) is shown
     but not counted in the held-out figures. Every figure says how many held-out rows are behind it."""
-    from app import proof, rundir
     from app.eval.compare import run_comparison
-    from app.runs import run_summary
+    from app.run import layout, proof
+    from app.run.summary import run_summary
 
     first = run_comparison(run_dir, num_samples=6, max_new_tokens=6, record="proof")
-    kept = (run_dir / rundir.COMPARE_JSON).read_text()
+    kept = (run_dir / layout.COMPARE_JSON).read_text()
     quick = run_comparison(run_dir, num_samples=3, prompts=["Tell me a story."], max_new_tokens=6)
-    assert (run_dir / rundir.COMPARE_JSON).read_text() == kept  # the proof is untouched
+    assert (run_dir / layout.COMPARE_JSON).read_text() == kept  # the proof is untouched
     (adhoc,) = proof.comparisons(run_dir)
     assert json.loads(adhoc.read_text())["summary"]["n"] == 3
     s = quick.summary

@@ -2,8 +2,10 @@
 
 import pytest
 
-from app.config import AppConfig, build_config, effective_batch, resolve, warnings_for
-from app.config_keys import parse_set
+from app.config.build import build_config
+from app.config.keys import parse_set
+from app.config.resolve import effective_batch, resolve, warnings_for
+from app.config.schema import AppConfig
 from app.errors import UserError
 
 
@@ -90,7 +92,7 @@ def test_one_reward_weight_override_keeps_the_others():
 
 
 def test_effective_batch_warning_counts_every_process():
-    from app.config import resolve, warnings_for
+    from app.config.resolve import resolve, warnings_for
 
     sets = ["per_device_train_batch_size=8", "gradient_accumulation_steps=4", "num_generations=8"]
     assert not [w for w in warnings_for(resolve(build_config(sets=sets))) if "effective batch" in w]  # 4 prompts
@@ -106,7 +108,7 @@ def test_effective_batch_warning_counts_every_process():
 ])
 def test_lora_target_names_become_a_list_and_a_regex_stays(value, want):
     """PEFT reads a string as a regex over the WHOLE module name: 'q_proj' alone would match no layer."""
-    from app.config import LoraConfig
+    from app.config.schema import LoraConfig
 
     assert LoraConfig(target_modules=value).target_modules == want
 
@@ -119,7 +121,7 @@ def test_grpo_loss_variants_are_checked_config():
 
     import trl
 
-    from app.config_schema import LOSS_TYPES
+    from app.config.schema import LOSS_TYPES
     from app.errors import UserError
     from app.train.args import grpo_kwargs
 
@@ -143,7 +145,7 @@ def test_grpo_loss_variants_are_checked_config():
 
 
 def test_a_bare_key_two_sections_share_is_the_methods_own():
-    from app.config import build_config
+    from app.config.build import build_config
 
     assert build_config(sets=["beta=0.04"]).grpo.beta == 0.04  # grpo is the default method
     dpo = build_config({"method": "dpo"}, sets=["beta=0.3"])

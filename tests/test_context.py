@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.errors import UserError
+from app.run import layout, store
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def long_jsonl(tmp_path) -> Path:
 def test_context_length_reads_each_config_family():
     from transformers import AutoConfig
 
-    from app.models import context_length
+    from app.model.placement import context_length
 
     assert context_length(AutoConfig.for_model("gpt2", n_positions=300)) == 300
     assert context_length(AutoConfig.for_model("llama", max_position_embeddings=4096)) == 4096
@@ -84,7 +85,7 @@ def test_grpo_drops_prompts_that_leave_no_room_for_the_completion(tiny_model, ch
 def test_a_completion_length_that_fills_the_context_is_halved(tiny_model):
     from transformers import AutoTokenizer
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train.context import fit_grpo
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
@@ -99,7 +100,7 @@ def test_a_completion_length_that_fills_the_context_is_halved(tiny_model):
 
 
 def test_sft_max_length_is_cut_to_the_context():
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train.context import fit_sft_length
 
     cfg = build_config({"method": "sft"}, {}, ["training.max_length=1024"])
@@ -110,8 +111,8 @@ def test_sft_max_length_is_cut_to_the_context():
 
 
 def test_auto_attention_falls_back_for_an_architecture_without_sdpa(odd_models):
-    from app.config import ModelConfig
-    from app.models import load_base_model
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model
 
     model, _, info = load_base_model(ModelConfig(name_or_path=str(odd_models["gemma2"])), device="cpu")
     assert info["attention"] == "eager"
@@ -124,8 +125,7 @@ def test_auto_attention_falls_back_for_an_architecture_without_sdpa(odd_models):
 def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_models, long_jsonl, tmp_path):
     """GPT-2 with 128 positions on prompts longer than that: GRPO drops them, SFT cuts at 128, compare keeps the
     prompts' ends. Without the fitting each of the three ends in an IndexError inside the position embedding."""
-    from app import rundir
-    from app.config import build_config
+    from app.config.build import build_config
     from app.eval.compare import run_comparison
     from app.train.session import Session
 
@@ -138,8 +138,8 @@ def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_m
             ["max_completion_length=16", "per_device_train_batch_size=4", "gradient_accumulation_steps=1",
              "num_generations=4", "gradient_checkpointing=false", "runtime.device=cpu", "training.max_length=512"])
         d = Session(cfg, progress=False).run()
-        assert rundir.read_status(d)["status"] == rundir.FINISHED
-        log = (d / rundir.LOG).read_text()
+        assert store.read_status(d)["status"] == layout.FINISHED
+        log = (d / layout.LOG).read_text()
         if method == "grpo":
             assert "rows whose prompt is longer than the 112 tokens left of the model's 128-token context" in log
         else:
@@ -152,8 +152,8 @@ def test_short_context_model_trains_grpo_and_sft_and_compares_long_prompts(odd_m
 
 
 def test_a_base_left_unquantized_is_reported_as_such(tiny_model):
-    from app.config import ModelConfig
-    from app.models import load_base_model
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model
 
     _, _, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)), device="cpu")
     assert info["4bit"] is True
@@ -164,15 +164,15 @@ def test_a_base_left_unquantized_is_reported_as_such(tiny_model):
 @pytest.mark.slow
 def test_the_run_says_when_transformers_quantized_nothing(tiny_model, math_jsonl, tmp_path, monkeypatch):
     """Falcon in transformers 5.23 loads with no 4-bit layer at all, behind a line about 'eetq'; the run says it."""
-    from app import models, rundir
-    from app.config import build_config
+    import app.model.load
+    from app.config.build import build_config
     from app.train.session import Session
 
-    monkeypatch.setattr(models, "_has_4bit_layers", lambda model: False)
+    monkeypatch.setattr(app.model.load, "_has_4bit_layers", lambda model: False)
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_model)},
                         "data": {"dataset": str(math_jsonl)}, "output_dir": str(tmp_path)},
                        {"training": {"max_steps": 1}}, ["runtime.device=cpu", "gradient_checkpointing=false"])
-    log = (Session(cfg, progress=False).run() / rundir.LOG).read_text()
+    log = (Session(cfg, progress=False).run() / layout.LOG).read_text()
     assert "quantized none of the layers" in log and "4-bit=False" in log
 
 
@@ -180,7 +180,7 @@ def test_the_run_says_when_transformers_quantized_nothing(tiny_model, math_jsonl
 def test_lora_targets_that_match_no_layer_name_the_layers_there_are(odd_models, long_jsonl, tmp_path):
     """GPT-2 names its layers c_attn / c_fc / c_proj: Llama's q_proj,v_proj match nothing there (before: PEFT's
     traceback)."""
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train.session import Session
 
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(odd_models["gpt2"])},
@@ -194,8 +194,8 @@ def test_lora_targets_that_match_no_layer_name_the_layers_there_are(odd_models, 
 def test_packing_is_measured_on_the_loaded_model(odd_models, tiny_models):
     """Packing relies on the model keeping packed examples apart; OPT (positions from the attention mask) does not,
     Llama / Qwen / Gemma 2 / GPT-2 do. Measured on the real 4-bit models, as a run measures it."""
-    from app.config import ModelConfig
-    from app.models import load_base_model, packed_examples_stay_apart
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model, packed_examples_stay_apart
 
     for path, apart in ((tiny_models["llama"], True), (tiny_models["qwen3"], True), (odd_models["gpt2"], True),
                         (odd_models["gemma2"], True), (odd_models["opt"], False)):
@@ -209,8 +209,8 @@ def test_packing_is_measured_on_the_loaded_model(odd_models, tiny_models):
 def test_a_model_that_mixes_packed_examples_trains_sft_unpacked(odd_models, long_jsonl, tmp_path):
     """OPT: auto packing turns off with one line and the run trains (the probe must not leave bitsandbytes' CPU
     repacking behind: a 4-bit layer with a bias then failed in backward); packing forced on is refused."""
-    from app import rundir
-    from app.config import build_config
+    from app.config.build import build_config
+    from app.run import layout, store
     from app.train.session import Session
 
     def cfg(*sets):
@@ -219,7 +219,7 @@ def test_a_model_that_mixes_packed_examples_trains_sft_unpacked(odd_models, long
                             {"training": {"max_steps": 2}}, ["runtime.device=cpu", "training.max_length=256", *sets])
 
     d = Session(cfg(), progress=False).run()
-    assert rundir.read_status(d)["status"] == rundir.FINISHED
-    assert "packing is off: OPTForCausalLM lets packed examples attend to each other" in (d / rundir.LOG).read_text()
+    assert store.read_status(d)["status"] == layout.FINISHED
+    assert "packing is off: OPTForCausalLM lets packed examples attend to each other" in (d / layout.LOG).read_text()
     with pytest.raises(UserError, match="packing=true: with this architecture \\(measured"):
         Session(cfg("training.packing=true"), progress=False).run()

@@ -1,10 +1,10 @@
-"""app/cpu_alloc.py: the allocator settings a CPU training step needs, never over a user's own."""
+"""app/host/alloc.py: the allocator settings a CPU training step needs, never over a user's own."""
 
 import sys
 
 import pytest
 
-from app import cpu_alloc
+from app.host import alloc
 
 
 class FakeLibc:
@@ -21,33 +21,33 @@ class FakeLibc:
 @pytest.fixture
 def libc(monkeypatch):
     fake = FakeLibc()
-    monkeypatch.setattr(cpu_alloc.ctypes, "CDLL", lambda name: fake)
-    monkeypatch.setattr(cpu_alloc.sys, "platform", "linux")
+    monkeypatch.setattr(alloc.ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setattr(alloc.sys, "platform", "linux")
     return fake
 
 
 def test_sets_both_thresholds_on_glibc(libc):
-    assert cpu_alloc.reuse_freed_memory(env={}) is True
-    assert libc.calls == [(cpu_alloc.M_MMAP_THRESHOLD, 32 * 2**20), (cpu_alloc.M_TRIM_THRESHOLD, 256 * 2**20)]
+    assert alloc.reuse_freed_memory(env={}) is True
+    assert libc.calls == [(alloc.M_MMAP_THRESHOLD, 32 * 2**20), (alloc.M_TRIM_THRESHOLD, 256 * 2**20)]
 
 
 @pytest.mark.parametrize("var", ["GLIBC_TUNABLES", "MALLOC_TRIM_THRESHOLD_", "LD_PRELOAD"])
 def test_a_users_own_allocator_setup_wins(libc, var):
-    assert cpu_alloc.reuse_freed_memory(env={var: "x"}) is False and libc.calls == []
-    assert cpu_alloc.user_chose({var: "x"}) == var
+    assert alloc.reuse_freed_memory(env={var: "x"}) is False and libc.calls == []
+    assert alloc.user_chose({var: "x"}) == var
 
 
 def test_other_platforms_and_c_libraries_are_left_alone(monkeypatch):
-    monkeypatch.setattr(cpu_alloc.sys, "platform", "darwin")
-    assert cpu_alloc.reuse_freed_memory(env={}) is False
+    monkeypatch.setattr(alloc.sys, "platform", "darwin")
+    assert alloc.reuse_freed_memory(env={}) is False
 
     def no_libc(name):
         raise OSError("no libc")
-    monkeypatch.setattr(cpu_alloc.sys, "platform", "linux")
-    monkeypatch.setattr(cpu_alloc.ctypes, "CDLL", no_libc)
-    assert cpu_alloc.reuse_freed_memory(env={}) is False
+    monkeypatch.setattr(alloc.sys, "platform", "linux")
+    monkeypatch.setattr(alloc.ctypes, "CDLL", no_libc)
+    assert alloc.reuse_freed_memory(env={}) is False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
 def test_the_real_glibc_takes_them():
-    assert cpu_alloc.reuse_freed_memory(env={}) is True  # this machine's libc accepts both values
+    assert alloc.reuse_freed_memory(env={}) is True  # this machine's libc accepts both values

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app import cpu_threads as ct
+from app.host import threads as ct
 
 
 def test_fair_threads_takes_what_others_leave():

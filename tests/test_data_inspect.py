@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from app.cli.inspect import run_inspect
 from app.data import DataError, loading
-from app.data.inspect_cmd import run_inspect
 
 CORPUS = Path(__file__).parent / "data_schemas"
 KEYS = ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns", "num_rows",

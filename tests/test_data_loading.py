@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import DataConfig
+from app.config.schema import DataConfig
 from app.data import DataError, build_splits, resolve_dataset
 from app.errors import UserError
 from app.eval.heldout import heldout_examples
@@ -272,7 +272,7 @@ def test_package_import_is_light():
     import subprocess
     import sys
 
-    code = ("import sys, app.data, app.data.inspect_cmd; "
+    code = ("import sys, app.data, app.cli.inspect; "
             "print([m for m in ('datasets', 'pyarrow', 'pandas', 'torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[1], env={**os.environ})

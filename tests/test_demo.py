@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
+from app.run import layout, store
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,7 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
                         "--seed", "7"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "held-out accuracy" in r.stdout and "Traceback" not in r.stderr
-    result = json.loads((tmp_path / rundir.COMPARE_JSON).read_text())
+    result = json.loads((tmp_path / layout.COMPARE_JSON).read_text())
     assert set(result) >= {"rows", "summary", "config"}
     assert len(result["rows"]) == 100
     row = result["rows"][0]
@@ -30,7 +30,7 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert stages["grpo"]["accuracy"] == result["summary"]["adapter"]["accuracy"]
     assert stages["base"]["accuracy"] == result["summary"]["base"]["accuracy"]
     assert demo["grpo_lift"] == pytest.approx(stages["grpo"]["accuracy"] - stages["base"]["accuracy"])
-    grpo_rewards = [m["reward"] for m in rundir.read_metrics(Path(demo["grpo_run"])) if "reward" in m]
+    grpo_rewards = [m["reward"] for m in store.read_metrics(Path(demo["grpo_run"])) if "reward" in m]
     # 60 steps, a generation batch serving two of them: TRL logs a reward where it sampled, about 30 points
     assert len(grpo_rewards) >= 20
     q = len(grpo_rewards) // 4
@@ -42,22 +42,22 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     # one story: the sampled reward is said to be noisy, and every held-out figure says how many rows it is of
     said = " ".join(r.stdout.split())  # as read, whatever the width rich wrapped it to
     assert "(sampled, noisy)" in said
-    rows = rundir.read_status(Path(demo["grpo_run"]))[rundir.EVAL_ROWS]
+    rows = store.read_status(Path(demo["grpo_run"]))[layout.EVAL_ROWS]
     assert f"{rows} rows each" in said and "base vs adapter on 100 held-out problems" in said
     grpo = tmp_path / "demo-grpo"
     assert Path(demo["grpo_run"]) == grpo
-    assert rundir.read_status(grpo)["status"] == rundir.FINISHED
-    assert (grpo / rundir.CURVES).is_file() and (grpo / rundir.ADAPTER / "adapter_config.json").is_file()
+    assert store.read_status(grpo)["status"] == layout.FINISHED
+    assert (grpo / layout.CURVES).is_file() and (grpo / layout.ADAPTER / "adapter_config.json").is_file()
     # GRPO from the shipped base, in 4-bit, with the shaped reward's components logged; no SFT phase.
     import yaml
 
-    cfg = yaml.safe_load((grpo / rundir.CONFIG).read_text())
+    cfg = yaml.safe_load((grpo / layout.CONFIG).read_text())
     assert cfg["method"] == "grpo" and cfg["lora"]["init_from"] is None and cfg["model"]["load_in_4bit"]
     assert cfg["training"]["seed"] == 7 and demo["seed"] == 7  # --seed reaches training
-    assert any("rewards/reference/mean" in m for m in rundir.read_metrics(grpo))
+    assert any("rewards/reference/mean" in m for m in store.read_metrics(grpo))
     assert not (tmp_path / "demo-sft").exists()
     # A second demo keeps the first comparison instead of overwriting it.
-    first = (tmp_path / rundir.COMPARE_JSON).read_text()
+    first = (tmp_path / layout.COMPARE_JSON).read_text()
     r2 = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--quick", "--output-dir", str(tmp_path)],
                         capture_output=True, text=True, timeout=900)
     assert r2.returncode == 0, r2.stderr[-3000:]
@@ -72,18 +72,18 @@ def test_ctrl_c_stops_the_whole_demo_with_exit_130(tmp_path):
     import signal
     import time
 
-    code = ("import sys, app.demo.run as r; r.QUICK.update(grpo_steps=400); from app.cli import main; "
+    code = ("import sys, app.demo.run as r; r.QUICK.update(grpo_steps=400); from app.cli.main import main; "
             f"sys.argv = ['qlora-app', 'demo', '--quick', '--output-dir', {str(tmp_path)!r}]; main()")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     grpo = tmp_path / "demo-grpo"
     deadline = time.time() + 300
-    while not any(m.get("step", 0) >= 2 for m in rundir.read_metrics(grpo)):
+    while not any(m.get("step", 0) >= 2 for m in store.read_metrics(grpo)):
         assert p.poll() is None and time.time() < deadline, p.stderr.read()[-3000:] if p.poll() is not None else ""
         time.sleep(0.2)
     os.kill(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 130, (out[-2000:], err[-2000:])
     assert "Traceback" not in err and "GRPO's own lift" not in out and "interrupted" in out
-    st = rundir.read_status(grpo)
-    assert st["status"] == rundir.INTERRUPTED and 2 <= st["step"] < 400
-    assert not (tmp_path / rundir.COMPARE_JSON).exists()
+    st = store.read_status(grpo)
+    assert st["status"] == layout.INTERRUPTED and 2 <= st["step"] < 400
+    assert not (tmp_path / layout.COMPARE_JSON).exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
+from app.run import layout, lookup, store
 
 pytestmark = pytest.mark.slow
 # A small pairs folder: enough prompts for a few DPO steps, a few held-out rows (seconds on 2 cores).
@@ -19,7 +19,7 @@ SMALL = {"samples": 4, "max_new_tokens": 24, "max_prompts": 96, "max_heldout": 2
 
 
 def _cfg(**extra):
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.dpo import demo_config
     from app.demo.recipe import base_model_path
 
@@ -28,7 +28,7 @@ def _cfg(**extra):
 
 @pytest.fixture(scope="module")
 def pairs_dir(tmp_path_factory) -> Path:
-    from app.pairs import PairsRequest, make_pairs
+    from app.eval.pairs import PairsRequest, make_pairs
 
     out = tmp_path_factory.mktemp("pairs") / "p"
     make_pairs(_cfg(), out, PairsRequest(**SMALL))
@@ -37,7 +37,7 @@ def pairs_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def dpo_run(pairs_dir, tmp_path_factory) -> Path:
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.dpo import demo_config
     from app.demo.recipe import base_model_path
     from app.train.session import Session
@@ -77,7 +77,7 @@ def test_pairs_are_best_vs_worst_with_their_scores_and_the_held_out_rows(pairs_d
 
 def test_pairs_resume_after_a_crash_writes_what_one_run_writes(pairs_dir, tmp_path):
     from app.errors import UserError
-    from app.pairs import PairsRequest, make_pairs
+    from app.eval.pairs import PairsRequest, make_pairs
 
     req = PairsRequest(**{**SMALL, "max_prompts": 64, "batch_prompts": 16, "max_heldout": 8})
     out = tmp_path / "p"
@@ -116,17 +116,17 @@ def test_pairs_cli_bad_input_is_one_line_and_makes_nothing(tmp_path):
 
 
 def test_dpo_run_learns_records_and_proves_on_held_out_pairs(dpo_run):
-    from app.runs import run_summary
+    from app.run.summary import run_summary
 
-    st = rundir.read_status(dpo_run)
-    assert st["status"] == rundir.FINISHED and st["method"] == "dpo"
-    recs = rundir.read_metrics(dpo_run)
-    assert all(rundir.DPO_ACCURACY in r and rundir.DPO_MARGIN in r and "logps/chosen" in r for r in recs)
-    points = [r for r in recs if rundir.EVAL_PREF_ACCURACY in r]
-    assert [r["step"] for r in points] == [3, 6] and all(0 <= r[rundir.EVAL_PREF_ACCURACY] <= 1 for r in points)
-    assert 0 <= st[rundir.PREF_BASE_ACCURACY] <= 1 and st[rundir.PREF_ROWS] > 0
-    assert all(isinstance(r[rundir.EVAL_PREF_MARGIN], float) for r in points)
-    cmp = json.loads((dpo_run / rundir.COMPARE_JSON).read_text())
+    st = store.read_status(dpo_run)
+    assert st["status"] == layout.FINISHED and st["method"] == "dpo"
+    recs = store.read_metrics(dpo_run)
+    assert all(layout.DPO_ACCURACY in r and layout.DPO_MARGIN in r and "logps/chosen" in r for r in recs)
+    points = [r for r in recs if layout.EVAL_PREF_ACCURACY in r]
+    assert [r["step"] for r in points] == [3, 6] and all(0 <= r[layout.EVAL_PREF_ACCURACY] <= 1 for r in points)
+    assert 0 <= st[layout.PREF_BASE_ACCURACY] <= 1 and st[layout.PREF_ROWS] > 0
+    assert all(isinstance(r[layout.EVAL_PREF_MARGIN], float) for r in points)
+    cmp = json.loads((dpo_run / layout.COMPARE_JSON).read_text())
     p = cmp["preference"]
     assert p["n"] > 0 and p["beta"] == 0.1 and 0 <= p["base_accuracy"] <= 1 and 0 <= p["adapter_accuracy"] <= 1
     assert cmp["summary"]["n"] == 24 and cmp["summary"]["base"]["accuracy"] is not None  # references: scored
@@ -134,12 +134,12 @@ def test_dpo_run_learns_records_and_proves_on_held_out_pairs(dpo_run):
     assert "preference accuracy base" in summary["comparison"] and f"on {p['n']} held-out pairs" in \
         summary["comparison"]
     assert "preference accuracy base" in summary["heldout"]
-    assert summary["reward"] == float(f"{recs[-1][rundir.DPO_MARGIN]:.4g}")  # the runs table's reward: DPO's margin
-    card = (dpo_run / rundir.ADAPTER / "README.md").read_text()
+    assert summary["reward"] == float(f"{recs[-1][layout.DPO_MARGIN]:.4g}")  # the runs table's reward: DPO's margin
+    card = (dpo_run / layout.ADAPTER / "README.md").read_text()
     assert f"On {p['n']} held-out preference pairs" in card and "| adapter |" in card
     assert "- DPO on preference pairs: loss sigmoid, beta 0.1" in card
-    assert (dpo_run / rundir.CURVES).is_file()
-    assert "ref" not in json.loads((dpo_run / rundir.ADAPTER / rundir.ADAPTER_CONFIG).read_text()).get(
+    assert (dpo_run / layout.CURVES).is_file()
+    assert "ref" not in json.loads((dpo_run / layout.ADAPTER / layout.ADAPTER_CONFIG).read_text()).get(
         "base_model_name_or_path", "")
 
 
@@ -179,9 +179,9 @@ def test_dpo_resume_extends_and_compare_chat_export_take_it(dpo_run, tmp_path):
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(dpo_run), "--max-steps", "8",
                         "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    st = rundir.read_status(dpo_run)
-    assert st["status"] == rundir.FINISHED and st["step"] == 8
-    assert [x["step"] for x in rundir.read_metrics(dpo_run)] == list(range(1, 9))
+    st = store.read_status(dpo_run)
+    assert st["status"] == layout.FINISHED and st["step"] == 8
+    assert [x["step"] for x in store.read_metrics(dpo_run)] == list(range(1, 9))
     res = run_comparison(dpo_run, num_samples=6, max_new_tokens=16, local_only=True)
     assert res.preference is not None and res.summary.n == 6
     reply = Chat(dpo_run, local_only=True).reply("adapter", "Tom has 3 pens and finds 4 more. How many pens now?",
@@ -203,7 +203,7 @@ def test_the_dpo_demo_runs_pairs_then_dpo_and_records_both(tmp_path, monkeypatch
     result = dpo.run_dpo_demo(tmp_path, quick=True, console=console, progress=False, seed=3)
     demo = result.config["demo"]
     assert demo["method"] == "dpo" and demo["stages"]["dpo"]["preference_accuracy"] is not None
-    saved = json.loads((tmp_path / rundir.DEMO_DPO_JSON).read_text())
+    saved = json.loads((tmp_path / layout.DEMO_DPO_JSON).read_text())
     assert saved["config"]["demo"]["dpo_lift"] == pytest.approx(demo["dpo_lift"])
     text = console.export_text()
     assert "DPO's lift" in text and "preference accuracy base" in text and "pairs won" in text
@@ -221,13 +221,13 @@ def test_dpo_on_two_processes_writes_one_run_from_rank_0(pairs_dir, tmp_path):
             "--set", "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt=null"]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    (d,) = [p for p in out.iterdir() if rundir.is_run_dir(p)]
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 3 and st["world_size"] == 2
-    recs = rundir.read_metrics(d)
+    (d,) = [p for p in out.iterdir() if lookup.is_run_dir(p)]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 3 and st["world_size"] == 2
+    recs = store.read_metrics(d)
     assert [x["step"] for x in recs] == [1, 2, 3]  # rank 0 alone writes: one row per step
     assert all(x.get("rewards/accuracies") is not None for x in recs)  # DPO's own logs, gathered over both ranks
-    assert (d / rundir.ADAPTER / "adapter_config.json").is_file()
+    assert (d / layout.ADAPTER / "adapter_config.json").is_file()
     assert r.stdout.count(f"run {d.name}: finished") == 1
 
 
@@ -243,9 +243,9 @@ def test_orpo_the_experimental_one_trains_on_the_same_pairs(pairs_dir, tmp_path)
                         "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt="],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    (d,) = [p for p in out.iterdir() if rundir.is_run_dir(p)]
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["method"] == "orpo" and st["step"] == 2
-    recs = rundir.read_metrics(d)
+    (d,) = [p for p in out.iterdir() if lookup.is_run_dir(p)]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["method"] == "orpo" and st["step"] == 2
+    recs = store.read_metrics(d)
     assert [x["step"] for x in recs] == [1, 2] and all(isinstance(x.get("loss"), float) for x in recs)
-    assert (d / rundir.ADAPTER / "adapter_config.json").is_file()
+    assert (d / layout.ADAPTER / "adapter_config.json").is_file()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app import rundir
-from app.config import build_config
+from app.config.build import build_config
+from app.run import integrity, layout, store
 from app.train.session import Session
 
 pytestmark = pytest.mark.slow
@@ -34,32 +34,32 @@ def _cfg(model: Path, data: Path, out: Path, method: str, steps: int = 2, extra=
 
 
 def _check_run_dir(d: Path, method: str, steps: int):
-    for name in (rundir.CONFIG, rundir.METRICS, rundir.LOG, rundir.STATUS):
+    for name in (layout.CONFIG, layout.METRICS, layout.LOG, layout.STATUS):
         assert (d / name).is_file(), name
-    assert (d / rundir.ADAPTER / "adapter_config.json").is_file()
-    assert (d / rundir.ADAPTER / "adapter_model.safetensors").is_file()
-    assert rundir.last_checkpoint(d) is not None
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == steps
-    recs = rundir.read_metrics(d)
+    assert (d / layout.ADAPTER / "adapter_config.json").is_file()
+    assert (d / layout.ADAPTER / "adapter_model.safetensors").is_file()
+    assert integrity.last_checkpoint(d) is not None
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == steps
+    recs = store.read_metrics(d)
     assert [r["step"] for r in recs] == list(range(1, steps + 1))
     assert all(r.get("learning_rate") is not None and "loss" in r for r in recs)
     if method == "grpo":
         # TRL logs rewards on the steps that sampled; the auto generation batch samples for several steps at once
-        spg = rundir.read_status(d)["fast_paths"]
+        spg = store.read_status(d)["fast_paths"]
         sampled = [r for r in recs if r.get("reward") is not None]
         assert sampled and sampled[0]["step"] == 1, spg
         for comp in ("length", "format", "reference", "boilerplate"):
             assert all(r.get(f"rewards/{comp}/mean") is not None for r in sampled), comp
     # peak memory on record (CPU: the process's peak RSS in the same fields), per logged step and in the status
-    from app.runs import run_summary
+    from app.run.summary import run_summary
     from app.train import peakmem
 
     assert all(r[peakmem.RESERVED] > 0.05 and r[peakmem.DEVICE] == "cpu (peak RSS)" for r in recs)
     assert [r[peakmem.RESERVED] for r in recs] == sorted(r[peakmem.RESERVED] for r in recs)  # a running peak
     assert st[peakmem.RESERVED] >= recs[-1][peakmem.RESERVED]
     assert run_summary(d)["peak_memory"] == f"{st[peakmem.RESERVED]:.2f} GiB peak RSS (CPU)"
-    cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
+    cfg = yaml.safe_load((d / layout.CONFIG).read_text())
     assert cfg["method"] == method and cfg["lora"]["r"] > 0  # resolved, complete
 
 
@@ -80,8 +80,8 @@ def _loads_as_peft(model_dir: Path, adapter: Path):
 def test_base_loads_in_4bit(tiny_model):
     import bitsandbytes as bnb
 
-    from app.config import ModelConfig
-    from app.models import load_base_model
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model
 
     model, tok, info = load_base_model(ModelConfig(name_or_path=str(tiny_model)), device="cpu")
     kinds = {type(m) for m in model.modules()}
@@ -93,44 +93,44 @@ def test_base_loads_in_4bit(tiny_model):
 def test_sft_few_steps_each_architecture(arch, tiny_models, math_jsonl, tmp_path):
     d = Session(_cfg(tiny_models[arch], math_jsonl, tmp_path, "sft", steps=2), progress=False).run()
     _check_run_dir(d, "sft", 2)
-    _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
+    _loads_as_peft(tiny_models[arch], d / layout.ADAPTER)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_grpo_few_steps_logs_each_reward_component(arch, tiny_models, math_jsonl, tmp_path):
     d = Session(_cfg(tiny_models[arch], math_jsonl, tmp_path, "grpo", steps=2), progress=False).run()
     _check_run_dir(d, "grpo", 2)
-    _loads_as_peft(tiny_models[arch], d / rundir.ADAPTER)
-    assert (d / rundir.CURVES).is_file()
+    _loads_as_peft(tiny_models[arch], d / layout.ADAPTER)
+    assert (d / layout.CURVES).is_file()
 
 
 def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, tmp_path):
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2)
     d = Session(cfg, progress=False).run()
-    adapter_bytes = (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
+    adapter_bytes = (d / layout.ADAPTER / "adapter_model.safetensors").read_bytes()
     d2 = Session(cfg, progress=False).run()  # same run_name: a new folder, the finished one untouched
     assert d2 != d and d2.name == d.name + "-2"
-    assert (d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes() == adapter_bytes
+    assert (d / layout.ADAPTER / "adapter_model.safetensors").read_bytes() == adapter_bytes
     # Resume from the last checkpoint with a longer budget (extending a run), through the CLI.
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "4",
                         "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 4
-    assert [m["step"] for m in rundir.read_metrics(d)] == [1, 2, 3, 4]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 4
+    assert [m["step"] for m in store.read_metrics(d)] == [1, 2, 3, 4]
     # Resuming a run that already reached its end trains nothing (Hugging Face's Trainer would add a step each time)
-    before = sorted(p.name for p in rundir.checkpoints(d))
+    before = sorted(p.name for p in integrity.checkpoints(d))
     # config.yaml records the extended plan, so a bare resume (the crashed-run hint) continues the same one
-    assert yaml.safe_load((d / rundir.CONFIG).read_text())["training"]["max_steps"] == 4
-    assert "config.yaml updated for this resume: training.max_steps: 2 -> 4" in (d / rundir.LOG).read_text()
+    assert yaml.safe_load((d / layout.CONFIG).read_text())["training"]["max_steps"] == 4
+    assert "config.yaml updated for this resume: training.max_steps: 2 -> 4" in (d / layout.LOG).read_text()
     for extra, planned in (([], 4), (["--max-steps", "4"], 4)):
         r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress", *extra],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             f"error: run '{d.name}' has already trained 4 steps (max_steps {planned}); pass --max-steps N (more than "
             "4) to train it further"]
-    assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 4
-    assert sorted(p.name for p in rundir.checkpoints(d)) == before and len(rundir.read_metrics(d)) == 4
+    assert store.read_status(d)["status"] == layout.FINISHED and store.read_status(d)["step"] == 4
+    assert sorted(p.name for p in integrity.checkpoints(d)) == before and len(store.read_metrics(d)) == 4
 
 
 def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, tmp_path):
@@ -141,16 +141,16 @@ def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, 
     p = subprocess.Popen([sys.executable, "-m", "app.cli", "train", "--config", str(request),
                           "--run-dir", str(run), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 300
-    while time.time() < deadline and len(rundir.read_metrics(run)) < 2:
+    while time.time() < deadline and len(store.read_metrics(run)) < 2:
         time.sleep(0.5)
-    assert rundir.read_metrics(run), "training never logged a step"
+    assert store.read_metrics(run), "training never logged a step"
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=300)
     assert p.returncode == 130  # stopped, not a success: what a shell reports for Ctrl-C
-    st = rundir.read_status(run)
-    assert st["status"] == rundir.INTERRUPTED, st
-    assert rundir.last_checkpoint(run) is not None and st["step"] < 500
-    assert (run / rundir.ADAPTER / "adapter_config.json").is_file()
+    st = store.read_status(run)
+    assert st["status"] == layout.INTERRUPTED, st
+    assert integrity.last_checkpoint(run) is not None and st["step"] < 500
+    assert (run / layout.ADAPTER / "adapter_config.json").is_file()
 
 
 def test_reward_that_raises_does_not_kill_training(tiny_model, math_jsonl, tmp_path):
@@ -160,8 +160,8 @@ def test_reward_that_raises_does_not_kill_training(tiny_model, math_jsonl, tmp_p
                    "for i, _ in enumerate(completions)]\n")
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=2, extra=[f"reward.custom=['{bad}:flaky']"])
     d = Session(cfg, progress=False).run()
-    assert rundir.read_status(d)["status"] == rundir.FINISHED
-    assert rundir.read_metrics(d)[-1]["reward_errors"] > 0
+    assert store.read_status(d)["status"] == layout.FINISHED
+    assert store.read_metrics(d)[-1]["reward_errors"] > 0
 
 
 def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, math_jsonl, tmp_path):
@@ -187,7 +187,7 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     d = Session(_cfg(tiny_model, math_jsonl, tmp_path, "sft", steps=1), progress=False).run()
     copied = export_run(d, tmp_path / "copy").out
     assert (copied / "adapter_model.safetensors").read_bytes() == (
-        d / rundir.ADAPTER / "adapter_model.safetensors").read_bytes()
+        d / layout.ADAPTER / "adapter_model.safetensors").read_bytes()
     before = {p.name: p.read_bytes() for p in copied.iterdir()}
     with pytest.raises(UserError, match="is not empty; pass a new or empty --out folder, or --force"):
         export_run(d, tmp_path / "copy")
@@ -227,7 +227,7 @@ def refuse(self, address):
     raise OSError("network disabled by test")
 socket.socket.connect = refuse
 socket.socket.connect_ex = refuse
-from app.cli import main
+from app.cli.main import main
 sys.argv = ["qlora-app", "train", "--local-only", "--no-progress", "--method", "grpo", "--model", {str(tiny_model)!r},
             "--dataset", {str(math_jsonl)!r}, "--max-steps", "1", "--output-dir", {str(tmp_path / "runs")!r},
             "--set", "report_to=[trackio]", "--set", "per_device_train_batch_size=2",
@@ -251,8 +251,8 @@ finally:
     # the offline flags were in force when the libraries were imported (a broken apply_local_only fails here)
     assert seen["hub"] and seen["datasets"] and seen["transformers"], seen
     (d,) = (tmp_path / "runs").iterdir()
-    assert rundir.read_status(d)["status"] == rundir.FINISHED
-    assert "step 1/1" in (d / rundir.LOG).read_text()
+    assert store.read_status(d)["status"] == layout.FINISHED
+    assert "step 1/1" in (d / layout.LOG).read_text()
 
 
 def test_grpo_on_a_few_rows_trains_and_a_run_that_cannot_step_says_so(tiny_model, tmp_path, monkeypatch):
@@ -268,9 +268,9 @@ def test_grpo_on_a_few_rows_trains_and_a_run_that_cannot_step_says_so(tiny_model
                             for i in range(3)))
     cfg = _cfg(tiny_model, data, tmp_path, "grpo", steps=2, extra=["gradient_accumulation_steps=2"])
     d = Session(cfg, progress=False).run()
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 2
-    assert "the training data has 3 prompts: sampling 2 at a time" in (d / rundir.LOG).read_text()
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 2
+    assert "the training data has 3 prompts: sampling 2 at a time" in (d / layout.LOG).read_text()
     stuck = _cfg(tiny_model, data, tmp_path, "grpo", steps=2,
                  extra=["gradient_accumulation_steps=2", "training.extra_args={steps_per_generation: 8}"])
     with pytest.raises(UserError, match="no training step ran: the 3 training rows gave no full batch"):

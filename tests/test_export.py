@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import proof, rundir
 from app.errors import UserError
+from app.run import layout, proof, store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,8 +57,8 @@ def test_bad_requests_are_one_line_and_keep_what_exists(bare_run, tmp_path):
     # a run with no adapter yet: says why (running at step 3) and what to do
     pending = tmp_path / "pending"
     pending.mkdir()
-    (pending / rundir.CONFIG).write_text((bare_run / rundir.CONFIG).read_text())
-    rundir.write_status(pending, rundir.RUNNING, step=3)
+    (pending / layout.CONFIG).write_text((bare_run / layout.CONFIG).read_text())
+    store.write_status(pending, layout.RUNNING, step=3)
     with pytest.raises(UserError, match=r"has no adapter yet \(running at step 3\); wait for it to finish"):
         export_run(pending, tmp_path / "x")
     # --force writes into a full folder, replacing only its own names
@@ -94,7 +94,7 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
                        "adapter": {"accuracy": 0.75, "mean_reward": 1.25, "mean_tokens": 12.0},
                        "wins": 6, "ties": 3, "losses": 1, "n": 10},
            "config": {"dataset": "math.jsonl", "greedy": True, "max_new_tokens": 48,
-                      "adapter": str(bare_run / rundir.ADAPTER)}, "rows": []}
+                      "adapter": str(bare_run / layout.ADAPTER)}, "rows": []}
     proof.write_proof(bare_run, cmp)
     out = export_run(bare_run, tmp_path / "a").out
     card = (out / "README.md").read_text()
@@ -110,8 +110,8 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
     # a checkpoint of the same run: its training facts, its own step, and not the final adapter's numbers
     import shutil
 
-    ckpt = bare_run / rundir.CHECKPOINTS / "checkpoint-3"
-    shutil.copytree(bare_run / rundir.ADAPTER, ckpt)
+    ckpt = bare_run / layout.CHECKPOINTS / "checkpoint-3"
+    shutil.copytree(bare_run / layout.ADAPTER, ckpt)
     card = (export_run(ckpt, tmp_path / "c").out / "README.md").read_text()
     assert "3 optimizer steps" in card and "LoRA: r" in card
     assert "No held-out comparison of this adapter is recorded" in card and "75.0%" not in card
@@ -125,14 +125,14 @@ def test_the_proof_is_kept_and_ad_hoc_comparisons_get_files_of_their_own(tmp_pat
     assert sorted(json.loads(p.read_text())["n"] for p in proof.comparisons(tmp_path)) == [2, 3]
     proof.write_proof(tmp_path, {"n": 4})  # an extended run's new proof: the old one is kept beside the others
     assert proof.latest_proof(tmp_path) == {"n": 4}
-    assert {json.loads(p.read_text())["n"] for p in (tmp_path / rundir.COMPARISONS).iterdir()} == {1, 2, 3}
+    assert {json.loads(p.read_text())["n"] for p in (tmp_path / layout.COMPARISONS).iterdir()} == {1, 2, 3}
 
 
 def test_runs_show_and_the_ui_show_the_latest_comparison(bare_run):
     from rich.console import Console
 
-    from app.report import print_run_summary
-    from app.runs import run_summary
+    from app.cli.plan_report import print_run_summary
+    from app.run.summary import run_summary
     from app.ui.run_view import status_markdown
 
     proof.write_proof(bare_run, {"summary": {"base": {"accuracy": 0.2}, "adapter": {"accuracy": 0.45},
@@ -190,7 +190,7 @@ def test_push_uploads_what_export_writes(bare_run, monkeypatch):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     """The demo recipe (shipped model, arith, shaped reward) for a few GRPO steps, its proof on 24 held-out rows."""
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.recipe import base_model_path, grpo_preset
     from app.train.session import Session
 
@@ -213,9 +213,9 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from app.export.bundle import export_run
-    from app.generation import format_prompt
+    from app.model.generation import format_prompt
 
-    cmp = json.loads((demo_run / rundir.COMPARE_JSON).read_text())  # the run's proof, written as training ended
+    cmp = json.loads((demo_run / layout.COMPARE_JSON).read_text())  # the run's proof, written as training ended
     res = export_run(demo_run, tmp_path / "ollama", fmt="ollama")
     gguf_file = res.out / res.files["gguf"]
     merged = export_run(demo_run, tmp_path / "merged", fmt="merged", dtype="fp16").out
@@ -267,7 +267,7 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     card = (res.out / "README.md").read_text()
     s = cmp["summary"]
     assert f"| adapter | {s['adapter']['accuracy']:.1%} |" in card and "library_name: gguf" in card
-    assert (res.out / rundir.CURVES).is_file() and "ollama create demo-grpo" in card
+    assert (res.out / layout.CURVES).is_file() and "ollama create demo-grpo" in card
     assert sorted(p.name for p in res.out.iterdir()) == sorted(["Modelfile", "README.md", "curves.png",
                                                                  gguf_file.name])
 

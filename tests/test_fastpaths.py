@@ -6,10 +6,11 @@ from dataclasses import replace
 import pytest
 from conftest import plan_for
 
-from app.batching import AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, steps_per_generation
-from app.config import build_config, resolve
+from app.config.build import build_config
+from app.config.resolve import resolve
 from app.errors import UserError
 from app.train.args import grpo_kwargs, sft_kwargs
+from app.train.batching import AUTO_GENERATION_SEQUENCES, MAX_STEPS_PER_GENERATION, steps_per_generation
 from app.train.fastpaths import Env, decide
 
 GPU_ALL = Env(cuda=True, vllm=True, liger=True)

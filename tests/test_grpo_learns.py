@@ -8,7 +8,7 @@ loss) leaves the two equal or makes the adapter worse, so this fails."""
 
 import pytest
 
-from app import rundir
+from app.run import layout, store
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +20,13 @@ def brevity(completions, **kwargs):
 
 def _sampled_reward(run_dir, prompts, seed=0):
     """Mean brevity reward of 8 sampled completions per prompt, adapter off vs on (same seed, same prompts)."""
-    from app.config import load_yaml_file, validate
+    from app.config.build import load_yaml_file, validate
     from app.eval.compare import load_pair, resolve_target
-    from app.generation import format_prompt, generate
+    from app.model.generation import format_prompt, generate
 
     adapter_dir, run_cfg, mc, trained_on = resolve_target(run_dir)
     model, tok = load_pair(mc, adapter_dir, True, trained_on, device="cpu")
-    cfg = validate(load_yaml_file(run_dir / rundir.CONFIG))
+    cfg = validate(load_yaml_file(run_dir / layout.CONFIG))
     texts = [format_prompt(tok, {"messages": [{"role": "system", "content": cfg.data.system_prompt},
                                               {"role": "user", "content": p}]}) for p in prompts] * 8
     kw = dict(max_new_tokens=40, temperature=1.0, batch_size=64, seed=seed)
@@ -43,7 +43,7 @@ def _sampled_reward(run_dir, prompts, seed=0):
 def test_grpo_raises_the_expected_reward(math_jsonl, tmp_path):
     import json
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.recipe import base_model_path
     from app.train.session import Session
 
@@ -60,7 +60,7 @@ def test_grpo_raises_the_expected_reward(math_jsonl, tmp_path):
               "num_generations=8", "max_completion_length=40", "gradient_checkpointing=false", "local_only=true",
               "runtime.device=cpu", "logging_steps=1", "training.seed=0"])
     d = Session(cfg, progress=False).run()
-    assert rundir.read_status(d)["status"] == rundir.FINISHED
+    assert store.read_status(d)["status"] == layout.FINISHED
     prompts = [json.loads(line)["question"] for line in math_jsonl.read_text().splitlines()[:32]]
     before, after = _sampled_reward(d, prompts)
     assert after > before + 0.05, (before, after)  # at least 5 characters shorter on average

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from app import rundir
+from app.run import layout, store
 
 pytestmark = pytest.mark.slow
 
 
 def _run(tmp_path, name, sets):
-    from app.config import build_config
+    from app.config.build import build_config
     from app.demo.recipe import base_model_path, grpo_preset
     from app.train.session import Session
 
@@ -26,35 +26,35 @@ def _run(tmp_path, name, sets):
 def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     from app.eval.compare import run_comparison
     from app.export.bundle import export_run
-    from app.runs import run_summary
+    from app.run.summary import run_summary
 
     d = _run(tmp_path, "eval", ["training.eval_every=2", "training.eval_rows=12", "training.keep_best=true"])
     plain = _run(tmp_path, "plain", ["training.eval_every=0"])
-    recs = rundir.read_metrics(d)
-    points = [r for r in recs if rundir.EVAL_ACCURACY in r]
+    recs = store.read_metrics(d)
+    points = [r for r in recs if layout.EVAL_ACCURACY in r]
     assert [r["step"] for r in points] == [2, 4, 6]
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]  # still one line per logged step
     for r in points:
-        assert 0 <= r[rundir.EVAL_ACCURACY] <= 1 and r[rundir.EVAL_REWARD] is not None
+        assert 0 <= r[layout.EVAL_ACCURACY] <= 1 and r[layout.EVAL_REWARD] is not None
         assert {"eval/length", "eval/format", "eval/reference", "eval/boilerplate"} <= set(r)
-    assert not [r for r in rundir.read_metrics(plain) if rundir.EVAL_ACCURACY in r]
-    log_text = (d / rundir.LOG).read_text()  # the log the UI tails reads as plain lines, not Python dicts
+    assert not [r for r in store.read_metrics(plain) if layout.EVAL_ACCURACY in r]
+    log_text = (d / layout.LOG).read_text()  # the log the UI tails reads as plain lines, not Python dicts
     assert "fields: prompt question, reference answer" in log_text and "{'" not in log_text
     # the evaluations change nothing in training: it samples and updates exactly as without them
     train = lambda rs: [(r["step"], r.get("reward"), r.get("loss")) for r in rs if "reward" in r]  # noqa: E731
-    assert train(recs) == train(rundir.read_metrics(plain)) and train(recs)
-    st = rundir.read_status(d)
-    best = max(points, key=lambda r: (r[rundir.EVAL_ACCURACY], -r["step"]))
-    assert st[rundir.BEST_STEP] == best["step"] and st[rundir.BEST_SCORE] == best[rundir.EVAL_ACCURACY]
-    assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][rundir.EVAL_ACCURACY]:.1%} at step 2 -> ")
+    assert train(recs) == train(store.read_metrics(plain)) and train(recs)
+    st = store.read_status(d)
+    best = max(points, key=lambda r: (r[layout.EVAL_ACCURACY], -r["step"]))
+    assert st[layout.BEST_STEP] == best["step"] and st[layout.BEST_SCORE] == best[layout.EVAL_ACCURACY]
+    assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][layout.EVAL_ACCURACY]:.1%} at step 2 -> ")
     # the best adapter is kept beside the last one, and compare / export take it as they take the run's
-    best_dir = d / rundir.BEST_ADAPTER
-    assert (best_dir / rundir.ADAPTER_CONFIG).is_file()
-    proof = (d / rundir.COMPARE_JSON).read_text()  # the run's proof, of its final adapter
+    best_dir = d / layout.BEST_ADAPTER
+    assert (best_dir / layout.ADAPTER_CONFIG).is_file()
+    proof = (d / layout.COMPARE_JSON).read_text()  # the run's proof, of its final adapter
     res = run_comparison(best_dir, num_samples=4, max_new_tokens=8, local_only=True)
     assert res.config["adapter"] == str(best_dir) and res.config["system_prompt"]  # the run's config was found
-    assert (d / rundir.COMPARE_JSON).read_text() == proof  # a compare of the best adapter is kept apart
-    assert len(list((d / rundir.COMPARISONS).glob("compare-*.json"))) == 1
+    assert (d / layout.COMPARE_JSON).read_text() == proof  # a compare of the best adapter is kept apart
+    assert len(list((d / layout.COMPARISONS).glob("compare-*.json"))) == 1
     card = (export_run(best_dir, tmp_path / "best-export").out / "README.md").read_text()
     assert "How it was trained" in card
 
@@ -76,7 +76,7 @@ def test_points_on_steps_without_a_line_get_their_own_in_order(tmp_path):
     cb.flush_pending(before=4)
     cb.pending[7] = {"eval/accuracy": 1.0}
     cb.flush_pending()
-    assert rundir.read_metrics(tmp_path) == [{"step": 3, "eval/accuracy": 0.5}, {"step": 4, "eval/accuracy": 0.75},
+    assert store.read_metrics(tmp_path) == [{"step": 3, "eval/accuracy": 0.5}, {"step": 4, "eval/accuracy": 0.75},
                                              {"step": 7, "eval/accuracy": 1.0}]
 
 
@@ -85,7 +85,7 @@ def test_the_demo_curve_rises(tmp_path):
     from app.demo.run import run_demo
 
     run_demo(tmp_path, quick=True, progress=False, seed=11)
-    acc = [r[rundir.EVAL_ACCURACY] for r in rundir.read_metrics(tmp_path / "demo-grpo")
-           if rundir.EVAL_ACCURACY in r]
+    acc = [r[layout.EVAL_ACCURACY] for r in store.read_metrics(tmp_path / "demo-grpo")
+           if layout.EVAL_ACCURACY in r]
     assert len(acc) >= 5 and acc[-1] >= acc[0] + 0.10, acc
-    assert json.loads((tmp_path / "demo-grpo" / rundir.STATUS).read_text())[rundir.BEST_STEP] > 0
+    assert json.loads((tmp_path / "demo-grpo" / layout.STATUS).read_text())[layout.BEST_STEP] > 0

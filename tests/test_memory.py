@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from app.config import build_config, resolve
+from app.config.build import build_config
+from app.config.presets import load_preset
+from app.config.resolve import resolve
 from app.errors import UserError
-from app.memory import Decisions, estimate_memory, fit_problem, format_estimate
-from app.model_shape import model_shape, params_from_name
-from app.presets import load_preset
+from app.model.shape import model_shape, params_from_name
+from app.train.memory import Decisions, estimate_memory, fit_problem, format_estimate
 
 QWEN_1_5B = {  # the real Qwen2.5-1.5B-Instruct shape
     "model_type": "qwen2", "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
@@ -120,9 +121,10 @@ def test_exact_parts_match_real_tensors(tmp_path):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
     import tiny
 
-    from app.config import LoraConfig, ModelConfig
-    from app.memory import lora_bytes_per_param, lora_param_count, weight_bytes
-    from app.models import attach_or_describe_lora, load_base_model
+    from app.config.schema import LoraConfig, ModelConfig
+    from app.model.load import load_base_model
+    from app.model.lora import attach_or_describe_lora
+    from app.train.memory import lora_bytes_per_param, lora_param_count, weight_bytes
 
     tok = tiny.build_tokenizer(tmp_path / "tok")
     torch.manual_seed(0)
@@ -223,7 +225,7 @@ def test_the_per_token_layer_term_is_what_a_4bit_lora_layer_saves(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from app.memory import SAVED_PER_HIDDEN, SAVED_PER_INTERMEDIATE
+    from app.train.memory import SAVED_PER_HIDDEN, SAVED_PER_INTERMEDIATE
 
     h, inter, tokens = 512, 2816, 256
     cfg = Qwen2Config(vocab_size=512, hidden_size=h, intermediate_size=inter, num_hidden_layers=1,
@@ -258,7 +260,7 @@ def test_packing_is_judged_against_what_reading_another_example_does():
     GPU); the measurement compares the packed difference with the joined one instead."""
     import torch
 
-    from app.models import packed_examples_stay_apart
+    from app.model.load import packed_examples_stay_apart
 
     class Fake(torch.nn.Module):
         """A model whose packed row is the separate one plus ``noise`` (kernel rounding) or plus what reading the

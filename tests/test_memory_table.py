@@ -24,7 +24,7 @@ FLAGS = ["--local-only", "--set", "lora.r=16", "--set", "lora.alpha=32", "--set"
          "--max-steps", "4"]
 # shape, method, torch's peak reserved (GiB), what else the run really had. The SFT runs asked for the default
 # packing, but trained unpacked: main e84331d measured packing on the loaded model against a fixed 2 % tolerance
-# that bf16 kernels exceed (fixed since: app.models.packed_examples_stay_apart), and 8 packed 1024-token rows could
+# that bf16 kernels exceed (fixed since: app.model.load.packed_examples_stay_apart), and 8 packed 1024-token rows could
 # not fit the 7B run's 4.78 GiB (4-bit weights 3.5 GiB + their checkpointed layer inputs alone 1.5 GiB).
 MEASURED = [
     ("0.5b", "sft", 0.82, ["--set", "training.packing=false"]),

@@ -3,8 +3,9 @@
 import pytest
 
 from app.errors import UserError
-from app.models import check_model_source, pick_compute_dtype
-from app.unsloth_backend import pick_backend
+from app.model.placement import pick_compute_dtype
+from app.model.source import check_model_source
+from app.model.unsloth_backend import pick_backend
 
 
 @pytest.mark.parametrize("setting, cuda, bf16, want", [
@@ -45,8 +46,8 @@ def test_model_source_checks(tmp_path, tiny_model):
 
 
 def test_unsloth_translation_keeps_all_linear_and_excludes():
-    from app.config import LoraConfig
-    from app.unsloth_backend import ALL_LINEAR, unsloth_peft_kwargs
+    from app.config.schema import LoraConfig
+    from app.model.unsloth_backend import ALL_LINEAR, unsloth_peft_kwargs
 
     kw = unsloth_peft_kwargs(LoraConfig(r=8, alpha=16), seed=3)
     assert kw["target_modules"] == ALL_LINEAR and kw["r"] == 8 and kw["lora_alpha"] == 16 and kw["random_state"] == 3
@@ -56,7 +57,7 @@ def test_unsloth_translation_keeps_all_linear_and_excludes():
 
 def test_attention_and_packing_decisions():
     from app.errors import UserError
-    from app.models import pick_attention, pick_packing
+    from app.model.placement import pick_attention, pick_packing
 
     assert pick_attention("auto", cuda=True, flash_installed=True) == "flash_attention_2"
     assert pick_attention("auto", cuda=True, flash_installed=False) == "sdpa"
@@ -87,7 +88,7 @@ def test_packed_sft_batch_keeps_examples_apart(tiny_models, attention, tmp_path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train.args import sft_kwargs
 
     path = tiny_models["llama"]
@@ -95,7 +96,7 @@ def test_packed_sft_batch_keeps_examples_apart(tiny_models, attention, tmp_path)
     m = AutoModelForCausalLM.from_pretrained(path, attn_implementation=attention)
     from conftest import plan_for
 
-    from app.models import pick_packing
+    from app.model.placement import pick_packing
 
     plan = plan_for(build_config({"method": "sft"}, sets=["runtime.device=cpu"]),
                     packing=pick_packing(None, attention))  # what decide_packing picks for this kernel

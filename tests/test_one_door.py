@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 SESSION = APP / "train" / "session.py"
 MODULES = sorted(APP.rglob("*.py"))
+DEFINERS = (APP / "run" / "newrun.py", APP / "run" / "store.py")  # where the writers are defined
 
 
 def _calls(path: Path):
@@ -49,12 +50,12 @@ def _writers(path: Path) -> list[str]:
 
 def test_only_the_session_opens_a_run_and_writes_its_records():
     found = {str(p.relative_to(ROOT)): w for p in MODULES
-             if p.name != "rundir.py" and (w := _writers(p))}  # rundir defines the functions the session calls
+             if p not in DEFINERS and (w := _writers(p))}  # they define the functions the session calls
     assert set(found) == {"app/train/session.py"}, found
     assert {"creates a run folder (create_run_dir)", "writes status.json", "writes config.yaml (write_atomic)"} <= set(
         found["app/train/session.py"])
-    inside = [name for name, _ in _calls(APP / "rundir.py") if name in ("create_run_dir", "write_status")]
-    assert inside == []  # rundir itself opens nothing and records nothing on its own
+    inside = [name for p in DEFINERS for name, _ in _calls(p) if name in ("create_run_dir", "write_status")]
+    assert inside == []  # the run folder's own modules open nothing and record nothing on their own
 
 
 def test_the_checker_sees_a_second_writer(tmp_path):
@@ -83,7 +84,7 @@ def test_one_dtype_table_one_option_table_one_generation():
                     isinstance(v, ast.Constant) and v.value in ("--prompt-field", "--dataset-config", "--max-steps")
                     for v in [*node.keys, *node.values]):
                 flag_literals.append(f"{p.relative_to(ROOT)}:{node.lineno}")
-    assert dtype_tables == ["app/machine.py"]
+    assert dtype_tables == ["app/host/machine.py"]
     assert flag_literals == [], flag_literals
     compare = ast.parse((APP / "eval" / "compare.py").read_text())
     defined = {n.name for n in ast.walk(compare) if isinstance(n, ast.FunctionDef)}
@@ -95,8 +96,8 @@ def test_the_cli_and_the_form_take_their_options_from_the_one_table():
     a widget of the Train form (the form builds its command line from the same table)."""
     import typer.main
 
-    from app.cli import app
-    from app.config_keys import FLAGS, WIDGETS
+    from app.cli.main import app
+    from app.config.flags import FLAGS, WIDGETS
     from app.ui import handlers as h
 
     command = next(c for c in typer.main.get_command(app).commands.values() if c.name == "train")
@@ -125,20 +126,20 @@ def test_modules_and_functions_stay_small():
 def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
     """The session's open and plan steps (everything before the folder is made) resolve the request exactly once;
     nothing after the plan resolves again (the builders read the plan: no other module calls resolve)."""
-    import app.config
+    import app.config.resolve
     import app.train.plan
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train.session import Session
 
     calls = []
-    real = app.config.resolve
+    real = app.config.resolve.resolve
 
     def counting(*a, **k):
         calls.append(1)
         return real(*a, **k)
 
     monkeypatch.setattr(app.train.plan, "resolve", counting)
-    monkeypatch.setattr(app.config, "resolve", counting)
+    monkeypatch.setattr(app.config.resolve, "resolve", counting)
     cfg = build_config({"model": {"name_or_path": "arith-base"}, "data": {"dataset": "arith"},
                         "output_dir": str(tmp_path)}, None, ["runtime.device=cpu", "training.max_steps=1"])
     s = Session(cfg, progress=False)
@@ -150,7 +151,7 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
     assert resolvers == ["app/train/plan.py"]
 
 
-@pytest.mark.parametrize("where", ["app/train/session.py", "app/generation.py", "app/machine.py"])
+@pytest.mark.parametrize("where", ["app/train/session.py", "app/model/generation.py", "app/host/machine.py"])
 def test_modules_say_what_they_own(where):
     doc = ast.get_docstring(ast.parse((ROOT / where).read_text())) or ""
     assert "Owns" in doc and ("Must not" in doc or "must not" in doc)

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from conftest import plan_for
 
-from app import rundir
-from app.config import build_config
+from app.config.build import build_config
 from app.errors import UserError
+from app.run import integrity, layout, lookup, store
 from app.train.oom import Faults, is_oom, next_rung
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,36 +101,36 @@ def _train(out, *extra, env=None, steps=6):
 def test_the_demo_recipe_recovers_and_finishes_with_the_same_effective_batch(tmp_path, fault):
     r = _train(tmp_path, "--set", "logging_steps=1", env={"QLORA_APP_FAULT": fault})
     assert r.returncode == 0, r.stderr[-3000:]
-    (d,) = rundir.list_runs(tmp_path)
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 6
+    (d,) = lookup.list_runs(tmp_path)
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 6
     [change] = st["oom_changes"]
     assert change["step"] == (2 if fault == "oom@2" else 1) and change["from_step"] == 0
     assert change["change"] == "sampling 32 completions at a time (one optimizer step's worth), not 64"
-    cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
+    cfg = yaml.safe_load((d / layout.CONFIG).read_text())
     assert cfg["grpo"]["generation_batch_size"] == 32  # what trained, with why and from which step on top
     assert cfg["training"]["per_device_train_batch_size"] * cfg["training"]["gradient_accumulation_steps"] == 32
-    assert "# grpo.generation_batch_size: null -> 32 (out of GPU memory at step" in (d / rundir.CONFIG).read_text()
-    assert "out of GPU memory at step" in (d / rundir.LOG).read_text()
+    assert "# grpo.generation_batch_size: null -> 32 (out of GPU memory at step" in (d / layout.CONFIG).read_text()
+    assert "out of GPU memory at step" in (d / layout.LOG).read_text()
     assert "out of GPU memory at step" in " ".join(r.stdout.split())  # said in the terminal too
-    assert [rec["step"] for rec in rundir.read_metrics(d)] == [1, 2, 3, 4, 5, 6]  # each step logged once
+    assert [rec["step"] for rec in store.read_metrics(d)] == [1, 2, 3, 4, 5, 6]  # each step logged once
 
 
 @pytest.mark.slow
 def test_a_spent_ladder_is_one_line_exit_1_and_the_checkpoints_stay(tmp_path):
     r = _train(tmp_path, "--set", "training.save_steps=2", "--set", "logging_steps=1", steps=2)
     assert r.returncode == 0, r.stderr[-3000:]
-    (d,) = rundir.list_runs(tmp_path)
+    (d,) = lookup.list_runs(tmp_path)
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "4",
                         "--no-progress"], capture_output=True, text=True, timeout=600, cwd=ROOT,
                        env={**os.environ, "QLORA_APP_FAULT": "oom@always"})
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert lines[0].startswith("error: out of GPU memory at step 3") and "checkpoints are kept" in lines[0]
-    assert rundir.last_checkpoint(d).name == "checkpoint-2"
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FAILED and len(st["oom_changes"]) >= 3
+    assert integrity.last_checkpoint(d).name == "checkpoint-2"
+    st = store.read_status(d)
+    assert st["status"] == layout.FAILED and len(st["oom_changes"]) >= 3
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 4
+    assert store.read_status(d)["status"] == layout.FINISHED and store.read_status(d)["step"] == 4

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app import rundir
-from app.config import build_config, validate
+from app.config.build import build_config, validate
+from app.run import layout, store
 from app.train.plan import make_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,25 +80,25 @@ def test_a_run_records_what_it_trained_and_its_config_replans_the_same(tmp_path)
             "per_device_train_batch_size=4", "gradient_accumulation_steps=1", "grpo.num_generations=4",
             "data.max_samples=16", "gradient_checkpointing=false"]
     d = Session(_arith(*sets, tmp_path=tmp_path / "runs"), progress=False).run()
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED
-    recorded = yaml.safe_load((d / rundir.CONFIG).read_text())
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED
+    recorded = yaml.safe_load((d / layout.CONFIG).read_text())
     assert recorded["grpo"]["max_completion_length"] == 128
-    assert (d / rundir.CONFIG).read_text().startswith("# qlora-app adjusted these values")
+    assert (d / layout.CONFIG).read_text().startswith("# qlora-app adjusted these values")
     assert any(a.startswith("grpo.max_completion_length: 256 -> 128") for a in st["adjustments"])
-    assert "adjusted grpo.max_completion_length: 256 -> 128" in (d / rundir.LOG).read_text()
+    assert "adjusted grpo.max_completion_length: 256 -> 128" in (d / layout.LOG).read_text()
 
     # a resume that extends the run rewrites config.yaml with the new max_steps and keeps the first start's reasons
-    from app.config import load_yaml_file
+    from app.config.build import load_yaml_file
 
-    extended = validate(load_yaml_file(d / rundir.CONFIG))
+    extended = validate(load_yaml_file(d / layout.CONFIG))
     extended.training.max_steps = 2
     Session(extended, resume=d, progress=False).run()
-    text = (d / rundir.CONFIG).read_text()
+    text = (d / layout.CONFIG).read_text()
     assert "# grpo.max_completion_length: 256 -> 128 (" in text and yaml.safe_load(text)["training"]["max_steps"] == 2
     recorded = yaml.safe_load(text)
 
-    replay = _dry_run("--config", str(d / rundir.CONFIG), cwd=tmp_path)
+    replay = _dry_run("--config", str(d / layout.CONFIG), cwd=tmp_path)
     assert yaml.safe_load(replay.stdout) == recorded
     assert "adjusted" not in replay.stderr
     assert f"fast paths: {st['fast_paths']}" in " ".join(replay.stderr.split())
@@ -126,12 +126,12 @@ def test_status_fast_paths_follow_the_sampler_that_sampled(tiny_model, math_json
                         "num_generations=4", "max_completion_length=8", "grpo.sampler=merged",
                         "gradient_checkpointing=false", "runtime.device=cpu"])
     d = Session(cfg, progress=False).run()
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED
     if fails:
         assert "merged" not in st["fast_paths"]
         [change] = st["fast_path_changes"]
         assert change["fast_paths"] == st["fast_paths"] and change["reason"] == "RuntimeError at step 0"
     else:
         assert st["fast_paths"].startswith("sampling from a merged dense copy") and "fast_path_changes" not in st
-    assert json.loads((d / rundir.STATUS).read_text())["fast_paths"] == st["fast_paths"]
+    assert json.loads((d / layout.STATUS).read_text())["fast_paths"] == st["fast_paths"]

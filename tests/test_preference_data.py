@@ -94,7 +94,7 @@ def _pref_file(path: Path, good: int, equal: int, missing: int) -> Path:
 def test_rows_without_a_pair_are_counted_and_skipped(tmp_path, caplog):
     from transformers import AutoTokenizer
 
-    from app.config import DataConfig
+    from app.config.schema import DataConfig
     from app.data import build_splits
     from app.data.convert import to_dpo
     from app.demo.recipe import base_model_path
@@ -118,7 +118,7 @@ def test_a_csv_of_numeric_answers_is_pairs_of_text(tmp_path):
     import pandas as pd
     from transformers import AutoTokenizer
 
-    from app.config import DataConfig
+    from app.config.schema import DataConfig
     from app.data import build_splits
     from app.data.convert import to_dpo
     from app.demo.recipe import base_model_path
@@ -165,8 +165,8 @@ def test_the_loss_family_is_trls_and_orpo_takes_none_of_it():
 
     import trl
 
-    from app.config import build_config
-    from app.config_schema import DPO_LOSS_TYPES
+    from app.config.build import build_config
+    from app.config.schema import DPO_LOSS_TYPES
     from app.errors import UserError
 
     field = next(f for f in trl.DPOConfig.__dataclass_fields__.values() if f.name == "loss_type")
@@ -183,7 +183,8 @@ def test_the_loss_family_is_trls_and_orpo_takes_none_of_it():
 def test_dpo_args_and_defaults_follow_the_plan(tmp_path):
     from conftest import plan_for
 
-    from app.config import build_config, resolve
+    from app.config.build import build_config
+    from app.config.resolve import resolve
     from app.train.args import dpo_kwargs
 
     cfg = build_config({"method": "dpo", "data": {"dataset": "x"}}, sets=["dpo.loss_type=sigmoid,sft",
@@ -198,8 +199,9 @@ def test_dpo_args_and_defaults_follow_the_plan(tmp_path):
 
 
 def test_a_pair_is_estimated_as_two_padded_sequences_and_no_reference_copy():
-    from app.config import build_config, resolve
-    from app.memory import Decisions, estimate_memory, micro_batch_tokens
+    from app.config.build import build_config
+    from app.config.resolve import resolve
+    from app.train.memory import Decisions, estimate_memory, micro_batch_tokens
 
     lengths = [100] * 50 + [300] * 50
     sft = resolve(build_config({"method": "sft", "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}},
@@ -213,18 +215,18 @@ def test_a_pair_is_estimated_as_two_padded_sequences_and_no_reference_copy():
 
 
 def test_dpo_curves_have_their_panels():
-    from app import rundir
-    from app.plots import curve_keys, panels
+    from app.run import layout
+    from app.run.curves import curve_keys, panels
 
-    recs = [{"step": s, "loss": 0.69 - s / 100, rundir.DPO_ACCURACY: 0.5 + s / 40, rundir.DPO_MARGIN: s / 50}
+    recs = [{"step": s, "loss": 0.69 - s / 100, layout.DPO_ACCURACY: 0.5 + s / 40, layout.DPO_MARGIN: s / 50}
             for s in range(1, 11)]
-    recs[4].update({rundir.EVAL_ACCURACY: 0.3, rundir.EVAL_PREF_ACCURACY: 0.6, rundir.EVAL_PREF_MARGIN: 0.1})
+    recs[4].update({layout.EVAL_ACCURACY: 0.3, layout.EVAL_PREF_ACCURACY: 0.6, layout.EVAL_PREF_MARGIN: 0.1})
     shown, _ = panels(recs)
     by = {p.key: p for p in shown}
-    assert by["pairs"].percent and [s.name for s in by["pairs"].series] == [rundir.DPO_ACCURACY,
-                                                                            rundir.EVAL_PREF_ACCURACY]
-    assert [s.name for s in by["margin"].series] == [rundir.DPO_MARGIN, rundir.EVAL_PREF_MARGIN]
-    assert {rundir.DPO_ACCURACY, rundir.EVAL_PREF_ACCURACY} <= set(curve_keys(recs))
+    assert by["pairs"].percent and [s.name for s in by["pairs"].series] == [layout.DPO_ACCURACY,
+                                                                            layout.EVAL_PREF_ACCURACY]
+    assert [s.name for s in by["margin"].series] == [layout.DPO_MARGIN, layout.EVAL_PREF_MARGIN]
+    assert {layout.DPO_ACCURACY, layout.EVAL_PREF_ACCURACY} <= set(curve_keys(recs))
 
 
 def test_ui_detect_shows_the_pair_and_the_form_sends_the_dpo_keys(tmp_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
 from app.errors import UserError
+from app.run import integrity, layout, lookup, newrun, store
 
 FAST = ["per_device_train_batch_size=2", "gradient_accumulation_steps=1", "gradient_checkpointing=false",
         "max_length=64", "logging_steps=1"]
@@ -40,7 +40,7 @@ def _wait(pred, timeout=120.0, what="condition"):
 
 def _runs(out: Path) -> list[Path]:
     """Run directories that have their config.yaml (a folder is created a moment before its config)."""
-    return [p for p in Path(out).iterdir() if rundir.is_run_dir(p)] if Path(out).is_dir() else []
+    return [p for p in Path(out).iterdir() if lookup.is_run_dir(p)] if Path(out).is_dir() else []
 
 
 def _only_run(out: Path) -> Path:
@@ -53,11 +53,11 @@ def _fake_checkpoint(d: Path, step: int) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    ck = d / rundir.CHECKPOINTS / f"checkpoint-{step}"
+    ck = d / layout.CHECKPOINTS / f"checkpoint-{step}"
     ck.mkdir(parents=True)
-    (ck / rundir.TRAINER_STATE).write_text(json.dumps({"global_step": step, "log_history": []}))
+    (ck / layout.TRAINER_STATE).write_text(json.dumps({"global_step": step, "log_history": []}))
     save_file({"w": torch.zeros(64, 64)}, str(ck / "adapter_model.safetensors"))
-    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}}, ck / rundir.OPTIMIZER)
+    torch.save({"state": {0: {"exp_avg": torch.zeros(64, 64)}}}, ck / layout.OPTIMIZER)
     return ck
 
 
@@ -66,53 +66,53 @@ def _fake_checkpoint(d: Path, step: int) -> Path:
 
 def test_torn_checkpoints_are_named_and_skipped(tmp_path):
     good = _fake_checkpoint(tmp_path, 2)
-    assert rundir.checkpoint_problem(good) is None
+    assert integrity.checkpoint_problem(good) is None
     tears = {
-        4: lambda ck: (ck / rundir.TRAINER_STATE).write_text('{"global_step": 4, "log_hi'),
+        4: lambda ck: (ck / layout.TRAINER_STATE).write_text('{"global_step": 4, "log_hi'),
         6: lambda ck: os.truncate(ck / "adapter_model.safetensors", 200),
-        8: lambda ck: os.truncate(ck / rundir.OPTIMIZER, (ck / rundir.OPTIMIZER).stat().st_size // 2),
-        10: lambda ck: (ck / rundir.OPTIMIZER).unlink(),
+        8: lambda ck: os.truncate(ck / layout.OPTIMIZER, (ck / layout.OPTIMIZER).stat().st_size // 2),
+        10: lambda ck: (ck / layout.OPTIMIZER).unlink(),
     }
     for step, tear in tears.items():
         tear(_fake_checkpoint(tmp_path, step))
-    problems = {p.name: rundir.checkpoint_problem(p) for p in rundir.checkpoints(tmp_path)}
+    problems = {p.name: integrity.checkpoint_problem(p) for p in integrity.checkpoints(tmp_path)}
     assert problems["checkpoint-4"] == "trainer_state.json is cut short or corrupt"
     assert problems["checkpoint-6"] == "adapter_model.safetensors is cut short or corrupt"
     assert problems["checkpoint-8"] == "optimizer.pt is cut short or corrupt"
     assert problems["checkpoint-10"] == "no optimizer.pt"
     notes = []
-    assert rundir.last_checkpoint(tmp_path, note=notes.append) == good
+    assert integrity.last_checkpoint(tmp_path, note=notes.append) == good
     assert [n.split(":")[0] for n in notes] == [f"skipping torn checkpoint checkpoint-{s}" for s in (10, 8, 6, 4)]
 
 
 def test_resume_with_only_torn_checkpoints_is_a_clean_user_error(tmp_path):
     from app.train.request import resume_point
 
-    (_fake_checkpoint(tmp_path, 3) / rundir.TRAINER_STATE).write_text("{")
+    (_fake_checkpoint(tmp_path, 3) / layout.TRAINER_STATE).write_text("{")
     with pytest.raises(UserError, match=r"no complete checkpoint to resume from \(checkpoint-3 torn\)"):
         resume_point(tmp_path)
 
 
 def test_metrics_are_cut_back_to_the_resumed_step(tmp_path):
     for s in range(1, 9):
-        rundir.append_metrics(tmp_path, {"step": s, "loss": 1.0 / s})
-    with open(tmp_path / rundir.METRICS, "a") as f:
+        store.append_metrics(tmp_path, {"step": s, "loss": 1.0 / s})
+    with open(tmp_path / layout.METRICS, "a") as f:
         f.write('{"step": 9, "lo')  # the line a kill -9 cut in half
-    assert rundir.truncate_metrics(tmp_path, 4) == 5
-    assert [r["step"] for r in rundir.read_metrics(tmp_path)] == [1, 2, 3, 4]
-    assert rundir.truncate_metrics(tmp_path, 4) == 0
+    assert store.truncate_metrics(tmp_path, 4) == 5
+    assert [r["step"] for r in store.read_metrics(tmp_path)] == [1, 2, 3, 4]
+    assert store.truncate_metrics(tmp_path, 4) == 0
 
 
 def test_status_is_rewritten_in_place_when_the_disk_is_full(tmp_path, monkeypatch):
-    rundir.write_status(tmp_path, rundir.RUNNING, step=3)
+    store.write_status(tmp_path, layout.RUNNING, step=3)
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rundir.os, "replace", full)
-    rundir.write_status(tmp_path, rundir.FAILED, error="the disk is full")
-    st = rundir.read_status(tmp_path)
-    assert st["status"] == rundir.FAILED and st["step"] == 3 and st["error"] == "the disk is full"
+    monkeypatch.setattr(store.os, "replace", full)
+    store.write_status(tmp_path, layout.FAILED, error="the disk is full")
+    st = store.read_status(tmp_path)
+    assert st["status"] == layout.FAILED and st["step"] == 3 and st["error"] == "the disk is full"
     assert not list(tmp_path.glob("*.tmp"))
 
 
@@ -132,7 +132,7 @@ def test_concurrent_atomic_writers_of_one_file_never_collide(tmp_path):
 
 def _write_many(path, i):
     for _ in range(300):
-        rundir.write_atomic(path, f"writer {i}\n" * 50)
+        store.write_atomic(path, f"writer {i}\n" * 50)
 
 
 def test_runs_started_at_the_same_moment_each_get_their_own_folder(tmp_path):
@@ -154,29 +154,29 @@ def test_runs_started_at_the_same_moment_each_get_their_own_folder(tmp_path):
 
 def _new_runs(root, results):
     for _ in range(25):
-        results.put(str(rundir.new_run_dir(root, "20261123-090000-grpo-arith")))
+        results.put(str(newrun.new_run_dir(root, "20261123-090000-grpo-arith")))
 
 
 def test_a_dead_running_run_shows_as_crashed_with_the_resume_command(tmp_path):
-    from app.runs import run_summary
+    from app.run.summary import run_summary
     from app.ui.run_view import runs_rows, status_markdown
 
-    d = rundir.new_run_dir(tmp_path, "r")
-    (d / rundir.CONFIG).write_text("method: sft\n")
+    d = newrun.new_run_dir(tmp_path, "r")
+    (d / layout.CONFIG).write_text("method: sft\n")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    rundir.write_status(d, rundir.RUNNING, pid=dead.pid, step=4)
-    assert run_summary(d)["status"] == rundir.CRASHED and run_summary(d)["resume_command"] is None
+    store.write_status(d, layout.RUNNING, pid=dead.pid, step=4)
+    assert run_summary(d)["status"] == layout.CRASHED and run_summary(d)["resume_command"] is None
     _fake_checkpoint(d, 4)
     s = run_summary(d)
-    assert s["status"] == rundir.CRASHED and s["resume_command"] == f"qlora-app train --resume {d}"
-    assert runs_rows(tmp_path)[0][1] == rundir.CRASHED
+    assert s["status"] == layout.CRASHED and s["resume_command"] == f"qlora-app train --resume {d}"
+    assert runs_rows(tmp_path)[0][1] == layout.CRASHED
     assert s["resume_command"] in status_markdown(s)
     r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list", "--output-dir", str(tmp_path)],
                        capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     assert "crashed" in r.stdout and f"qlora-app train --resume {d}" in r.stdout.replace("\n", "")
-    rundir.write_status(d, rundir.RUNNING, pid=os.getpid())  # alive: still running, not crashed
-    assert run_summary(d)["status"] == rundir.RUNNING
+    store.write_status(d, layout.RUNNING, pid=os.getpid())  # alive: still running, not crashed
+    assert run_summary(d)["status"] == layout.RUNNING
 
 
 class _Control:
@@ -282,32 +282,32 @@ def test_kill_9_and_a_torn_newest_checkpoint_then_resume_reaches_the_planned_ste
     d = _only_run(out)
 
     def far_enough():
-        done = [int(c.name.split("-")[1]) for c in rundir.checkpoints(d)]
-        logged = [r["step"] for r in rundir.read_metrics(d)]
+        done = [int(c.name.split("-")[1]) for c in integrity.checkpoints(d)]
+        logged = [r["step"] for r in store.read_metrics(d)]
         return len(done) >= 2 and logged and logged[-1] > max(done)
 
     _wait(far_enough, what="two checkpoints and steps logged after them")
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert p.returncode == -9
-    newest, older = rundir.checkpoints(d)[:2]
-    assert rundir.read_status(d)["status"] == rundir.RUNNING  # what the dead process left
-    from app.runs import run_summary
+    newest, older = integrity.checkpoints(d)[:2]
+    assert store.read_status(d)["status"] == layout.RUNNING  # what the dead process left
+    from app.run.summary import run_summary
 
-    assert run_summary(d)["status"] == rundir.CRASHED
-    (newest / rundir.TRAINER_STATE).write_text('{"global_step": ')  # and a save torn by the crash
+    assert run_summary(d)["status"] == layout.CRASHED
+    (newest / layout.TRAINER_STATE).write_text('{"global_step": ')  # and a save torn by the crash
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"skipping torn checkpoint {newest.name}" in r.stdout + r.stderr
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == steps
-    logged = [r["step"] for r in rundir.read_metrics(d)]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == steps
+    logged = [r["step"] for r in store.read_metrics(d)]
     assert logged == list(range(1, steps + 1))  # every step once, the curve continuous
-    assert f"resuming from {older.name}" in (d / rundir.LOG).read_text()
-    assert (d / rundir.ADAPTER / "adapter_model.safetensors").is_file()
-    assert not list((d / rundir.CHECKPOINTS).glob(".partial/*"))  # nothing half-written left behind
-    assert len(rundir.checkpoints(d)) <= 2  # save_total_limit held
+    assert f"resuming from {older.name}" in (d / layout.LOG).read_text()
+    assert (d / layout.ADAPTER / "adapter_model.safetensors").is_file()
+    assert not list((d / layout.CHECKPOINTS).glob(".partial/*"))  # nothing half-written left behind
+    assert len(integrity.checkpoints(d)) <= 2  # save_total_limit held
 
 
 @pytest.mark.slow
@@ -318,7 +318,7 @@ def test_full_disk_fails_cleanly_and_resume_finishes_after_space_is_freed(tiny_m
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait(lambda: _runs(out), what="the run directory")
     d = _only_run(out)
-    _wait(lambda: rundir.last_checkpoint(d) is not None, what="a first complete checkpoint")
+    _wait(lambda: integrity.last_checkpoint(d) is not None, what="a first complete checkpoint")
     with open(filler, "wb") as f:  # fill every remaining byte while the run goes on
         try:
             while True:
@@ -331,22 +331,22 @@ def test_full_disk_fails_cleanly_and_resume_finishes_after_space_is_freed(tiny_m
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert "Traceback" not in stderr and len(lines) == 1, stderr[-3000:]
     assert lines[0].startswith("error: the disk is full (") and "MiB free on" in lines[0]
-    kept = rundir.last_checkpoint(d)
+    kept = integrity.last_checkpoint(d)
     assert kept is not None and f"the newest complete checkpoint is {kept.name}" in lines[0]
     assert f"qlora-app train --resume {d}" in lines[0]
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FAILED and st["error"].startswith("the disk is full")
+    st = store.read_status(d)
+    assert st["status"] == layout.FAILED and st["error"].startswith("the disk is full")
     # every checkpoint left is complete, none half-published, and the limit held
-    assert all(rundir.checkpoint_problem(c) is None for c in rundir.checkpoints(d))
-    assert len(rundir.checkpoints(d)) <= 2
+    assert all(integrity.checkpoint_problem(c) is None for c in integrity.checkpoints(d))
+    assert len(integrity.checkpoints(d)) <= 2
 
     filler.unlink()
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == steps
-    assert [r["step"] for r in rundir.read_metrics(d)] == list(range(1, steps + 1))
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == steps
+    assert [r["step"] for r in store.read_metrics(d)] == list(range(1, steps + 1))
 
 
 @pytest.mark.slow
@@ -360,11 +360,11 @@ def test_nan_loss_stops_the_run_keeps_the_last_good_checkpoint(tiny_model, math_
     d = _only_run(out)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert "became nan at step" in r.stderr and "learning rate too high" in r.stderr
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FAILED and "became nan" in st["error"]
+    st = store.read_status(d)
+    assert st["status"] == layout.FAILED and "became nan" in st["error"]
     bad_step = int(st["error"].split("at step ")[1].split(":")[0])
-    assert not (d / rundir.ADAPTER).exists()  # NaN weights are not published as the adapter
-    ck = rundir.last_checkpoint(d)
+    assert not (d / layout.ADAPTER).exists()  # NaN weights are not published as the adapter
+    ck = integrity.last_checkpoint(d)
     if ck is not None:  # whatever was saved predates the NaN
         assert int(ck.name.split("-")[1]) < bad_step
 
@@ -380,35 +380,35 @@ def test_a_dataset_that_disappears_mid_run(tiny_model, math_jsonl, tmp_path):
     out = tmp_path / "runs"
     p = subprocess.Popen(_train_argv(tiny_model, data, out, 12, ["save_steps=4"]), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
-    _wait(lambda: _runs(out) and rundir.read_metrics(_only_run(out)), what="step 1")
+    _wait(lambda: _runs(out) and store.read_metrics(_only_run(out)), what="step 1")
     data.unlink()
     _, err = p.communicate(timeout=600)
     d = _only_run(out)
     assert p.returncode == 0, err[-3000:]
-    assert rundir.read_status(d)["status"] == rundir.FINISHED
+    assert store.read_status(d)["status"] == layout.FINISHED
     before = sorted(p.name for p in d.rglob("*"))
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "16",
                         "--no-progress"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(data) in r.stderr and "not found" in r.stderr
-    assert sorted(p.name for p in d.rglob("*")) == before and rundir.read_status(d)["status"] == rundir.FINISHED
+    assert sorted(p.name for p in d.rglob("*")) == before and store.read_status(d)["status"] == layout.FINISHED
 
 
 def test_run_listings_check_structure_and_resume_checks_every_byte(tmp_path):
     """The UI polls run summaries every few seconds: they must not read whole optimizer files. A flipped byte
     inside an archive is caught by resume's CRC check; a cut archive by both."""
-    from app.runs import run_summary
+    from app.run.summary import run_summary
 
     ck = _fake_checkpoint(tmp_path, 2)
-    (tmp_path / rundir.CONFIG).write_text("method: sft\n")
-    opt = ck / rundir.OPTIMIZER
+    (tmp_path / layout.CONFIG).write_text("method: sft\n")
+    opt = ck / layout.OPTIMIZER
     raw = bytearray(opt.read_bytes())
     start = raw.index(b"PK\x03\x04") + 200  # inside the first stored member's data
     raw[start] ^= 0xFF
     opt.write_bytes(bytes(raw))
-    assert rundir.checkpoint_problem(ck) == "optimizer.pt is cut short or corrupt"
-    assert rundir.checkpoint_problem(ck, verify_data=False) is None
-    assert run_summary(tmp_path)["resumable"] and rundir.last_checkpoint(tmp_path) is None
+    assert integrity.checkpoint_problem(ck) == "optimizer.pt is cut short or corrupt"
+    assert integrity.checkpoint_problem(ck, verify_data=False) is None
+    assert run_summary(tmp_path)["resumable"] and integrity.last_checkpoint(tmp_path) is None
 
 
 def test_wrapped_write_errors_read_as_failed_writes():
@@ -434,7 +434,7 @@ def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_cop
     import safetensors
     from trl import SFTTrainer
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.errors import RunFailed
     from app.train.session import Session
 
@@ -451,8 +451,8 @@ def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_cop
     with pytest.raises(RunFailed, match=r"^the disk is full \(.* no complete checkpoint was saved yet"):
         Session(cfg, progress=False).run()
     d = _only_run(tmp_path / "runs")
-    assert rundir.read_status(d)["status"] == rundir.FAILED
-    assert not list((d / rundir.CHECKPOINTS).rglob("checkpoint-*"))  # the torn save was removed, not kept
+    assert store.read_status(d)["status"] == layout.FAILED
+    assert not list((d / layout.CHECKPOINTS).rglob("checkpoint-*"))  # the torn save was removed, not kept
 
 
 @pytest.mark.slow
@@ -483,4 +483,4 @@ def test_checkpoints_rotate_by_step_without_noise(tiny_model, math_jsonl, tmp_pa
     assert r.returncode == 0, r.stderr[-3000:]
     assert "mtime" not in r.stderr, r.stderr[-3000:]
     d = _only_run(out)
-    assert [p.name for p in rundir.checkpoints(d)] == ["checkpoint-5", "checkpoint-4"]
+    assert [p.name for p in integrity.checkpoints(d)] == ["checkpoint-5", "checkpoint-4"]

@@ -11,7 +11,8 @@ import pytest
 
 import app.rewards.answer as answer_mod
 import app.rewards.components as comp_mod
-from app.config import RewardConfig, build_config
+from app.config.build import build_config
+from app.config.schema import RewardConfig
 from app.errors import UserError
 from app.rewards import (
     build_reward_funcs,
@@ -366,7 +367,7 @@ def test_custom_reward_bad_form_rejected_by_config():
 
 
 def test_run_score_json_file(tmp_path, capsys):
-    from app.rewards.score_cmd import run_score
+    from app.cli.score import run_score
 
     p = tmp_path / "rows.jsonl"
     rows = [{"completion": "Final answer: 72", "reference": GSM}, {"completion": "I cannot help", "reference": None},
@@ -383,7 +384,7 @@ def test_run_score_json_file(tmp_path, capsys):
 
 
 def test_run_score_table_explains(capsys):
-    from app.rewards.score_cmd import run_score
+    from app.cli.score import run_score
 
     assert run_score("As an AI, final answer: 72", "#### 72", None, False, ["reward.weights.boilerplate=2"]) == 0
     out = capsys.readouterr().out
@@ -398,7 +399,7 @@ def test_run_score_table_explains(capsys):
     ("\n\n", "has no rows"),
 ])
 def test_run_score_bad_file(tmp_path, content, msg):
-    from app.rewards.score_cmd import run_score
+    from app.cli.score import run_score
 
     p = tmp_path / "bad.jsonl"
     p.write_text(content)
@@ -407,7 +408,7 @@ def test_run_score_bad_file(tmp_path, content, msg):
 
 
 def test_run_score_bad_arguments(tmp_path):
-    from app.rewards.score_cmd import run_score
+    from app.cli.score import run_score
 
     with pytest.raises(UserError, match="nothing to score"):
         run_score(None, None, None, True, [])

@@ -3,17 +3,17 @@
 import logging
 import warnings
 
-from app import rundir
+from app.run import layout
 from app.train.runlog import close_logging, setup_logging
 
 
 def _lines(d, text):
-    return [ln for ln in (d / rundir.LOG).read_text().splitlines() if text in ln]
+    return [ln for ln in (d / layout.LOG).read_text().splitlines() if text in ln]
 
 
 def test_a_library_warning_is_written_once_when_the_console_is_train_log(tmp_path):
-    (tmp_path / rundir.LOG).touch()
-    console = open(tmp_path / rundir.LOG, "a", buffering=1)  # what the UI does: stdout/stderr appended to train.log
+    (tmp_path / layout.LOG).touch()
+    console = open(tmp_path / layout.LOG, "a", buffering=1)  # what the UI does: stdout/stderr appended to train.log
     lib = logging.getLogger("transformers")
     own = logging.StreamHandler(console)  # transformers' default stderr handler, here writing into train.log
     lib.addHandler(own)
@@ -38,7 +38,7 @@ def test_python_warnings_reach_train_log_after_an_earlier_run_in_the_same_proces
     # An earlier run left logging's capture switch on, and something since put the original showwarning back (what
     # a warnings.catch_warnings block or pytest does): the next run's warnings must still be written.
     # A library user's process: warnings are not kept off the terminal (an in-process CLI test before this one set
-    # up a command line's py.warnings logger, app.offline.quiet_command_line)
+    # up a command line's py.warnings logger, app.host.offline.quiet_command_line)
     caught = logging.getLogger("py.warnings")
     monkeypatch.setattr(caught, "handlers", [])
     monkeypatch.setattr(caught, "propagate", True)

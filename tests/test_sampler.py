@@ -27,8 +27,9 @@ def test_forcing_merged_with_vllm_is_refused():
 
 
 def test_the_copy_counts_in_the_fit_check():
-    from app.config import build_config, resolve
-    from app.memory import Decisions, estimate_memory
+    from app.config.build import build_config
+    from app.config.resolve import resolve
+    from app.train.memory import Decisions, estimate_memory
 
     cfg = resolve(build_config({"model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}}))
     plain, merged, vllm = (estimate_memory(cfg, decisions=Decisions(sampler=s)) for s in ("plain", "merged", "vllm"))
@@ -81,7 +82,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
 
     import torch
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.data import build_splits, to_grpo
     from app.train.build import build_trainer, load_model
     from app.train.fastpaths import Env, decide
@@ -132,7 +133,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
 def test_a_failing_fast_sampler_steps_down_and_the_run_goes_on(tiny_model, math_jsonl, tmp_path, monkeypatch, caplog):
     """The merged copy is the GPU default and its compiled path is not exercised on CPU: whatever it raises, the
     run steps down (compiled -> uncompiled copy -> TRL's own sampling), says so once per step, and finishes."""
-    from app.config import build_config
+    from app.config.build import build_config
     from app.train import sampler as S
     from app.train.session import Session
 
@@ -160,9 +161,9 @@ def test_a_failing_fast_sampler_steps_down_and_the_run_goes_on(tiny_model, math_
                         "gradient_checkpointing=false", "save_steps=100", "runtime.device=cpu", "logging_steps=1"])
     with caplog.at_level("WARNING", logger="qlora_app"):
         d = Session(cfg, progress=False).run()
-    from app import rundir
+    from app.run import layout, store
 
-    assert rundir.read_status(d)["status"] == rundir.FINISHED and rundir.read_status(d)["step"] == 3
+    assert store.read_status(d)["status"] == layout.FINISHED and store.read_status(d)["step"] == 3
     assert "compiled sampling failed (RuntimeError: simulated compile failure)" in caplog.text
     assert "sampling with the training model instead" in caplog.text
     assert calls["n"] == 2  # after stepping down to TRL's path the copy is not tried again

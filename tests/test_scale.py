@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
+from app.run import integrity, layout, lookup, newrun, store
 
 FAST = ["per_device_train_batch_size=2", "gradient_accumulation_steps=1", "gradient_checkpointing=false",
         "max_length=64", "logging_steps=1"]
@@ -35,7 +35,7 @@ def _free_port() -> int:
 
 
 def _runs(out: Path) -> list[Path]:
-    return [p for p in out.iterdir() if rundir.is_run_dir(p)] if out.is_dir() else []
+    return [p for p in out.iterdir() if lookup.is_run_dir(p)] if out.is_dir() else []
 
 
 def _only_run(out: Path) -> Path:
@@ -44,16 +44,16 @@ def _only_run(out: Path) -> Path:
 
 
 def _check_finished(d: Path, steps: int):
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == steps and st["world_size"] == 2
-    assert "world size 2 (DistributedType.MULTI_CPU)" in (d / rundir.LOG).read_text()
-    assert [r["step"] for r in rundir.read_metrics(d)] == list(range(1, steps + 1))  # one row per step: rank 0
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == steps and st["world_size"] == 2
+    assert "world size 2 (DistributedType.MULTI_CPU)" in (d / layout.LOG).read_text()
+    assert [r["step"] for r in store.read_metrics(d)] == list(range(1, steps + 1))  # one row per step: rank 0
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    cfg = json.loads((d / rundir.ADAPTER / "adapter_config.json").read_text())
+    cfg = json.loads((d / layout.ADAPTER / "adapter_config.json").read_text())
     base = AutoModelForCausalLM.from_pretrained(cfg["base_model_name_or_path"])
-    PeftModel.from_pretrained(base, str(d / rundir.ADAPTER))  # one adapter, saved once, loads
+    PeftModel.from_pretrained(base, str(d / layout.ADAPTER))  # one adapter, saved once, loads
 
 
 @pytest.mark.slow
@@ -71,10 +71,10 @@ def test_two_processes_train_and_rank_0_writes_once(tiny_model, math_jsonl, tmp_
     _check_finished(d, 4)
     import yaml
 
-    assert yaml.safe_load((d / rundir.CONFIG).read_text())["runtime"]["num_processes"] == 2
+    assert yaml.safe_load((d / layout.CONFIG).read_text())["runtime"]["num_processes"] == 2
     assert r.stdout.count(f"run {d.name}: finished") == 1  # the summary once, not once per rank
     if method == "grpo":
-        recs = rundir.read_metrics(d)
+        recs = store.read_metrics(d)
         # rewards are logged on the steps that sampled (the auto generation batch serves several steps)
         sampled = [r for r in recs if r.get("reward") is not None]
         assert sampled and sampled[0]["step"] == 1
@@ -90,7 +90,7 @@ def test_ctrl_c_of_two_processes_checkpoints_and_resume_reaches_the_planned_step
                                ["--num-processes", "2", "--output-dir", str(out)]),
                          start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     end = time.time() + 300
-    while not (_runs(out) and len(rundir.read_metrics(_only_run(out))) >= 3):
+    while not (_runs(out) and len(store.read_metrics(_only_run(out))) >= 3):
         assert time.time() < end and p.poll() is None, "the run never logged 3 steps"
         time.sleep(0.05)
     os.killpg(p.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
@@ -98,9 +98,9 @@ def test_ctrl_c_of_two_processes_checkpoints_and_resume_reaches_the_planned_step
     d = _only_run(out)
     assert p.returncode == 130, output[-3000:]  # stopped, as a shell reports Ctrl-C; the workers exit quietly
     assert "Traceback" not in output and "SignalException" not in output
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.INTERRUPTED and rundir.last_checkpoint(d) is not None
-    stopped = int(rundir.last_checkpoint(d).name.split("-")[1])
+    st = store.read_status(d)
+    assert st["status"] == layout.INTERRUPTED and integrity.last_checkpoint(d) is not None
+    stopped = int(integrity.last_checkpoint(d).name.split("-")[1])
     assert 3 <= stopped < steps
     assert f"qlora-app train --resume {d}" in output.replace("\n", "")
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
@@ -123,8 +123,8 @@ def test_two_machines_over_loopback(tiny_model, math_jsonl, tmp_path):
 
 
 def test_resume_on_another_world_size_and_bad_node_rank_are_refused(tmp_path):
-    d = rundir.new_run_dir(tmp_path, "r")
-    (d / rundir.CONFIG).write_text("method: sft\nruntime: {num_processes: 2}\n")
+    d = newrun.new_run_dir(tmp_path, "r")
+    (d / layout.CONFIG).write_text("method: sft\nruntime: {num_processes: 2}\n")
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--num-processes", "3"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "trained with 2 process(es) on 1 machine(s)" in r.stderr
@@ -135,7 +135,7 @@ def test_resume_on_another_world_size_and_bad_node_rank_are_refused(tmp_path):
 
 
 def test_launcher_command():
-    from app.config import RuntimeConfig
+    from app.config.schema import RuntimeConfig
     from app.train.torchrun import launcher_argv
 
     rt = RuntimeConfig(num_processes=4, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600)
@@ -155,9 +155,10 @@ def test_fsdp_qlora_translation(tiny_model, tmp_path):
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig
 
-    from app.config import ModelConfig, build_config
+    from app.config.build import build_config
+    from app.config.schema import ModelConfig
     from app.errors import UserError
-    from app.models import quantization_config
+    from app.model.load import quantization_config
     from app.train.args import sft_kwargs
     from app.train.fsdp import check_fsdp
 

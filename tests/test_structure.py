@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import reward_registry as registry
+from app.config import reward_components as registry
 from app.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,9 +41,9 @@ def test_only_the_registry_lists_the_reward_components():
 
 
 def test_every_reader_follows_the_registry():
-    from app.config import RewardConfig
-    from app.plots import _COLOURS
+    from app.config.schema import RewardConfig
     from app.rewards import _CLASSES, build_reward_funcs, effective_weights
+    from app.run.curves import _COLOURS
     from app.ui import handlers as h
 
     assert set(_CLASSES) == set(registry.NAMES)
@@ -95,7 +95,7 @@ def test_no_import_circles_between_eval_and_train():
 def test_runtime_device_decides_where_a_run_goes(monkeypatch):
     import torch
 
-    from app.machine import device_facts, use_cuda
+    from app.host.machine import device_facts, use_cuda
 
     assert use_cuda("cpu", True) is False and use_cuda("auto", True) is True and use_cuda("auto", False) is False
     with pytest.raises(UserError, match="runtime.device=cuda"):
@@ -113,8 +113,9 @@ def test_runtime_device_cpu_keeps_a_run_on_cpu(tiny_model, monkeypatch):
     import bitsandbytes  # noqa: F401 - picks its backends at import, before the GPU is faked below
     import torch
 
-    from app.config import ModelConfig, build_config
-    from app.models import load_base_model
+    from app.config.build import build_config
+    from app.config.schema import ModelConfig
+    from app.model.load import load_base_model
     from app.train.args import common_kwargs
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -149,14 +150,14 @@ def test_non_editable_install_lists_and_uses_presets(tmp_path):
     kept = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if e and Path(e).resolve() != ROOT.resolve()]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(site), *kept])}
-    code = ("import app, app.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
-            "from app.config import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
+    code = ("import app, app.config.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
+            "from app.config.build import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     where, names, method = r.stdout.splitlines()[-3:]
     assert str(site) in where and str(ROOT) not in where
-    from app.presets import list_presets
+    from app.config.presets import list_presets
 
     assert eval(names) == sorted(x["name"] for x in list_presets()) and len(eval(names)) >= 9
     assert method == "grpo"

@@ -3,7 +3,7 @@
 import pytest
 from conftest import plan_for
 
-from app.config import build_config
+from app.config.build import build_config
 from app.errors import UserError
 from app.train.args import grpo_kwargs, sft_kwargs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
+from app.run import layout, lookup
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -107,7 +107,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
             page.screenshot(path=str(shots / "ui-train.png"), full_page=True)
 
             # --- Runs: the run is listed as finished, its curves and config shown
-            (run_dir,) = [d for d in rundir.list_runs(runs) if d.name != "demo-grpo"]
+            (run_dir,) = [d for d in lookup.list_runs(runs) if d.name != "demo-grpo"]
             page.get_by_role("tab", name="Runs").click()
             expect(page.locator("#runs-table")).to_contain_text(run_dir.name, timeout=20_000)
             expect(page.locator("#runs-table")).to_contain_text("finished")
@@ -164,10 +164,10 @@ def test_train_runs_compare_in_chromium(tmp_path):
                 page.locator("#chat-run input").click()
                 page.get_by_role("option", name="demo-grpo").click()
             expect(page.locator("#chat-run input")).to_have_value(chat_run, timeout=20_000)
-            from app.config import load_yaml_file
+            from app.config.build import load_yaml_file
             from app.eval.chat import Chat
 
-            system = load_yaml_file(runs / chat_run / rundir.CONFIG)["data"]["system_prompt"]
+            system = load_yaml_file(runs / chat_run / layout.CONFIG)["data"]["system_prompt"]
             expect(page.locator("#chat-system textarea")).to_have_value(system, timeout=20_000)
             page.locator("#chat-tokens input").fill("24")
             page.locator("#chat-tokens input").press("Tab")

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app import rundir
-from app.cli import app as cli_app
-from app.config import build_config, resolve
+from app.cli.main import app as cli_app
+from app.config.build import build_config
+from app.config.presets import load_preset
+from app.config.resolve import resolve
 from app.errors import UserError
-from app.presets import load_preset
-from app.runs import run_summary
+from app.run import layout, lookup, newrun, store
+from app.run.summary import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.serve import launch_kwargs, parse_auth
@@ -31,7 +32,7 @@ def _edited_form(model: str, data: str) -> dict:
 
 
 def _cli_config(model: str, data: str, runs: Path):
-    """build_config called exactly the way app/cli.py's `train` calls it for the same choices."""
+    """build_config called exactly the way app/cli/main.py's `train` calls it for the same choices."""
     flags = {
         "method": "sft", "model": {"name_or_path": model},
         "data": {"dataset": data, "config_name": None, "prompt_field": "question", "reference_field": None},
@@ -140,7 +141,7 @@ def test_save_upload(tmp_path):
     bad.write_text("x")
     with pytest.raises(UserError, match="not a dataset file"):
         h.save_upload(str(bad), runs)
-    assert rundir.list_runs(runs) == []  # the upload folder is not a run
+    assert lookup.list_runs(runs) == []  # the upload folder is not a run
 
 
 def test_detect_fields_and_override(math_jsonl):
@@ -164,24 +165,24 @@ def test_detect_errors_are_user_errors(tmp_path):
 
 
 def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None, **fields) -> Path:
-    d = rundir.new_run_dir(runs, name)
-    (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
-    rundir.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error, **fields)
+    d = newrun.new_run_dir(runs, name)
+    (d / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
+    store.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error, **fields)
     for rec in metrics:
-        rundir.append_metrics(d, rec)
+        store.append_metrics(d, rec)
     return d
 
 
 def test_runs_rows_curves_and_stale_runs(tmp_path):
     recs = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "rewards/format/mean": 0.2 * i,
              "rewards/length/mean": -0.1} for i in (1, 2, 3)]
-    _fake_run(tmp_path, "done", rundir.FINISHED, metrics=recs)
-    _fake_run(tmp_path, "crashed", rundir.FAILED, error="OutOfMemoryError: CUDA out of memory")
-    _fake_run(tmp_path, "ghost", rundir.RUNNING, pid=2**22 + 7)  # no such process
+    _fake_run(tmp_path, "done", layout.FINISHED, metrics=recs)
+    _fake_run(tmp_path, "crashed", layout.FAILED, error="OutOfMemoryError: CUDA out of memory")
+    _fake_run(tmp_path, "ghost", layout.RUNNING, pid=2**22 + 7)  # no such process
     rows = {r[0]: r for r in rv.runs_rows(tmp_path)}
     assert rows["done"][1] == "finished" and rows["done"][5] == "3/3" and rows["done"][7] == 0.3
     assert rows["crashed"][1] == "failed"
-    assert rows["ghost"][1] == rundir.CRASHED  # status.json says running, the process is gone
+    assert rows["ghost"][1] == layout.CRASHED  # status.json says running, the process is gone
     fig = rv.curves(tmp_path / "done", max_steps=3)  # the figure curves.png is drawn from
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles[0].startswith("loss") and titles[1].startswith("reward (total") and "components" in titles[2]
@@ -196,7 +197,7 @@ def test_runs_rows_curves_and_stale_runs(tmp_path):
 def test_run_view_shows_peak_memory(tmp_path):
     gpu = {"peak_mem_allocated_gib": 5.2, "peak_mem_reserved_gib": 5.71, "peak_mem_device": "cuda"}
     fitted = "grpo.max_completion_length: 256 -> 128 (it filled the model's context)"
-    _fake_run(tmp_path, "gpu", rundir.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
+    _fake_run(tmp_path, "gpu", layout.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
               adjustments=[fitted], **gpu)
     shown = rv.status_markdown(run_summary(tmp_path / "gpu"))
     assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in shown
@@ -204,14 +205,14 @@ def test_run_view_shows_peak_memory(tmp_path):
     assert f"adjusted {fitted}" in shown  # what the plan changed, and why
     # a crashed run has no final status write: the last logged peak stands in
     cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
-    _fake_run(tmp_path, "cpu", rundir.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
+    _fake_run(tmp_path, "cpu", layout.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
     assert "peak memory: 0.80 GiB peak RSS (CPU)" in rv.status_markdown(run_summary(tmp_path / "cpu"))
-    _fake_run(tmp_path, "old", rundir.FINISHED)  # runs from before peak memory was recorded
+    _fake_run(tmp_path, "old", layout.FINISHED)  # runs from before peak memory was recorded
     assert "peak memory" not in rv.status_markdown(run_summary(tmp_path / "old"))
 
 
 def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):
-    (tmp_path / rundir.LOG).write_text("start\n 10%\r 50%\r100%\nerror: boom\n")
+    (tmp_path / layout.LOG).write_text("start\n 10%\r 50%\r100%\nerror: boom\n")
     assert rv.log_tail(tmp_path) == "start\n100%\nerror: boom"
     assert rv.log_tail(tmp_path, 1) == "error: boom"
     assert rv.log_tail(None) == ""
@@ -253,16 +254,16 @@ def test_ui_errors_name_the_page_controls_not_cli_flags():
 def test_runs_fingerprint_changes_whenever_a_runs_view_would(tmp_path, monkeypatch):
     """The Runs tab refreshes on its own when this changes: a step logged, a status written, a run made, and a
     'running' process that died without writing anything (kill -9)."""
-    d = _fake_run(tmp_path, "r", rundir.RUNNING, pid=os.getpid())
+    d = _fake_run(tmp_path, "r", layout.RUNNING, pid=os.getpid())
     seen = rv.runs_fingerprint(tmp_path)
     assert rv.runs_fingerprint(tmp_path) == seen  # nothing changed: no redraw
-    rundir.append_metrics(d, {"step": 1, "loss": 1.0})
+    store.append_metrics(d, {"step": 1, "loss": 1.0})
     assert rv.runs_fingerprint(tmp_path) != seen
     seen = rv.runs_fingerprint(tmp_path)
-    rundir.write_status(d, rundir.FINISHED)
+    store.write_status(d, layout.FINISHED)
     assert rv.runs_fingerprint(tmp_path) != seen
     seen = rv.runs_fingerprint(tmp_path)
-    _fake_run(tmp_path, "ghost", rundir.RUNNING, pid=2**22 + 7)
+    _fake_run(tmp_path, "ghost", layout.RUNNING, pid=2**22 + 7)
     assert rv.runs_fingerprint(tmp_path) != seen
     # the same files, but whether the process behind a "running" status lives changes
     before = rv.runs_fingerprint(tmp_path)
@@ -279,15 +280,15 @@ def test_short_sources_fit_the_table():
 
 def test_runs_from_the_demo_folder_are_shown_beside_the_runs_folder(tmp_path):
     """`qlora-app demo` writes demo-runs/ beside runs/: the Runs, Compare and Chat tabs list those runs too."""
-    from app import rundir
+    from app.run import layout, newrun
     from app.ui import compare_view as cv
     from app.ui.folders import run_path
 
     for folder, name in (("runs", "20261125-100000-grpo-arith"), ("demo-runs", "demo-grpo")):
-        d = rundir.new_run_dir(tmp_path / folder, name)
-        (d / rundir.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
-        (d / rundir.ADAPTER).mkdir()
-        (d / rundir.ADAPTER / rundir.ADAPTER_CONFIG).write_text("{}")
+        d = newrun.new_run_dir(tmp_path / folder, name)
+        (d / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
+        (d / layout.ADAPTER).mkdir()
+        (d / layout.ADAPTER / layout.ADAPTER_CONFIG).write_text("{}")
     rows = rv.runs_rows(tmp_path / "runs")
     assert [r[0] for r in rows] == ["20261125-100000-grpo-arith", "demo-runs/demo-grpo"]
     assert cv.compare_choices(tmp_path / "runs") == [r[0] for r in rows]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app import rundir
 from app.errors import UserError
+from app.run import layout, lookup, newrun, store
 from app.ui import handlers as h
 from app.ui import jobs as jobs_mod
 from app.ui import run_view as rv
@@ -23,9 +23,9 @@ def _fake(monkeypatch, code: str):
 
 def _new_run(runs: Path, name: str = "r") -> Path:
     """A run folder as a session leaves it once training started (a stand-in: these tests fake the engine)."""
-    d = rundir.new_run_dir(runs, name)
-    (d / rundir.CONFIG).write_text("method: grpo\n")
-    rundir.write_status(d, rundir.RUNNING, step=0)
+    d = newrun.new_run_dir(runs, name)
+    (d / layout.CONFIG).write_text("method: grpo\n")
+    store.write_status(d, layout.RUNNING, step=0)
     return d
 
 
@@ -54,7 +54,7 @@ def test_second_start_is_refused_and_stop_signals_the_group(tmp_path, monkeypatc
     assert "stop requested" in msg
     assert _wait(lambda: proc.poll() is not None)
     assert proc.returncode == -15
-    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
+    assert _wait(lambda: (store.read_status(d) or {}).get("status") == layout.INTERRUPTED)
     assert jobs.stop() == "no training run in progress"
 
 
@@ -67,8 +67,8 @@ def test_stop_escalates_to_sigkill(tmp_path, monkeypatch):
     assert _wait(lambda: "ready" in jobs_mod.console_tail(jobs.console))
     jobs.stop(grace=1)
     assert _wait(lambda: proc.poll() is not None, timeout=10) and proc.returncode == -9
-    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.INTERRUPTED)
-    assert "killed" in rundir.read_status(d)["note"]
+    assert _wait(lambda: (store.read_status(d) or {}).get("status") == layout.INTERRUPTED)
+    assert "killed" in store.read_status(d)["note"]
 
 
 def test_a_run_refused_before_its_folder_exists_shows_why(tmp_path, monkeypatch):
@@ -93,13 +93,13 @@ def test_a_process_that_dies_after_its_session_started_is_recorded_with_its_erro
     jobs = JobManager(tmp_path)
     d = _new_run(tmp_path)
     jobs.start(d)
-    assert _wait(lambda: (rundir.read_status(d) or {}).get("status") == rundir.FAILED)
-    err = rundir.read_status(d)["error"]
+    assert _wait(lambda: (store.read_status(d) or {}).get("status") == layout.FAILED)
+    err = store.read_status(d)["error"]
     assert "exit code 137" in err and "out of host memory" in err
 
 
 def test_engine_status_is_not_overwritten(tmp_path, monkeypatch):
-    code = ("import pathlib, sys; import app.rundir as r; "
+    code = ("import pathlib, sys; import app.run.store as r; "
             "r.write_status(pathlib.Path({d!r}), 'failed', error='ValueError: real cause'); sys.exit(1)")
     d = _new_run(tmp_path)
     _fake(monkeypatch, code.format(d=str(d)))
@@ -107,14 +107,14 @@ def test_engine_status_is_not_overwritten(tmp_path, monkeypatch):
     proc = jobs.start(d)
     assert _wait(lambda: proc.poll() is not None)
     time.sleep(0.3)
-    assert rundir.read_status(d)["error"] == "ValueError: real cause"
+    assert store.read_status(d)["error"] == "ValueError: real cause"
 
 
 def test_start_refused_while_another_process_runs_a_run(tmp_path):
     import os
 
     other = _new_run(tmp_path, "cli-run")
-    rundir.write_status(other, rundir.RUNNING, pid=os.getpid())  # alive: this test process
+    store.write_status(other, layout.RUNNING, pid=os.getpid())  # alive: this test process
     jobs = JobManager(tmp_path)
     with pytest.raises(UserError, match="still running"):
         jobs.start(_new_run(tmp_path, "ui-run"))
@@ -142,17 +142,17 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     assert h.detect("my-data.jsonl")["detection"]["prompt_field"] == "question"  # "Detect fields" reads it too
     d = h.start_run(jobs, runs, form)
     assert d.parent == runs.resolve() or d.parent == runs
-    assert _wait(lambda: rundir.is_run_dir(d), timeout=300), jobs_mod.console_tail(jobs.console)  # its session made it
-    cfg = yaml.safe_load((d / rundir.CONFIG).read_text())
+    assert _wait(lambda: lookup.is_run_dir(d), timeout=300), jobs_mod.console_tail(jobs.console)  # its session made it
+    cfg = yaml.safe_load((d / layout.CONFIG).read_text())
     assert cfg["data"]["dataset"] == str(home / "my-data.jsonl")  # absolute: a resume from anywhere finds it
     assert cfg["model"]["name_or_path"] == str(Path(tiny_model).resolve())
     with pytest.raises(UserError, match="already in progress"):
         h.start_run(jobs, runs, form)
     assert _wait(lambda: not jobs.is_running(), timeout=300), rv.log_tail(d)
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED, (st, rv.log_tail(d))
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED, (st, rv.log_tail(d))
     live = rv.live_status(jobs, runs)
-    assert live["status"] == rundir.FINISHED and "3 / 3" in live["markdown"]
+    assert live["status"] == layout.FINISHED and "3 / 3" in live["markdown"]
     assert list(rv.curves(d).axes[0].get_lines()[0].get_xdata()) == [1, 2, 3]
     assert rv.runs_rows(runs)[0][:2] == [d.name, "finished"]
     with pytest.raises(UserError, match="already finished; set 'Extend to steps' to train it further"):
@@ -162,9 +162,9 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     # Resume can extend a finished run, as the CLI's --resume RUN --max-steps N does
     h.resume_run(jobs, runs, d.name, 5)
     assert _wait(lambda: not jobs.is_running(), timeout=300), rv.log_tail(d)
-    st = rundir.read_status(d)
-    assert st["status"] == rundir.FINISHED and st["step"] == 5, (st, rv.log_tail(d))
-    assert [r["step"] for r in rundir.read_metrics(d)] == [1, 2, 3, 4, 5]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 5, (st, rv.log_tail(d))
+    assert [r["step"] for r in store.read_metrics(d)] == [1, 2, 3, 4, 5]
     # a second run never reuses the first one's folder
     d2 = h.start_run(jobs, runs, form)
     assert d2 != d

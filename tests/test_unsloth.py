@@ -10,7 +10,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from app.unsloth_backend import CPU_GRPO_FLOORS, stack_problem
+from app.host.stack import CPU_GRPO_FLOORS, stack_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 # What unsloth 2026.10.9 (the current release) pins; read from its wheel's METADATA on 2026-11-23.
@@ -53,7 +53,7 @@ def test_cpu_grpo_refusal_through_the_cli(tmp_path, monkeypatch):
         md.version = lambda n: {{"trl": "1.15.0", "transformers": "5.17.0"}}.get(n) or real(n)
         sys.argv = ["qlora-app", "train", "--dataset", "arith", "--model", "arith-base", "--local-only",
                     "--output-dir", {str(tmp_path)!r}, "--set", "runtime.device=cpu"]
-        from app.cli import main
+        from app.cli.main import main
         main()
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -74,10 +74,10 @@ def test_unsloth_is_imported_before_transformers_when_the_backend_resolves_to_it
     code = textwrap.dedent(f"""
         import torch
         torch.cuda.is_available = lambda: {cuda}
-        import app.machine  # the device facts of a (faked) GPU: this torch has no CUDA to query
-        app.machine.device_facts = lambda setting="auto": {{"cuda": {cuda}, "bf16": {cuda}, "gpu": "a faked GPU",
+        import app.host.machine  # the device facts of a (faked) GPU: this torch has no CUDA to query
+        app.host.machine.device_facts = lambda setting="auto": {{"cuda": {cuda}, "bf16": {cuda}, "gpu": "a faked GPU",
                                                            "vram_gb": 24.0 if {cuda} else None, "planned": False}}
-        from app.config import build_config
+        from app.config.build import build_config
         from app.errors import UserError
         from app.train.session import Session
         try:
@@ -102,7 +102,7 @@ def test_a_tracker_that_is_not_installed_is_a_user_error(monkeypatch, tmp_path):
     the GPU machine without trackio); the run refuses it first, naming the package, before any run folder."""
     import importlib.util
 
-    from app.config import build_config
+    from app.config.build import build_config
     from app.errors import UserError
     from app.train.session import Session
 

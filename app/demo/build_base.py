@@ -22,7 +22,7 @@ import re
 import time
 from pathlib import Path
 
-from app.config import DEFAULT_GRPO_SYSTEM_PROMPT
+from app.config.resolve import DEFAULT_GRPO_SYSTEM_PROMPT
 from app.data.arith import MAX_OPERAND, generate_arith, split_rows
 
 PRETRAIN_SEED = 777

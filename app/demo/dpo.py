@@ -1,6 +1,6 @@
 """`qlora-app demo --method dpo`: preference pairs from a reward, then DPO, offline on a CPU, through the real engine.
 
-1. pairs (app/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
+1. pairs (app/eval/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
    `arith` training prompt 8 times at temperature 1; the shaped reward scores the answers; the best and the worst
    make a pair where their scores differ. The held-out problems get their pairs too (test.jsonl), for preference
    accuracy;
@@ -19,15 +19,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from app import rundir
-from app.config import build_config
+from app.config.build import build_config
+from app.config.presets import load_preset
 from app.demo.recipe import EVAL_SIZE, base_model_path
 from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
+from app.eval.pairs import MANIFEST, PairsRequest, make_pairs
 from app.eval.render import print_result
 from app.eval.result import Comparison
-from app.pairs import MANIFEST, PairsRequest, make_pairs
-from app.plots import series, sparkline
-from app.presets import load_preset
+from app.run import layout, store
+from app.run.curves import series, sparkline
 from app.train.session import Session
 
 # The pairs: answers as long as the GRPO demo lets a completion be (arith answers are ~15 tokens).
@@ -101,13 +101,13 @@ def _pairs(base: Path, folder: Path, quick: bool, seed: int, console) -> Path:
 
 
 def _show_curves(run: Path, console) -> None:
-    recs = rundir.read_metrics(run)
-    for key, label in ((rundir.DPO_ACCURACY, "pairs won"), (rundir.DPO_MARGIN, "margin")):
+    recs = store.read_metrics(run)
+    for key, label in ((layout.DPO_ACCURACY, "pairs won"), (layout.DPO_MARGIN, "margin")):
         _, ys = series(recs, key)
         if ys:
             console.print(f"   {label:<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f} (training batches)")
-    for key, label, fmt in ((rundir.EVAL_ACCURACY, "held-out", "{:.1%}"),
-                            (rundir.EVAL_PREF_ACCURACY, "pref. acc.", "{:.1%}")):
+    for key, label, fmt in ((layout.EVAL_ACCURACY, "held-out", "{:.1%}"),
+                            (layout.EVAL_PREF_ACCURACY, "pref. acc.", "{:.1%}")):
         steps, ys = series(recs, key)
         if ys:
             console.print(f"   {label:<11} {sparkline(ys, 40)}  {fmt.format(ys[0])} (step {steps[0]}) -> "
@@ -123,9 +123,9 @@ def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, qu
                    "dpo": {"accuracy": s.adapter.accuracy, "preference_accuracy": p.get("adapter_accuracy")}},
         "dpo_lift": s.adapter.accuracy - s.base.accuracy,
         "timings": {k: round(v, 1) for k, v in timings.items()}}
-    out = output_dir / rundir.DEMO_DPO_JSON
+    out = output_dir / layout.DEMO_DPO_JSON
     _keep_previous(out)
-    rundir.write_atomic(out, json.dumps(result.to_dict(), indent=2))
+    store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     return out
 
 
@@ -134,5 +134,5 @@ def _print_outcome(result: Comparison, console, run: Path, out: Path, total_s: f
     s, lift = result.summary, result.config["demo"]["dpo_lift"]
     console.print(f"\nDPO's lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} problems (base "
                   f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
-    console.print(f"curves: {run / rundir.CURVES}")
+    console.print(f"curves: {run / layout.CURVES}")
     console.print(f"comparison: {out}  (total {total_s:.0f} s)")

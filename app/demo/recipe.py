@@ -2,7 +2,7 @@
 from the GPU defaults) and where the shipped base model lives.
 
 ``qlora-app demo`` runs one real GRPO run through the normal engine on the built-in ``arith`` data, straight from
-the tiny shipped base model (app.assets) with the shaped reward, then base vs adapter,
+the tiny shipped base model (app.config.builtin) with the shaped reward, then base vs adapter,
 greedy, on the whole held-out test split. Measured numbers and timings over 5 seeds are in docs/performance.md
 (``python bench/run.py --only demo``).
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.assets import builtin_model_path, cache_dir
+from app.config.builtin import builtin_model_path, cache_dir
+from app.config.presets import load_preset
 from app.demo.build_base import build
-from app.presets import load_preset
 
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
 
 
 def grpo_preset(model_path: str | Path | None = None) -> dict:
-    """The demo's GRPO run as an AppConfig-shaped dict (pass to ``app.config.build_config(preset=...)``)."""
+    """The demo's GRPO run as an AppConfig-shaped dict (pass to ``app.config.build.build_config(preset=...)``)."""
     d = load_preset("demo-grpo")
     d["model"]["name_or_path"] = str(model_path or base_model_path())
     return d

@@ -19,13 +19,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from app import proof, rundir
-from app.config import build_config
+from app.config.build import build_config
 from app.demo.recipe import EVAL_SIZE, base_model_path, grpo_preset
 from app.errors import RunFailed
 from app.eval.render import print_result
 from app.eval.result import Comparison
-from app.plots import series, sparkline
+from app.run import layout, proof, store
+from app.run.curves import series, sparkline
 from app.train.session import Session
 
 # --quick: the same path on a smaller budget, still long enough to show GRPO's lift (60 steps, 100 held-out problems:
@@ -46,8 +46,8 @@ def _keep_previous(path: Path) -> None:
 
 def stop_if_interrupted(run: Path, console) -> None:
     """Ctrl-C ends a demo: a half-trained adapter proves nothing, so no lift is claimed; the run is kept."""
-    st = rundir.read_status(run) or {}
-    if st.get("status") == rundir.INTERRUPTED:
+    st = store.read_status(run) or {}
+    if st.get("status") == layout.INTERRUPTED:
         console.print(f"[yellow]interrupted[/] at step {st.get('step')}: no comparison, no lift claimed; the run is "
                       f"kept in {escape(str(run))} (qlora-app train --resume {escape(str(run))} continues it)",
                       highlight=False)
@@ -58,7 +58,7 @@ def run_proof(run: Path) -> Comparison:
     """The proof the run's session wrote as its training ended (training.proof_rows): the demo's result."""
     recorded = proof.latest_proof(run)
     if recorded is None:
-        raise RunFailed(f"the demo's run made no held-out proof; see {run / rundir.LOG}")
+        raise RunFailed(f"the demo's run made no held-out proof; see {run / layout.LOG}")
     return Comparison.from_dict(recorded)
 
 
@@ -116,18 +116,18 @@ def _train(base: Path, output_dir: Path, quick: bool, seed: int, sets, console, 
 
 def _show_curves(grpo_dir: Path, console) -> tuple[float | None, float | None]:
     """The reward, its components and the held-out accuracy as sparklines; returns the reward's quarter means."""
-    recs = rundir.read_metrics(grpo_dir)
+    recs = store.read_metrics(grpo_dir)
     _, reward = series(recs, "reward")
     first_q, last_q = quarter_means(reward)
     if reward:  # sampled at temperature 1, a few prompts a point: noisy; the held-out line below is the learning
         console.print(f"   reward {sparkline(reward, 40)}  first quarter {first_q:.3f} -> last quarter {last_q:.3f} "
                       "(sampled, noisy)")
-    for key in rundir.component_keys(recs):
+    for key in layout.component_keys(recs):
         _, ys = series(recs, key)
-        console.print(f"   {rundir.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
-    steps, acc = series(recs, rundir.EVAL_ACCURACY)
+        console.print(f"   {layout.component_of(key):<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f}")
+    steps, acc = series(recs, layout.EVAL_ACCURACY)
     if acc:  # the held-out evaluation during training: a smaller sample than the proof's, said with its rows
-        rows = (rundir.read_status(grpo_dir) or {}).get(rundir.EVAL_ROWS)
+        rows = (store.read_status(grpo_dir) or {}).get(layout.EVAL_ROWS)
         console.print(f"   held-out    {sparkline(acc, 40)}  {acc[0]:.1%} (step {steps[0]}) -> {acc[-1]:.1%} "
                       f"(step {steps[-1]}), {rows} rows each")
     return first_q, last_q
@@ -144,9 +144,9 @@ def _record(result, output_dir: Path, grpo_dir: Path, quick: bool, seed: int, qu
         "grpo_lift": stages["grpo"]["accuracy"] - stages["base"]["accuracy"],
         "grpo_reward_quarters": {"first": quarters[0], "last": quarters[1]},
         "timings": {k: round(v, 1) for k, v in timings.items()}}
-    out = output_dir / rundir.COMPARE_JSON
+    out = output_dir / layout.COMPARE_JSON
     _keep_previous(out)
-    rundir.write_atomic(out, json.dumps(result.to_dict(), indent=2))
+    store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     return out
 
 
@@ -166,5 +166,5 @@ def _print_outcome(result, console, grpo_dir: Path, out: Path, total_s: float) -
         f"\nGRPO's own lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} problems (base "
         f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/]); mean reward "
         f"{s.base.mean_reward:.3f} -> {s.adapter.mean_reward:.3f}")
-    console.print(f"curves: {grpo_dir / rundir.CURVES}")
+    console.print(f"curves: {grpo_dir / layout.CURVES}")
     console.print(f"comparison: {out}  (total {total_s:.0f} s)")

@@ -3,7 +3,7 @@
 Built from compare's parts, so a greedy reply is compare's answer for the same prompt: the same 4-bit base wrapped
 once with the adapter (the base side runs under PEFT's ``disable_adapter()``, no second copy), the same prompt
 formatting (the run's system prompt and the tokenizer's chat template) and the same generation path
-(app/generation.py: chat generates one prompt at a time, as compare does at batch size 1; the module says when a
+(app/model/generation.py: chat generates one prompt at a time, as compare does at batch size 1; the module says when a
 batched compare may differ). Each side keeps its own history: in a side-by-side chat the base answers the
 conversation it has had, not the adapter's.
 """
@@ -14,11 +14,12 @@ import contextlib
 import threading
 from typing import Callable
 
-from app.cpu_threads import ThreadGovernor
 from app.errors import UserError
 from app.eval.compare import load_pair, resolve_target
-from app.generation import adds_special_tokens, format_prompt, generate_one
-from app.models import check_model_source, context_length
+from app.host.threads import ThreadGovernor
+from app.model.generation import adds_special_tokens, format_prompt, generate_one
+from app.model.placement import context_length
+from app.model.source import check_model_source
 
 SIDES = ("adapter", "base")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from app.generation import adds_special_tokens, format_prompt
+from app.model.generation import adds_special_tokens, format_prompt
 
 BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
 

@@ -13,7 +13,7 @@ import re
 from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
-from app.runs import preference_text
+from app.run.summary import preference_text
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}

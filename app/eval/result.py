@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from app.reward_registry import BOILERPLATE
+from app.config.reward_components import BOILERPLATE
 
 SIDES = ("base", "adapter")
 # Rewards closer than this count as a tie when correctness did not change: the length component alone moves the

@@ -21,13 +21,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app import rundir
 from app.errors import UserError, write_failure
 from app.eval.compare import resolve_target
 from app.export import gguf as gguf_mod
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
-from app.models import torch_dtype
+from app.host.machine import torch_dtype
+from app.run import lookup
 
 FORMATS = ("adapter", "merged", "gguf", "ollama")
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
@@ -70,7 +70,7 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
     adapter_dir, run_cfg, mc, _ = resolve_target(run)
-    run_dir = rundir.run_of_adapter(adapter_dir)
+    run_dir = lookup.run_of_adapter(adapter_dir)
     out = Path(out)
     check_out(out, force)
     if fmt in ("gguf", "ollama"):

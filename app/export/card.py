@@ -1,5 +1,5 @@
 """The model card of every export and of a run's own adapter folder (README.md through huggingface_hub's ModelCard):
-what it is, how it was trained, the held-out base-vs-adapter numbers of the run's proof (app/proof.py), its curves,
+what it is, how it was trained, the held-out base-vs-adapter numbers of the run's proof (app/run/proof.py), its curves,
 and how to run it. PEFT's own card ("[More Information Needed]", a local base path) is replaced by this one. A base
 given as a local folder is named by the folder's name (a card is published: the user's directory layout is not)."""
 
@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from app import proof, rundir
+from app.run import integrity, layout, proof, store
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "ollama": "gguf"}
 
@@ -109,9 +109,9 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"
                f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "") + ".", ""]
     if cfg:
-        st = (rundir.read_status(run) or {}) if run else {}
-        if adapter_dir is not None and adapter_dir.parent.name == rundir.CHECKPOINTS:  # a checkpoint: its own step
-            st = {"step": rundir.checkpoint_step(adapter_dir)}
+        st = (store.read_status(run) or {}) if run else {}
+        if adapter_dir is not None and adapter_dir.parent.name == layout.CHECKPOINTS:  # a checkpoint: its own step
+            st = {"step": integrity.checkpoint_step(adapter_dir)}
         lora, tr = cfg.lora, cfg.training
         targets = lora.target_modules if isinstance(lora.target_modules, str) else ", ".join(lora.target_modules)
         weights = ", ".join(f"{k} {v:g}" for k, v in cfg.reward.weights.items())
@@ -135,9 +135,9 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                      "model"]
         body.append("")
     body += ["## Held-out proof", ""] + proof_table(*_comparison_of(run, adapter_dir)) + [""]
-    if run and (run / rundir.CURVES).is_file():
-        shutil.copyfile(run / rundir.CURVES, out / rundir.CURVES)
-        body += [f"![training curves]({rundir.CURVES})", ""]
+    if run and (run / layout.CURVES).is_file():
+        shutil.copyfile(run / layout.CURVES, out / layout.CURVES)
+        body += [f"![training curves]({layout.CURVES})", ""]
     body += ["## Use it", ""] + _usage(fmt, files, ollama_name)
     card = ModelCard("---\n" + data.to_yaml() + "\n---\n\n" + "\n".join(body) + "\n")
     path = out / "README.md"

@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from app.config_schema import RewardConfig
+from app.config.reward_components import BY_NAME, COMPONENTS
+from app.config.schema import RewardConfig
 from app.errors import UserError
-from app.reward_registry import BY_NAME, COMPONENTS
 from app.rewards.answer import extract_final_answer, is_correct
 from app.rewards.components import (
     AccuracyReward,

@@ -10,9 +10,9 @@ import dataclasses
 import difflib
 from pathlib import Path
 
-from app import rundir
-from app.config import AppConfig
+from app.config.schema import AppConfig
 from app.errors import UserError
+from app.run import layout
 from app.train.fastpaths import trl_kwargs
 from app.train.fsdp import fsdp_training_args
 
@@ -22,7 +22,7 @@ def common_kwargs(cfg: AppConfig, run_dir: Path, compute_dtype: str, cuda: bool,
     t = cfg.training
     report_to = [r for r in cfg.runtime.report_to if r != "none"]
     kw = dict(
-        output_dir=str(Path(run_dir) / rundir.CHECKPOINTS),
+        output_dir=str(Path(run_dir) / layout.CHECKPOINTS),
         learning_rate=t.learning_rate,
         num_train_epochs=t.num_train_epochs,
         max_steps=t.max_steps,

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.models import load_base_model
+from app.model.load import load_base_model
+from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import reward_error_count
 from app.train.dpo import build_dpo_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
 from app.train.sft import build_sft_trainer
-from app.unsloth_backend import load_with_unsloth
 
 
 @dataclass

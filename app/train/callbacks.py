@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from app import rundir
+from app.run import layout, store
 from app.train import peakmem
 
 log = logging.getLogger("qlora_app")
@@ -124,7 +124,7 @@ class RunDirCallback(TrainerCallback):
         peakmem.reset(self.cuda)
         if not self.write:
             return
-        self.record(rundir.RUNNING, step=state.global_step, max_steps=state.max_steps)
+        self.record(layout.RUNNING, step=state.global_step, max_steps=state.max_steps)
         if self.progress:
             self.progress.start(state.max_steps, state.global_step)
 
@@ -146,7 +146,7 @@ class RunDirCallback(TrainerCallback):
         rec.update(peak)
         self.flush_pending(before=state.global_step)
         rec.update(self.pending.pop(state.global_step, {}))
-        rundir.append_metrics(self.run_dir, rec)
+        store.append_metrics(self.run_dir, rec)
         # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
         shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
         log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
@@ -156,7 +156,7 @@ class RunDirCallback(TrainerCallback):
     def flush_pending(self, before: int | None = None) -> None:
         """Pending values of steps that had no logged line (before ``before``, or all) as lines of their own."""
         for step in sorted(k for k in self.pending if before is None or k < before):
-            rundir.append_metrics(self.run_dir, {"step": step, **self.pending.pop(step)})
+            store.append_metrics(self.run_dir, {"step": step, **self.pending.pop(step)})
 
     def on_train_end(self, args, state, control, **kw):
         if self.write:
@@ -191,7 +191,7 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
-            self.record(rundir.RUNNING, step=state.global_step, max_steps=state.max_steps,
+            self.record(layout.RUNNING, step=state.global_step, max_steps=state.max_steps,
                         **peakmem.sample(self.cuda))
         if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True

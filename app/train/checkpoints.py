@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from app import rundir
+from app.run import layout
 
 log = logging.getLogger("qlora_app")
 
@@ -56,7 +56,7 @@ def publish(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def save_adapter(model, tok, run_dir: Path, name: str = rundir.ADAPTER) -> Path:
+def save_adapter(model, tok, run_dir: Path, name: str = layout.ADAPTER) -> Path:
     """The final adapter/ (or adapter-best/), written beside itself and renamed into place."""
     final = Path(run_dir) / name
     tmp = final.with_name(f".tmp-{name}")

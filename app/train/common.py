@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.errors import UserError
-from app.models import attach_or_describe_lora, linear_layer_names, match_adapter_dtype
+from app.model.load import match_adapter_dtype
+from app.model.lora import attach_or_describe_lora, linear_layer_names
 from app.train.checkpoints import atomic_trainer
 
 

@@ -3,7 +3,7 @@
 The reference model is the base with the adapter switched off (TRL's PEFT path: no second copy of the model in
 memory); an adapter given by lora.init_from (an SFT run's) is copied by TRL into a frozen "ref" adapter, so DPO then
 moves away from that adapter, as DPO after SFT should. The loss family (sigmoid = DPO, ipo, robust, apo_zero, sft
-mixed in as RPO, ...) comes from dpo.loss_type, validated in app/config_schema.py.
+mixed in as RPO, ...) comes from dpo.loss_type, validated in app/config/schema.py.
 
 ORPO (method orpo) lives in trl.experimental and is built here the same way: one loss that adds an odds-ratio term,
 weighted by dpo.beta (ORPO's lambda), to SFT on the chosen answer; no reference model, no loss family.

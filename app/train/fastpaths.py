@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from app.batching import steps_per_generation
 from app.errors import UserError
-from app.machine import installed
+from app.host.machine import installed
+from app.train.batching import steps_per_generation
 from app.train.sampler import pick_sampler
 
 

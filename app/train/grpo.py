@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from app.machine import torch_dtype
+from app.host.machine import torch_dtype
 from app.rewards import build_reward_funcs
 from app.train.args import grpo_kwargs
 from app.train.common import make_trainer

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from app import rundir
 from app.eval.compare import score_cell
 from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
-from app.generation import format_prompt, generate
-from app.models import context_length, eval_keeping_4bit
+from app.model.generation import format_prompt, generate
+from app.model.load import eval_keeping_4bit
+from app.model.placement import context_length
+from app.run import layout, store
 from app.train.checkpoints import save_adapter
 
 log = logging.getLogger("qlora_app")
@@ -53,10 +54,10 @@ class HeldoutEval(TrainerCallback):
         self.setting, self.max_new_tokens, self.keep_best = every, max_new_tokens, keep_best
         self.texts = [format_prompt(tok, it) for it in items]
         self.every = 0
-        best = rundir.read_status(run_dir) or {}  # a resumed run keeps its best point
-        self.best = (best.get(rundir.BEST_STEP), best.get(rundir.BEST_SCORE))
+        best = store.read_status(run_dir) or {}  # a resumed run keeps its best point
+        self.best = (best.get(layout.BEST_STEP), best.get(layout.BEST_SCORE))
         self.done: set[int] = set()
-        self.seconds = float(best.get(rundir.EVAL_SECONDS) or 0.0)  # what the evaluations cost, for the record
+        self.seconds = float(best.get(layout.EVAL_SECONDS) or 0.0)  # what the evaluations cost, for the record
 
     def on_train_begin(self, args, state, control, model=None, **kw):
         self.every = eval_every(self.setting, state.max_steps, args.logging_steps)
@@ -89,22 +90,22 @@ class HeldoutEval(TrainerCallback):
         finally:
             self.tok.padding_side, self.tok.truncation_side = sides
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg) for o, it in zip(outs, self.items)])
-        rec = {rundir.EVAL_ACCURACY: summary.accuracy, rundir.EVAL_REWARD: summary.mean_reward}
-        rec.update({f"{rundir.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
+        rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}
+        rec.update({f"{layout.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
         if pref:
-            rec.update({rundir.EVAL_PREF_ACCURACY: pref.adapter_accuracy, rundir.EVAL_PREF_MARGIN: pref.margin})
-            self.record(None, **{rundir.PREF_BASE_ACCURACY: pref.base_accuracy, rundir.PREF_ROWS: pref.n})
+            rec.update({layout.EVAL_PREF_ACCURACY: pref.adapter_accuracy, layout.EVAL_PREF_MARGIN: pref.margin})
+            self.record(None, **{layout.PREF_BASE_ACCURACY: pref.base_accuracy, layout.PREF_ROWS: pref.n})
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
-        self.record(None, **{rundir.EVAL_SECONDS: round(self.seconds, 2), rundir.EVAL_ROWS: len(outs)})
+        self.record(None, **{layout.EVAL_SECONDS: round(self.seconds, 2), layout.EVAL_ROWS: len(outs)})
         # the answers' accuracy where the data has references, else the preference accuracy of its pairs
         score = next((x for x in (summary.accuracy, pref.adapter_accuracy if pref else None, summary.mean_reward)
                       if x is not None), None)
         if score is not None and (self.best[1] is None or score > self.best[1]):
             self.best = (step, score)
-            self.record(None, **{rundir.BEST_STEP: step, rundir.BEST_SCORE: score})
+            self.record(None, **{layout.BEST_STEP: step, layout.BEST_SCORE: score})
             if self.keep_best:
-                save_adapter(model, self.tok, self.run_dir, rundir.BEST_ADAPTER)
+                save_adapter(model, self.tok, self.run_dir, layout.BEST_ADAPTER)
         acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"
         reward = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
         log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)%s", step, acc, reward, len(outs),

@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 import re
 
-from app import rundir
 from app.errors import RunFailed, UserError
+from app.run import integrity
 
 FAULT_ENV = "QLORA_APP_FAULT"
 OOM_TEXT = ("out of memory", "OutOfMemoryError")  # torch's message, and older / wrapped reports of it
@@ -101,14 +101,14 @@ def next_attempt(plan, step: int, error: str, run_dir):
     rung = next_rung(plan)
     if rung is None:
         raise RunFailed(spent_message(plan, step, error, run_dir))
-    ckpt = rundir.last_checkpoint(run_dir)
-    return (*rung, ckpt, rundir.checkpoint_step(ckpt) if ckpt else 0)
+    ckpt = integrity.last_checkpoint(run_dir)
+    return (*rung, ckpt, integrity.checkpoint_step(ckpt) if ckpt else 0)
 
 
 def spent_message(plan, step: int, error: str, run_dir) -> str:
     """One line for a run out of memory with no rung left: what ran out, where, what to change, what is kept."""
     cfg = plan.cfg
-    ckpt = rundir.last_checkpoint(run_dir)
+    ckpt = integrity.last_checkpoint(run_dir)
     keep = (f"checkpoints are kept (newest {ckpt.name}): after a change, qlora-app train --resume {run_dir} --set ..."
             if ckpt else "no checkpoint was saved yet")
     what = (f"grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations (now "

@@ -10,9 +10,9 @@ from __future__ import annotations
 import resource
 import sys
 
-from app.rundir import PEAK_ALLOCATED as ALLOCATED
-from app.rundir import PEAK_DEVICE as DEVICE
-from app.rundir import PEAK_RESERVED as RESERVED
+from app.run.layout import PEAK_ALLOCATED as ALLOCATED
+from app.run.layout import PEAK_DEVICE as DEVICE
+from app.run.layout import PEAK_RESERVED as RESERVED
 
 GIB = 2**30
 

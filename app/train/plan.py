@@ -2,7 +2,7 @@
 
 Owns the decisions: ``decide_machine`` (device, compute dtype, attention kernel, backend) and ``make_plan``, which
 takes the config as the user gave it, the training rows and that machine, and decides, in order:
-  1. the resolved config with absolute paths (app.config.resolve: the one resolution of a run);
+  1. the resolved config with absolute paths (app.config.resolve.resolve: the one resolution of a run);
   2. memory, before any model download: the estimate from the data's token lengths, the fit check, and what
      fitting gave up (a smaller GRPO generation batch, SFT activation offloading, vLLM) (app.train.preflight);
   3. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
@@ -12,7 +12,7 @@ takes the config as the user gave it, the training rows and that machine, and de
 The SFT packing check needs the loaded model: ``decide_packing`` is the one decision taken after loading.
 
 Every value the plan changed from the config is an ``Adjustment`` with its reason, applied through one function
-(app.config.with_values): ``RunPlan.cfg`` holds the changed value, so the run directory's config.yaml
+(app.config.build.with_values): ``RunPlan.cfg`` holds the changed value, so the run directory's config.yaml
 (``config_yaml``) is what trained and re-runs the same, and status.json and train.log carry the reasons. Nothing
 downstream decides again: the trainer builders read the plan. Writes nothing (app/train/session.py records it).
 """
@@ -24,32 +24,32 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app import machine as this_machine
-from app.config import AppConfig, resolve, with_absolute_paths, with_values
-from app.config_keys import differences
-from app.config_schema import PREFERENCE_METHODS
+from app.config.build import with_absolute_paths, with_values
+from app.config.keys import differences
+from app.config.resolve import resolve
+from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
 from app.data.convert import to_dpo
 from app.data.preference import require_pairs
 from app.errors import UserError
-from app.memory import CARDS_GB, FIT_MARGIN, Decisions, estimate_memory
-from app.models import (
+from app.host import machine as this_machine
+from app.host.stack import stack_problem
+from app.model.load import load_tokenizer, packed_examples_stay_apart
+from app.model.placement import (
     PACKING_KERNELS,
     Placement,
     context_length,
-    load_tokenizer,
-    model_load_error,
-    model_on_disk,
-    packed_examples_stay_apart,
     pick_packing,
     placement,
 )
+from app.model.source import model_load_error, model_on_disk
+from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
+from app.train.memory import CARDS_GB, FIT_MARGIN, Decisions, estimate_memory
 from app.train.preflight import fit_memory, token_lengths
 from app.train.torchrun import world_size
-from app.unsloth_backend import pick_backend, stack_problem, unsloth_installed
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class RunPlan:
     where: Placement
     backend: str  # hf | unsloth
     world_size: int
-    estimate: dict  # app.memory.estimate_memory of cfg with the plan's decisions (memory_decisions)
+    estimate: dict  # app.train.memory.estimate_memory of cfg with the plan's decisions (memory_decisions)
     lengths_known: bool  # the estimate used the data's token lengths (else max_length)
     fast: FastPaths
     context: int | None = None  # the model's context in tokens; None: its config does not say, or not on disk
@@ -261,7 +261,7 @@ def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
 
 
 def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
-    """SFT packing, measured on the loaded ``model`` running ``attention`` (app.models.packed_examples_stay_apart):
+    """SFT packing, measured on the loaded ``model`` running ``attention`` (app.model.load.packed_examples_stay_apart):
     where packed examples would read each other, auto turns packing off (an adjustment) and an explicit true is
     refused."""
     cfg = plan.cfg
@@ -300,7 +300,7 @@ def replan(plan: RunPlan, changes: dict, reason: str) -> RunPlan:
 
 
 def card_verdicts(cfg: AppConfig, rows=None, det=None) -> tuple[dict, RunPlan | None]:
-    """({card GB: verdict}, the plan on the largest card): the run planned for each card of app.memory.CARDS_GB as
+    """({card GB: verdict}, the plan on the largest card): the run planned for each card of app.train.memory.CARDS_GB as
     `train --dry-run --gpu-memory GB` plans it. A verdict is "fits", "fits with changes" (the plan fitted it: a
     smaller generation batch, offloading, sampling without the 16-bit copy), "tight" (above 90 % of the card) or
     "too big" (refused). Reads the model's small files once."""

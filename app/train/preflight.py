@@ -15,14 +15,14 @@ import dataclasses
 import logging
 from dataclasses import dataclass, replace
 
-from app.batching import steps_per_generation
-from app.config import with_values
-from app.config_schema import PREFERENCE_METHODS
+from app.config.build import with_values
+from app.config.schema import PREFERENCE_METHODS
 from app.data.convert import completion_text, prompt_text
 from app.data.preference import pair_of
 from app.errors import UserError
-from app.memory import Decisions, estimate_memory, fit_problem
+from app.train.batching import steps_per_generation
 from app.train.fastpaths import Env
+from app.train.memory import Decisions, estimate_memory, fit_problem
 from app.train.sampler import cpu_copy_fits
 
 log = logging.getLogger("qlora_app")

@@ -11,11 +11,11 @@ import json
 import logging
 from pathlib import Path
 
-from app import rundir
-from app.config import AppConfig
+from app.config.schema import AppConfig
 from app.errors import UserError
-from app.machine import installed
-from app.procs import pid_alive
+from app.host.machine import installed
+from app.host.procs import pid_alive
+from app.run import integrity, layout, lookup, store
 
 log = logging.getLogger("qlora_app")
 
@@ -58,9 +58,9 @@ def check_same_world(recorded, runtime) -> None:
 def resumable_dir(path: Path, main: bool = True) -> Path:
     """The run folder --resume names, when no live process is training it (rank 0 checks; the workers of a
     distributed resume find rank 0's launcher running it)."""
-    d = rundir.require_run_dir(path)
-    st = rundir.read_status(d) or {}
-    if main and st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
+    d = lookup.require_run_dir(path)
+    st = store.read_status(d) or {}
+    if main and st.get("status") == layout.RUNNING and pid_alive(st.get("pid")):
         raise UserError(f"run '{d.name}' is still running; stop it before resuming")
     return d
 
@@ -69,7 +69,7 @@ def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
     """A run whose checkpoint already reached the planned end has nothing left to train. (Hugging Face's Trainer
     would still run one more step past max_steps, and again on every such resume.)"""
     try:
-        state = json.loads((ckpt / rundir.TRAINER_STATE).read_text())
+        state = json.loads((ckpt / layout.TRAINER_STATE).read_text())
         step, planned = int(state["global_step"]), int(state["max_steps"])
     except (OSError, ValueError, KeyError, TypeError):
         return  # rundir.checkpoint_problem vetted the file; an older layout just trains on
@@ -84,16 +84,16 @@ def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
 def resume_point(d: Path, note=None, cfg: AppConfig | None = None, main: bool = True) -> Path:
     """The newest complete checkpoint of run ``d``; torn newer ones are named (``note``) and skipped, none is a user
     error. metrics.jsonl is cut back to that step (by rank 0), so the steps trained again are logged once."""
-    ckpt = rundir.last_checkpoint(d, note=note)
+    ckpt = integrity.last_checkpoint(d, note=note)
     if ckpt is None:
-        torn = [p.name for p in rundir.checkpoints(d)]
+        torn = [p.name for p in integrity.checkpoints(d)]
         raise UserError(f"'{d}' has no complete checkpoint to resume from"
                         + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
                         + "; start a new run instead")
     if cfg is not None:
         check_work_left(ckpt, cfg, d)
-    step = rundir.checkpoint_step(ckpt)
-    dropped = rundir.truncate_metrics(d, step) if main else 0
+    step = integrity.checkpoint_step(ckpt)
+    dropped = store.truncate_metrics(d, step) if main else 0
     if dropped:
         log.info("resuming from %s: dropped %d metrics rows logged after step %d", ckpt.name, dropped, step)
     return ckpt

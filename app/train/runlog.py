@@ -7,7 +7,7 @@ import os
 import warnings
 from pathlib import Path
 
-from app import rundir
+from app.run import layout
 
 _captured_before = False  # whether Python warnings were kept off the terminal before the run (close restores it)
 LOGGERS = ("qlora_app", "transformers", "trl", "peft", "py.warnings", "app")
@@ -58,8 +58,8 @@ class _NotTwice(logging.Filter):
 
 
 def setup_logging(run_dir: Path) -> logging.Handler:
-    handler = _RunLog(Path(run_dir) / rundir.LOG)
-    handler.addFilter(_NotTwice(Path(run_dir) / rundir.LOG))
+    handler = _RunLog(Path(run_dir) / layout.LOG)
+    handler.addFilter(_NotTwice(Path(run_dir) / layout.LOG))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     for name in LOGGERS:
         lg = logging.getLogger(name)
@@ -87,5 +87,5 @@ def close_logging(handler: logging.Handler | None) -> None:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
         # the pair of setup_logging's: warnings go back where they went before the run (stderr, or nowhere in a
-        # qlora-app command: app.offline.quiet_command_line)
+        # qlora-app command: app.host.offline.quiet_command_line)
         logging.captureWarnings(_captured_before)

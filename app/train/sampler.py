@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import os
 
-from app.batching import PROMPT_MULTIPLE
 from app.errors import UserError
+from app.train.batching import PROMPT_MULTIPLE
 from app.train.oom import is_oom
 
 log = logging.getLogger("qlora_app")

@@ -1,6 +1,6 @@
 """One door for a training run: a Session opens, plans, records and closes every run.
 
-Every run comes through here: `qlora-app train` (app/cli.py), the torchrun launcher (``Session.launch``: its workers
+Every run comes through here: `qlora-app train` (app/cli/main.py), the torchrun launcher (``Session.launch``: its workers
 are sessions of their own), the demo (app/demo) and the UI (which starts `qlora-app train` in a subprocess and only
 reads the run folder). A run reads top to bottom (``Session.run``):
 
@@ -14,7 +14,7 @@ reads the run folder). A run reads top to bottom (``Session.run``):
               ladder (app/train/oom.py), records the change and builds again from the last complete checkpoint;
     evaluate  the adapter, peak memory and the curves of the end;
     prove     base vs adapter on held-out rows (training.proof_rows): the run's proof, RUN/compare.json
-              (app/proof.py), and our model card in the adapter folder;
+              (app/run/proof.py), and our model card in the adapter folder;
     close     the final status on success, bad input, fault or interrupt, and the exit code.
 
 Owns: the only writes of config.yaml and status.json and the only creation of a run folder
@@ -34,31 +34,33 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from app import rundir
-from app.config import AppConfig, load_yaml_file, model_name, validate, warnings_for
-from app.config_keys import changed_keys
-from app.cpu_alloc import reuse_freed_memory
-from app.cpu_threads import ThreadGovernor
+from app.config.build import load_yaml_file, validate
+from app.config.keys import changed_keys
+from app.config.resolve import model_name, warnings_for
+from app.config.schema import AppConfig
 from app.data import build_splits
 from app.errors import RunFailed, UserError, write_failure
 from app.eval.compare import run_comparison
 from app.eval.heldout import sample_examples
 from app.export.card import write_card
-from app.models import check_model_source
-from app.offline import apply_local_only, quiet_library_noise
-from app.plots import save_curves
+from app.host.alloc import reuse_freed_memory
+from app.host.offline import apply_local_only, quiet_library_noise
+from app.host.threads import ThreadGovernor
+from app.model.source import check_model_source
+from app.model.unsloth_backend import import_first
 from app.rewards import load_custom
-from app.runs import comparison_text, memory_check, peak_memory_text
+from app.run import integrity, layout, newrun, store
+from app.run.curves import save_curves
+from app.run.faults import nonfinite_message, os_error_message
+from app.run.summary import comparison_text, memory_check, peak_memory_text
 from app.train import peakmem
 from app.train.build import attach_callbacks, build_trainer, load_model
 from app.train.checkpoints import save_adapter
-from app.train.faults import nonfinite_message, os_error_message
 from app.train.oom import Faults, free_memory, is_oom, next_attempt
 from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
 from app.train.request import check_request, check_same_world, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
 from app.train.torchrun import is_main, launch_workers, worker_run_dir
-from app.unsloth_backend import import_first
 
 log = logging.getLogger("qlora_app")
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: what shells report for a Ctrl-C'd command
@@ -115,7 +117,7 @@ class Session:
         self.faults = Faults()  # QLORA_APP_FAULT: a bad value is one line before anything is made
         if self.resume_from is not None:
             self.dir = resumable_dir(self.resume_from, self.main)
-            check_same_world(validate(load_yaml_file(self.dir / rundir.CONFIG)).runtime, cfg.runtime)
+            check_same_world(validate(load_yaml_file(self.dir / layout.CONFIG)).runtime, cfg.runtime)
         check_request(cfg)
         for entry in cfg.reward.custom:  # a reward that cannot be loaded is said before any folder is made
             load_custom(entry)
@@ -124,7 +126,7 @@ class Session:
             import_first(self.machine[1])  # before anything imports transformers / trl / peft
             quiet_library_noise()
             self.threads = ThreadGovernor(cfg.runtime.threads, note=self.busy.append)
-            reuse_freed_memory()  # before the model's first tensors: see app/cpu_alloc.py
+            reuse_freed_memory()  # before the model's first tensors: see app/host/alloc.py
         check_model_source(model_name(cfg), cfg.runtime.local_only)  # fail fast, before data
         # Data first: a wrong column name should fail in a second, not after the model has loaded.
         self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
@@ -141,7 +143,7 @@ class Session:
         """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""
         try:
             if self.dir is None:
-                self.dir = (rundir.create_run_dir(self.plan.cfg.output_dir, self.plan.cfg.run_name,
+                self.dir = (newrun.create_run_dir(self.plan.cfg.output_dir, self.plan.cfg.run_name,
                                                   self.plan.cfg.method, self.plan.cfg.data.dataset, self.run_dir)
                             if self.main else Path(self.run_dir))  # a worker: rank 0 makes the folder
                 self.handler = setup_logging(self.dir) if self.main else None
@@ -198,7 +200,7 @@ class Session:
         self.plan = replan(self.plan, changes, f"out of GPU memory at step {step}; so from step {start}")
         self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
         if self.main:
-            rundir.truncate_metrics(self.dir, start)  # the steps trained again are logged once
+            store.truncate_metrics(self.dir, start)  # the steps trained again are logged once
             self._write_config(self.plan.config_yaml())
             self.record(None, oom_changes=self.oom_changes, **self.plan.status_fields())
 
@@ -210,9 +212,9 @@ class Session:
             raise UserError(f"no training step ran: the {len(self.plan.train_ds)} training rows gave no full batch; "
                             "lower training.per_device_train_batch_size or gradient_accumulation_steps, or add rows")
         if watch.nonfinite:
-            self.record(rundir.FAILED, step=step)
+            self.record(layout.FAILED, step=step)
             raise RunFailed(nonfinite_message(watch.nonfinite, self.plan.cfg, self.dir))
-        self.status, self.final = (rundir.INTERRUPTED if stop.requested else rundir.FINISHED), {"step": step}
+        self.status, self.final = (layout.INTERRUPTED if stop.requested else layout.FINISHED), {"step": step}
         if not self.main:
             return
         adapter = save_adapter(trainer.model, loaded.tokenizer, self.dir)
@@ -230,7 +232,7 @@ class Session:
         """A finished run's proof: base vs adapter, greedy, on training.proof_rows held-out rows, scored with the
         run's shaped reward (app/eval/compare.py), kept as RUN/compare.json; then the adapter's model card. A proof
         that cannot be made is said, not a failed run: the adapter is trained and saved."""
-        if not self.main or self.status != rundir.FINISHED:
+        if not self.main or self.status != layout.FINISHED:
             return
         cfg = self.plan.cfg
         rows = min(cfg.training.proof_rows, len(self.heldout_rows))
@@ -244,25 +246,25 @@ class Session:
             except Exception as e:  # noqa: BLE001 - the trained adapter stands without its proof
                 self.say()(f"no held-out proof was made ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                             f"qlora-app compare --adapter {self.dir} --num-samples {rows} makes one")
-        write_card(self.dir / rundir.ADAPTER, self.dir, cfg, "adapter", cfg.model.name_or_path, {},
-                   adapter_dir=self.dir / rundir.ADAPTER)
+        write_card(self.dir / layout.ADAPTER, self.dir, cfg, "adapter", cfg.model.name_or_path, {},
+                   adapter_dir=self.dir / layout.ADAPTER)
 
     def close(self) -> None:
         """The final status of a run that ended on its own or was stopped, and the exit code it gives."""
         self.record(self.status, ended=time.time(), **self.final)
-        self.exit_code = INTERRUPTED_EXIT if self.status == rundir.INTERRUPTED else 0
+        self.exit_code = INTERRUPTED_EXIT if self.status == layout.INTERRUPTED else 0
 
     # ------------------------------------------------------------------------------------------------ records
     def record(self, status: str | None = None, **fields) -> None:
         """The one writer of status.json (rank 0): ``status`` None keeps the status word. Other modules report
         through this (the training callbacks, the held-out evaluation, the sampler)."""
         if self.main and self.dir is not None:
-            rundir.write_status(self.dir, status, **fields)
+            store.write_status(self.dir, status, **fields)
 
     def _write_config(self, text: str) -> None:
         """The one writer of config.yaml."""
         if self.main:
-            rundir.write_atomic(self.dir / rundir.CONFIG, text)
+            store.write_atomic(self.dir / layout.CONFIG, text)
 
     def _record_start(self) -> None:
         """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
@@ -270,15 +272,15 @@ class Session:
         if not resumed or self._changed_on_resume():
             text = plan.config_yaml()
             if resumed and not plan.adjustments:  # the first start's reasons stay beside its values
-                old = (self.dir / rundir.CONFIG).read_text().splitlines(keepends=True)
+                old = (self.dir / layout.CONFIG).read_text().splitlines(keepends=True)
                 text = "".join(line for line in old if line.startswith("#")) + text
             self._write_config(text)
         fields = plan.status_fields()
         if resumed and not plan.adjustments:
             fields.pop("adjustments")  # the first start's reasons stay on record
-        self.record(rundir.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
+        self.record(layout.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
                     model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
-                    step=rundir.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
+                    step=integrity.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
         for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:
             self.say("note")(line)
         log.info(plan.describe().replace("\n", "; "))
@@ -288,7 +290,7 @@ class Session:
     def _changed_on_resume(self) -> bool:
         """Whether a resume changes the run's plan (--max-steps N extends it, --set changes a key). config.yaml then
         records the plan the run now follows, so a later bare --resume (the crashed-run hint) continues the same."""
-        changed = changed_keys(validate(load_yaml_file(self.dir / rundir.CONFIG)), self.plan.cfg)
+        changed = changed_keys(validate(load_yaml_file(self.dir / layout.CONFIG)), self.plan.cfg)
         if changed:
             log.info("config.yaml updated for this resume: %s", "; ".join(changed))
         return bool(changed)
@@ -324,7 +326,7 @@ class Session:
             raise err from None
         if self.main and self.dir is not None:
             if isinstance(e, KeyboardInterrupt):
-                self.record(rundir.INTERRUPTED, ended=time.time(), error=None)
+                self.record(layout.INTERRUPTED, ended=time.time(), error=None)
             else:
                 self._record_failure(str(e) if isinstance(e, UserError) else
                                      f"{type(e).__name__}: {e}".splitlines()[0])
@@ -334,7 +336,7 @@ class Session:
     def _record_failure(self, reason: str) -> None:
         """status.json says failed with the reason, and train.log gets the traceback, as far as the disk allows."""
         try:
-            self.record(rundir.FAILED, ended=time.time(), error=reason)
+            self.record(layout.FAILED, ended=time.time(), error=reason)
         except OSError:
             pass
         try:
@@ -363,12 +365,12 @@ class Session:
             self.console.print(f"launching {rt.num_processes} process(es) x {rt.nnodes} machine(s) through "
                                f"torchrun: {d}")
         rc = launch_workers(self.request, d, resume=self.dir is not None, sets=sets, max_steps=max_steps)
-        st = rundir.read_status(d) or {}
+        st = store.read_status(d) or {}
         self.status = st.get("status")
-        if rc != 0 and self.status != rundir.INTERRUPTED:
+        if rc != 0 and self.status != layout.INTERRUPTED:
             raise RunFailed(f"the distributed run ended with exit code {rc}: "
-                            f"{st.get('error') or 'see ' + str(d / rundir.LOG)}")
-        self.exit_code = INTERRUPTED_EXIT if self.status == rundir.INTERRUPTED else 0
+                            f"{st.get('error') or 'see ' + str(d / layout.LOG)}")
+        self.exit_code = INTERRUPTED_EXIT if self.status == layout.INTERRUPTED else 0
         return d
 
 
@@ -376,16 +378,16 @@ def record_exit(run_dir: Path, rc: int, stop_requested: bool, killed: bool, last
     """A run's process exited (the UI's job watches it): when it could not close its run itself (killed, or gone
     before its session wrote a final status), the session's records say how it ended, so the Runs tab never shows
     a dead run as running."""
-    st = rundir.read_status(run_dir)
-    if st is None or st.get("status") in (rundir.FINISHED, rundir.FAILED, rundir.INTERRUPTED):
+    st = store.read_status(run_dir)
+    if st is None or st.get("status") in (layout.FINISHED, layout.FAILED, layout.INTERRUPTED):
         return  # no run was made, or its session said how it ended: that is the truth
     if stop_requested:
         note = "killed after the stop grace period" if killed else "stopped before training started"
-        rundir.write_status(run_dir, rundir.INTERRUPTED, ended=time.time(), error=None, note=note)
+        store.write_status(run_dir, layout.INTERRUPTED, ended=time.time(), error=None, note=note)
     elif rc == 0:
-        rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
+        store.write_status(run_dir, layout.FAILED, ended=time.time(),
                             error="the training process exited without finishing; see train.log")
     else:
         why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
-        rundir.write_status(run_dir, rundir.FAILED, ended=time.time(),
+        store.write_status(run_dir, layout.FAILED, ended=time.time(),
                             error=f"training process ended with {why}" + (f": {last_line}" if last_line else ""))

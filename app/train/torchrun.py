@@ -22,10 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app import rundir
-from app.config import with_absolute_paths
+from app.config.build import with_absolute_paths
 from app.errors import UserError
-from app.procs import child_env, descendants
+from app.host.procs import child_env, descendants
+from app.run import newrun
 
 WORKER_ENV = "QLORA_APP_WORKER"  # set in every worker: a worker never launches again
 
@@ -99,9 +99,9 @@ def worker_run_dir(cfg, run_dir: Path | None) -> Path:
                         "filesystem), so every node finds the run")
     if run_dir is not None:
         # node 0 checks it; the other nodes' workers may find node 0's run in it already
-        return (rundir.check_new_run_dir(run_dir) if rt.node_rank == 0 else Path(run_dir)).resolve()
+        return (newrun.check_new_run_dir(run_dir) if rt.node_rank == 0 else Path(run_dir)).resolve()
     cfg = with_absolute_paths(cfg, Path.cwd())
-    return rundir.unused_run_dir(cfg.output_dir, cfg.run_name or rundir.default_run_name(cfg.method,
+    return newrun.unused_run_dir(cfg.output_dir, cfg.run_name or newrun.default_run_name(cfg.method,
                                                                                            cfg.data.dataset))
 
 

@@ -7,10 +7,10 @@ import queue
 import threading
 from pathlib import Path
 
-from app import rundir
-from app.config import load_yaml_file, validate
+from app.config.build import load_yaml_file, validate
 from app.errors import UserError
 from app.eval.chat import Chat
+from app.run import layout, lookup
 from app.ui.compare_view import compare_choices, wait_for_gpu
 from app.ui.folders import run_path
 
@@ -25,7 +25,7 @@ def run_system_prompt(runs_dir: str | Path, name: str | None) -> str:
     if not name:
         return ""
     try:
-        cfg = validate(load_yaml_file(rundir.require_run_dir(run_path(runs_dir, name)) / rundir.CONFIG))
+        cfg = validate(load_yaml_file(lookup.require_run_dir(run_path(runs_dir, name)) / layout.CONFIG))
     except UserError:
         return ""
     return cfg.data.system_prompt or ""
@@ -46,7 +46,7 @@ class ChatHolder:
         wait_for_gpu(jobs, "chat")
         if self.session is None or self.name != name:
             self.session = None  # free the previous model before loading the next
-            self.session = Chat(rundir.require_run_dir(run_path(runs_dir, name)), local_only=bool(local_only))
+            self.session = Chat(lookup.require_run_dir(run_path(runs_dir, name)), local_only=bool(local_only))
             self.name = name
         return self.session
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import rundir
 from app.errors import UserError
 from app.eval.compare import run_comparison
+from app.run import layout, lookup, store
 from app.ui.folders import run_path, shown_runs
 
 
 def compare_choices(runs_dir: str | Path) -> list[str]:
     """Runs that have an adapter to compare, newest first (demo-runs/ beside the runs folder too)."""
-    return [label for label, d in shown_runs(runs_dir) if rundir.has_adapter(d)]
+    return [label for label, d in shown_runs(runs_dir) if lookup.has_adapter(d)]
 
 
 def _ending(jobs) -> bool:
-    st = (rundir.read_status(jobs.run_dir) or {}).get("status") if jobs.run_dir else None
-    return st in (rundir.FINISHED, rundir.FAILED, rundir.INTERRUPTED)
+    st = (store.read_status(jobs.run_dir) or {}).get("status") if jobs.run_dir else None
+    return st in (layout.FINISHED, layout.FAILED, layout.INTERRUPTED)
 
 
 def wait_for_gpu(jobs, what: str) -> None:
@@ -38,7 +38,7 @@ def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_sampl
     if not name:
         raise UserError("select a run with an adapter (finished or stopped runs have one)")
     wait_for_gpu(jobs, "compare")
-    d = rundir.require_run_dir(run_path(runs_dir, name))
+    d = lookup.require_run_dir(run_path(runs_dir, name))
     prompts = [prompt.strip()] if prompt and prompt.strip() else []
     n = int(num_samples or 0)
     if not prompts and n <= 0:

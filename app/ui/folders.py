@@ -9,22 +9,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import rundir
 from app.errors import UserError
+from app.run import layout, lookup
 
 
 def other_folders(runs_dir: str | Path) -> list[Path]:
     """The demo's folder beside the runs folder, when it is there and is not the runs folder itself."""
     runs = Path(runs_dir).resolve()
-    demo = runs.parent / rundir.RUN_FOLDERS[1]
+    demo = runs.parent / layout.RUN_FOLDERS[1]
     return [demo] if demo.is_dir() and demo != runs else []
 
 
 def shown_runs(runs_dir: str | Path) -> list[tuple[str, Path]]:
     """(label, folder) of every run the UI shows, newest first within each folder."""
-    out = [(d.name, d) for d in rundir.list_runs(runs_dir)]
+    out = [(d.name, d) for d in lookup.list_runs(runs_dir)]
     for folder in other_folders(runs_dir):
-        out += [(f"{folder.name}/{d.name}", d) for d in rundir.list_runs(folder)]
+        out += [(f"{folder.name}/{d.name}", d) for d in lookup.list_runs(folder)]
     return out
 
 

@@ -2,7 +2,7 @@
 (app/ui/tabs/).
 
 The Train form is turned into exactly what a user would type on the command line -- a preset, the CLI's own flags
-(the one widget -> flag -> config key table, app.config_keys.FLAGS) and ``--set`` overrides -- and Start runs that
+(the one widget -> flag -> config key table, app.config.flags.FLAGS) and ``--set`` overrides -- and Start runs that
 command line in a subprocess (app/ui/jobs.py). So the run the UI starts is, by construction, the run the shown CLI
 command starts; the UI never writes into a run folder (the run's session does).
 """
@@ -14,26 +14,22 @@ import shlex
 import shutil
 from pathlib import Path
 
-from app import rundir
-from app.config import (
-    AppConfig,
-    RewardConfig,
-    build_config,
-    model_name,
-    with_absolute_paths,
-)
-from app.config_keys import WIDGETS, flags_layer
+from app.config.build import build_config, with_absolute_paths
+from app.config.flags import WIDGETS, flags_layer
+from app.config.presets import load_preset, presets_dir
+from app.config.resolve import model_name
+from app.config.reward_components import NAMES as REWARD_COMPONENTS
+from app.config.schema import AppConfig, RewardConfig
 from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.data.preference import pair_of
 from app.errors import UserError
-from app.memory import format_estimate
-from app.models import check_model_source
-from app.offline import hub_offline
-from app.presets import load_preset, presets_dir
-from app.reward_registry import NAMES as REWARD_COMPONENTS
+from app.host.offline import hub_offline
+from app.model.source import check_model_source
 from app.rewards import effective_weights
-from app.runs import run_summary
+from app.run import integrity, layout, lookup, newrun
+from app.run.summary import run_summary
+from app.train.memory import format_estimate
 from app.train.plan import card_verdicts
 from app.ui.folders import run_path
 
@@ -144,7 +140,7 @@ def widget_values(form: dict) -> dict:
 
 def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, list[str], list[str]]:
     """(preset, flags, sets, argv): the CLI's inputs for these widget values. ``flags`` has the same shape as the
-    dict app/cli.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
+    dict app/cli/main.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
     preset = form.get("preset")
     preset = None if not preset or preset == NO_PRESET else preset
     base = build_config(_load_preset(preset)).model_dump(mode="json")
@@ -293,7 +289,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
                        "this machine is offline (HF_HUB_OFFLINE=1 where the UI was started)")
     jobs.check_free()
     _, _, _, argv = form_to_cli(form, runs_dir)
-    d = rundir.unused_run_dir(runs_dir, cfg.run_name or rundir.default_run_name(cfg.method, cfg.data.dataset))
+    d = newrun.unused_run_dir(runs_dir, cfg.run_name or newrun.default_run_name(cfg.method, cfg.data.dataset))
     jobs.start(d, args=argv[2:])
     return d
 
@@ -302,15 +298,15 @@ def resume_run(jobs, runs_dir: str | Path, name: str, max_steps: int | None = No
     """Continue a stopped run, or extend any run with a checkpoint to ``max_steps`` (more than it has done)."""
     if not name:
         raise UserError("select a run to resume")
-    d = rundir.require_run_dir(run_path(runs_dir, name))
+    d = lookup.require_run_dir(run_path(runs_dir, name))
     s = run_summary(d)
     max_steps = int(max_steps) if max_steps else None
     if max_steps is not None and max_steps <= (s.get("step") or 0):
         raise UserError(f"run '{name}' is at step {s.get('step') or 0}; set 'Extend to steps' above that, or clear it")
-    if s["status"] == rundir.FINISHED and max_steps is None:
+    if s["status"] == layout.FINISHED and max_steps is None:
         raise UserError(f"run '{name}' already finished; set 'Extend to steps' to train it further, or start a new "
                         "run")
-    if rundir.last_checkpoint(d) is None:
+    if integrity.last_checkpoint(d) is None:
         raise UserError(f"run '{name}' has no checkpoint to resume from; start a new run instead")
     jobs.start(d, resume=True, max_steps=max_steps)
     return d

@@ -18,9 +18,9 @@ import sys
 import threading
 from pathlib import Path
 
-from app import rundir
 from app.errors import UserError
-from app.procs import child_env, descendants, pid_alive
+from app.host.procs import child_env, descendants, pid_alive
+from app.run import layout, lookup, store
 from app.train.session import record_exit
 
 CONSOLE_DIR = ".console"  # inside the runs folder: not a run (no config.yaml), so `runs` ignores it
@@ -56,9 +56,9 @@ def console_tail(path: Path | None, limit: int = 80) -> str:
 def running_elsewhere(runs_dir: Path) -> Path | None:
     """A run in runs_dir whose status says running and whose process is alive (e.g. started from the CLI or by
     another UI); the single-GPU machine cannot take a second one."""
-    for d in rundir.list_runs(runs_dir):
-        st = rundir.read_status(d) or {}
-        if st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")):
+    for d in lookup.list_runs(runs_dir):
+        st = store.read_status(d) or {}
+        if st.get("status") == layout.RUNNING and pid_alive(st.get("pid")):
             return d
     return None
 
@@ -138,7 +138,7 @@ class JobManager:
         """After the process exited: a run it could not close is reported to its session's records; a process that
         ended before any run folder was made leaves its last console line as the job's error."""
         line = last_line(console_path(self.runs_dir, run_dir))
-        if rundir.read_status(run_dir) is None:
+        if store.read_status(run_dir) is None:
             if rc != 0 and not self.stop_requested:
                 self.error = line or f"the training process ended with exit code {rc}"
             return

@@ -1,15 +1,15 @@
 """What the Train and Runs tabs show of a run, as plain functions (no Gradio imports): its status line, the runs
-table, the curves figure (app/plots.py, the one curves.png is drawn from), the log tail, and the fingerprint that
+table, the curves figure (app/run/curves.py, the one curves.png is drawn from), the log tail, and the fingerprint that
 tells a view when to refresh."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app import rundir
-from app.plots import figure, waiting
-from app.procs import pid_alive
-from app.runs import run_summary
+from app.host.procs import pid_alive
+from app.run import layout, lookup, store
+from app.run.curves import figure, waiting
+from app.run.summary import run_summary
 from app.ui.folders import shown_runs
 from app.ui.jobs import console_tail, running_elsewhere
 
@@ -39,12 +39,12 @@ def _short_source(name: str | None) -> str:
 
 
 def curves(run_dir: Path | None, records: list[dict] | None = None, max_steps: int | None = None):
-    """The run's curves: the figure its curves.png is drawn from (app/plots.py), or None before a logged step.
+    """The run's curves: the figure its curves.png is drawn from (app/run/curves.py), or None before a logged step.
     ``records``: metrics.jsonl rows already read; ``max_steps``: the run's end, so the shared step axis shows
     how far it has come."""
     if run_dir is None:
         return None
-    recs = rundir.read_metrics(run_dir) if records is None else records
+    recs = store.read_metrics(run_dir) if records is None else records
     return figure(recs, Path(run_dir).name, max_steps) or waiting()
 
 
@@ -60,15 +60,15 @@ def runs_fingerprint(runs_dir: str | Path) -> tuple:
     out = []
     for label, d in shown_runs(runs_dir):
         row: list = [label]
-        for name in (rundir.STATUS, rundir.METRICS):
+        for name in (layout.STATUS, layout.METRICS):
             try:
                 st = (d / name).stat()
                 row += [st.st_mtime_ns, st.st_size]
             except OSError:
                 row += [None, None]
         if row[1] is not None:
-            st = rundir.read_status(d) or {}
-            row.append(st.get("status") == rundir.RUNNING and pid_alive(st.get("pid")))
+            st = store.read_status(d) or {}
+            row.append(st.get("status") == layout.RUNNING and pid_alive(st.get("pid")))
         out.append(tuple(row))
     return tuple(out)
 
@@ -76,7 +76,7 @@ def runs_fingerprint(runs_dir: str | Path) -> tuple:
 def log_tail(run_dir: Path | None, lines: int = 80) -> str:
     if run_dir is None:
         return ""
-    p = Path(run_dir) / rundir.LOG
+    p = Path(run_dir) / layout.LOG
     try:
         with open(p, "rb") as f:
             f.seek(max(0, p.stat().st_size - LOG_TAIL_BYTES))
@@ -108,7 +108,7 @@ def status_markdown(s: dict) -> str:
         parts.append(f"held-out comparison: {s['comparison']}")
     if s.get("resume_command"):
         parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
-    elif s["status"] == rundir.CRASHED:
+    elif s["status"] == layout.CRASHED:
         parts.append("the training process is gone and left no complete checkpoint: start the run again")
     return "  \n".join(parts)
 
@@ -129,7 +129,7 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
     d = jobs.run_dir or running_elsewhere(Path(runs_dir))
     if d is None:
         return _no_run("No run started yet.")
-    if not rundir.is_run_dir(Path(d)):
+    if not lookup.is_run_dir(Path(d)):
         console = console_tail(jobs.console) if d == jobs.run_dir else ""
         if d == jobs.run_dir and jobs.error:
             return _no_run(f"**{Path(d).name}** did not start  \n<span style='color:#b3261e'>**error:** "
@@ -137,9 +137,9 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
         if d == jobs.run_dir and jobs.is_running():
             return _no_run(f"**{Path(d).name}** — checking the data and planning the run…", console)
         return _no_run("No run started yet.", console)
-    recs = rundir.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
+    recs = store.read_metrics(Path(d))  # once per tick: the summary and the curves both use these rows
     s = run_summary(Path(d), recs)
-    if recs and s["status"] == rundir.RUNNING:  # status.json is written every few steps; metrics every step
+    if recs and s["status"] == layout.RUNNING:  # status.json is written every few steps; metrics every step
         s["step"] = max(s.get("step") or 0, recs[-1].get("step") or 0)
     return {"run_dir": Path(d), "status": s["status"], "summary": s, "markdown": status_markdown(s),
             "progress": progress_html(s), "log": log_tail(Path(d)), "records": recs,

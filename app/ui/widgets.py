@@ -6,7 +6,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config_keys import FLAGS, field_help
+from app.config.flags import FLAGS
+from app.config.keys import field_help
 from app.errors import UserError
 
 log = logging.getLogger("qlora_app.ui")
@@ -51,7 +52,7 @@ def err(e: BaseException) -> str:
 
 
 def plots(ids: str):
-    """The run's curves: the very figure its curves.png is drawn from (app/plots.py), as a PNG."""
+    """The run's curves: the very figure its curves.png is drawn from (app/run/curves.py), as a PNG."""
     import gradio as gr
 
     return gr.Plot(label="training curves", format="png", elem_id=f"{ids}-curves", show_label=False)

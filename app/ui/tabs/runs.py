@@ -2,8 +2,8 @@
 follows the folder: when a run's status or metrics change (a run training, resumed, finished, killed), the table
 and the selected run's view refresh on their own."""
 
-from app import rundir
-from app.runs import run_summary
+from app.run import layout, store
+from app.run.summary import run_summary
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.folders import run_path
@@ -44,9 +44,9 @@ def build(ctx: Context, tab):
             return "", "", None
         try:
             d = run_path(runs_dir, name)
-            records = rundir.read_metrics(d)
+            records = store.read_metrics(d)
             s = run_summary(d, records)
-            text = (d / rundir.CONFIG).read_text() if (d / rundir.CONFIG).is_file() else ""
+            text = (d / layout.CONFIG).read_text() if (d / layout.CONFIG).is_file() else ""
         except Exception as e:  # noqa: BLE001
             return err(e), "", None
         md = rv.status_markdown(s) + f"  \nfolder: `{d}`" + (f"  \nlast log line: `{rv.log_tail(d, 1)}`"

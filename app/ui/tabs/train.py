@@ -1,11 +1,11 @@
 """The Train tab: the form (one widget per config key, its description as the tooltip), field detection, the
 memory estimate, the equivalent CLI command, Start / Stop and the live view of the run."""
 
-from app.config import DEFAULT_GRPO_MODEL
-from app.config_keys import WIDGETS
-from app.config_schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS
+from app.config.flags import WIDGETS
+from app.config.resolve import DEFAULT_GRPO_MODEL
+from app.config.reward_components import BY_NAME
+from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS
 from app.errors import UserError
-from app.reward_registry import BY_NAME
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.jobs import BUSY_MESSAGE
@@ -25,7 +25,7 @@ def _label(name: str) -> str:
 
 
 def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
-    """The widgets, keyed by the names app.config_keys.WIDGETS / handlers.WEIGHTS use; plus the parts that are not
+    """The widgets, keyed by the names app.config.flags.WIDGETS / handlers.WEIGHTS use; plus the parts that are not
     config (upload, detect, samples, the method's settings boxes)."""
     import gradio as gr
 

@@ -1,0 +1,1 @@
+"""app.cli: (docstring to write)."""

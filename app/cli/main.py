@@ -1,0 +1,364 @@
+"""`qlora-app` command line: train (and --dry-run), inspect, score, compare, demo, ui, presets, runs, doctor here;
+chat, export, push and prefetch in app/cli/ship.py.
+
+Owns: the commands' options and how their input becomes a request (app.config.build.build_config, with the option ->
+config key table app.config.flags.FLAGS that the UI's form shares). A run goes through its session
+(app/train/session.py); nothing here trains, plans or writes a run folder. Bad input is one red line and exit 2
+(``main``). Module level imports stay light (typer, rich, pydantic, yaml): `qlora-app --help` must not pay for
+torch, transformers or gradio.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from app.cli import pairs, ship
+from app.cli.compare import run_compare_cli
+from app.cli.doctor import report
+from app.cli.inspect import run_inspect
+from app.cli.plan_report import print_plan, print_run_summary, print_runs
+from app.cli.score import run_score
+from app.config.build import build_config, load_yaml_file
+from app.config.flags import CLI_FLAGS, flags_layer
+from app.config.presets import list_presets, load_preset, preset_path
+from app.config.resolve import DEFAULT_GRPO_MODEL
+from app.demo.dpo import run_dpo_demo
+from app.demo.run import DemoInterrupted, run_demo
+from app.errors import UserError
+from app.host.offline import apply_local_only, quiet_command_line, quiet_library_noise
+from app.run import layout, lookup
+from app.run.summary import run_summary
+from app.train.session import Session
+from app.train.torchrun import is_worker, wants_launcher
+from app.ui.serve import launch
+
+
+def _switches_take_no_value() -> None:
+    """typer's rich help shows '<bool>' beside every switch ('--local-only <bool>'), which reads as if it took a
+    value: a switch's type column stays empty."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)
+
+
+_switches_take_no_value()
+
+app = typer.Typer(
+    name="qlora-app",
+    help="QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        import importlib.metadata as md
+
+        console.print(f"qlora-app {md.version('qlora-app')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print qlora-app's version and exit.")):
+    """QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI."""
+
+
+presets_app = typer.Typer(help="List and show the built-in presets.", no_args_is_help=True)
+runs_app = typer.Typer(help="List and show runs in a runs folder.", no_args_is_help=True)
+app.add_typer(presets_app, name="presets")
+app.add_typer(runs_app, name="runs")
+
+console = Console()
+err_console = Console(stderr=True)
+
+SetOpt = typer.Option(None, "--set", help="Override any config key: --set training.save_steps=5 or --set r=8.")
+
+
+# ---------------------------------------------------------------------------------------------------------- train
+
+
+@app.command()
+def train(
+    dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
+    method: Optional[str] = typer.Option(None, help="grpo (rewards), sft (references) or dpo (preference pairs); "
+                                               "default grpo."),
+    model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_GRPO_MODEL}; "
+                                              "'arith-base' is the tiny model shipped for offline use)."),
+    preset: Optional[str] = typer.Option(None, help="Preset name (qlora-app presets list) or YAML file."),
+    config: Optional[Path] = typer.Option(None, help="A full config YAML (as written into run directories)."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config", help="Hub dataset config name."),
+    prompt_field: Optional[str] = typer.Option(None, help="Column holding the prompt (default: auto-detect)."),
+    reference_field: Optional[str] = typer.Option(None, help="Column holding the reference answer (auto)."),
+    chosen_field: Optional[str] = typer.Option(None, help="Preference data: column of the preferred answer (auto)."),
+    rejected_field: Optional[str] = typer.Option(None, help="Preference data: column of the rejected answer (auto)."),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
+    output_dir: Optional[str] = typer.Option(None, help="Parent folder for run directories (default: runs)."),
+    run_dir: Optional[Path] = typer.Option(None, help="Use this (new, empty) folder as the run directory."),
+    local_only: bool = typer.Option(False, "--local-only", help="Air-gapped: local paths and HF cache only."),
+    resume: Optional[Path] = typer.Option(None, help="Continue RUN_DIR from its last checkpoint."),
+    reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
+    set_: Optional[List[str]] = SetOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
+    explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does; "
+                                                           "--explain lora (or grpo.loss) shows only the matching keys."),
+    explain_only: str = typer.Option("", "--explain-only", hidden=True),  # `--explain KEYS` arrives as this
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
+    num_processes: Optional[int] = typer.Option(None, "--num-processes",
+                                                help="Processes on this machine (one per GPU); >1 runs torchrun DDP."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Machines taking part (multi-node)."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
+    no_fit_check: bool = typer.Option(False, "--no-fit-check",
+                                      help="Train even when the memory estimate says the run cannot fit the GPU."),
+    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", metavar="GB",
+                                               help="With --dry-run: plan the run for a CUDA card of this many GB "
+                                                    "(from any machine)."),
+    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as one JSON object on stdout."),
+):
+    """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
+    apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
+    flags = flags_layer({name: value for name, value in locals().items() if name in CLI_FLAGS})
+
+    if resume is not None and (preset or config):
+        raise UserError("--resume reuses the run's own config.yaml; drop --preset/--config (use --set to change keys)")
+    base: dict = {}
+    if resume is not None:
+        base = load_yaml_file(lookup.require_run_dir(resume) / layout.CONFIG)
+    elif config is not None:
+        base = load_yaml_file(config)
+    elif preset is not None:
+        base = load_preset(preset)
+    cfg = build_config(base, flags, list(set_ or []))
+    if explain_only:
+        explain = True
+    if (explain or gpu_memory is not None or as_json) and not dry_run:
+        used = "--explain" if explain else "--gpu-memory" if gpu_memory is not None else "--json"
+        raise UserError(f"{used} goes with --dry-run: qlora-app train --dry-run {used} [your options]")
+    if dry_run:
+        print_plan(cfg, explain_only if explain else None, console, err_console, gpu_gb=gpu_memory,
+                   as_json=as_json)
+        return
+
+    session = Session(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
+                      console=console)
+    d = session.launch(list(set_ or []), max_steps) if wants_launcher(cfg.runtime) else session.run()
+    if is_worker():  # the launcher prints the summary once; a worker's 0 keeps torchrun from reporting a failure
+        return
+    print_run_summary(d, console)
+    raise typer.Exit(session.exit_code)
+
+
+# ---------------------------------------------------------------------------------------------- data and reward
+
+
+@app.command()
+def inspect(
+    dataset: str = typer.Argument(..., help="Hub id, local file or built-in name."),
+    dataset_config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config name."),
+    split: Optional[str] = typer.Option(None, help="Split to inspect (default train)."),
+    prompt_field: Optional[str] = typer.Option(None),
+    reference_field: Optional[str] = typer.Option(None),
+    chosen_field: Optional[str] = typer.Option(None, help="Preference data: the preferred answer's column."),
+    rejected_field: Optional[str] = typer.Option(None, help="Preference data: the rejected answer's column."),
+    local_only: bool = typer.Option(False, "--local-only"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+):
+    """Show which fields will be used as prompt / reference (chosen / rejected for preference pairs), with reasons
+    and sample rows."""
+    apply_local_only(local_only)
+
+    raise typer.Exit(run_inspect(dataset, dataset_config, split, prompt_field, reference_field, local_only, as_json,
+                                 chosen_field=chosen_field, rejected_field=rejected_field))
+
+
+@app.command()
+def score(
+    completion: Optional[str] = typer.Option(None, help="A model completion to score."),
+    reference: Optional[str] = typer.Option(None, help="The reference answer."),
+    file: Optional[str] = typer.Option(None, help="JSONL with rows {completion, reference}."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON line per input."),
+    reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function' "
+                                                          "(as train --reward)."),
+    set_: Optional[List[str]] = SetOpt,
+):
+    """Score completions with the shaped reward and explain each component."""
+    raise typer.Exit(run_score(completion, reference, file, as_json, list(set_ or []), list(reward or [])))
+
+
+# ------------------------------------------------------------------------------------------- compare, demo, ui
+
+
+@app.command()
+def compare(
+    adapter: Path = typer.Option(..., help="Run directory or adapter directory."),
+    model: Optional[str] = typer.Option(None, help="Base model (default: read from the adapter/run config)."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset for held-out rows (default: the run's)."),
+    num_samples: int = typer.Option(0, help="Held-out rows to compare (seeded)."),
+    prompt: Optional[List[str]] = typer.Option(None, help="A prompt to compare (repeatable)."),
+    prompt_field: Optional[str] = typer.Option(None),
+    reference_field: Optional[str] = typer.Option(None),
+    max_new_tokens: int = typer.Option(128),
+    temperature: float = typer.Option(0.0, help="0 = greedy (reproducible)."),
+    batch_size: int = typer.Option(16),
+    seed: int = typer.Option(0),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the comparison as JSON."),
+    html_out: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
+    raise typer.Exit(run_compare_cli(
+        adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
+        prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
+        temperature=temperature, batch_size=batch_size, seed=seed, json_out=json_out, html_out=html_out,
+        local_only=local_only, console=console,
+    ))
+
+
+@app.command()
+def demo(
+    output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
+    quick: bool = typer.Option(False, "--quick", help="A shorter run (60 GRPO steps, 100 held-out problems: about "
+                                                      "25 s on 2 cores; with --method dpo: 800 prompts, 40 DPO "
+                                                      "steps, about 35 s) that still shows the lift."),
+    seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
+    method: str = typer.Option("grpo", help="grpo (learn from the reward) or dpo (pairs made with the reward, "
+                                            "then DPO)."),
+):
+    """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
+    apply_local_only(True)  # the demo never needs the network, and must not try
+    if method not in ("grpo", "dpo"):
+        raise UserError(f"--method {method} has no demo; pass grpo or dpo")
+    try:
+        if method == "dpo":
+            run_dpo_demo(output_dir, quick=quick, console=console, seed=seed)
+        else:
+            run_demo(output_dir, quick=quick, console=console, seed=seed)
+    except KeyboardInterrupt as e:  # Ctrl-C: stopped, not a success (130 = 128 + SIGINT, what shells report)
+        if not isinstance(e, DemoInterrupted):
+            err_console.print("demo interrupted")
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def ui(
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
+    port: int = typer.Option(7860),
+    share: bool = typer.Option(False, "--share", help="Create a public Gradio share link (off by default)."),
+    auth: Optional[str] = typer.Option(None, help="USER:PASS required to open the UI."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Runs folder to show and write to (demo-runs/ beside it is "
+                                                     "shown too)."),
+    local_only: bool = typer.Option(False, "--local-only"),
+    open_browser: bool = typer.Option(False, "--open", help="Open the UI in a browser once it serves."),
+):
+    """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
+    apply_local_only(local_only)
+
+    launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only,
+           open_browser=open_browser)
+
+
+# ------------------------------------------------------------------------------------------- presets and runs
+
+
+@presets_app.command("list")
+def presets_list():
+    """All presets with their method, model and dataset."""
+    t = Table(title="presets", show_lines=True)
+    if console.width >= 140:
+        for col in ("name", "method", "model", "dataset"):
+            t.add_column(col, no_wrap=True, overflow="ellipsis", max_width=None if col != "dataset" else 24)
+        t.add_column("what", ratio=1, min_width=24)
+        for p in list_presets():
+            t.add_row(p["name"], p["method"], p["model"], p["dataset"], p["description"])
+    else:  # a narrow terminal: the name and what it is for come first, never dropped
+        t.add_column("preset", no_wrap=True)
+        t.add_column("what", ratio=1, overflow="fold")
+        for p in list_presets():
+            facts = " · ".join(str(p[k]) for k in ("method", "model", "dataset") if p.get(k))
+            t.add_row(p["name"], f"{p['description']}\n[dim]{facts}[/]")
+    console.print(t)
+
+
+@presets_app.command("show")
+def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.")):
+    """Print a preset's YAML."""
+    sys.stdout.write(preset_path(name).read_text())
+
+
+@runs_app.command("list")
+def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
+              output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/)."),
+              memory: bool = typer.Option(False, "--memory", help="Each GPU run's memory estimate beside its "
+                                                                  "measured peak."),
+              as_json: bool = typer.Option(False, "--json", help="One JSON object per run, one per line.")):
+    """Runs with status, method, model, dataset and final metrics."""
+    chosen = folder or output_dir
+    if chosen is not None and not chosen.is_dir():
+        raise UserError(f"'{chosen}' is not a folder; pass the folder your runs are in (default: runs)")
+    folders = [chosen] if chosen is not None else [Path(f) for f in layout.RUN_FOLDERS if Path(f).is_dir()]
+    for f in folders or [Path(layout.RUN_FOLDERS[0])]:
+        if as_json:
+            for d in lookup.list_runs(f):
+                sys.stdout.write(json.dumps(run_summary(d)) + "\n")
+        else:
+            print_runs(f, console, memory)
+
+
+@runs_app.command("show")
+def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
+    """A run's config, status and curves."""
+    d = lookup.require_run_dir(run)
+    console.print(f"[bold]{escape(str(d))}[/]")
+    sys.stdout.write((d / layout.CONFIG).read_text())
+    print_run_summary(d, console)
+
+
+# ------------------------------------------------------------------------------------------- export and setup
+
+
+for _command in (pairs.pairs, ship.chat, ship.export, ship.push, ship.prefetch):
+    app.command()(_command)
+
+
+@app.command()
+def doctor():
+    """What this machine can do: GPU, bf16, libraries, offline settings."""
+    report(console)
+
+
+def explain_value(argv: list[str]) -> list[str]:
+    """`train --explain lora`: a flag that may take a value, which click's options cannot be: the value moves to
+    the hidden --explain-only."""
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == "--explain" and not out[i + 1].startswith("-"):
+            out[i + 1:i + 2] = ["--explain-only", out[i + 1]]
+    return out
+
+
+def main() -> None:
+    """Entry point: user errors become one red line and exit code 2, never a traceback."""
+    quiet_library_noise()
+    quiet_command_line()
+    try:
+        app(args=explain_value(sys.argv[1:]))
+    except UserError as e:
+        err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

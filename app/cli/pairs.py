@@ -1,0 +1,80 @@
+"""`qlora-app pairs`: a preference dataset made by sampling a model and scoring its answers with the run's reward
+(app/eval/pairs.py), registered on the main Typer app by app.cli. Light imports only, as in app.cli."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from app.config.build import build_config, load_yaml_file
+from app.config.flags import flags_layer
+from app.config.presets import load_preset
+from app.errors import UserError
+from app.eval.pairs import PairsRequest, make_pairs
+from app.host.offline import apply_local_only
+
+console = Console()
+
+
+def pairs(
+    out: Path = typer.Option(..., "--out", help="New folder for the pairs (train.jsonl, test.jsonl)."),
+    dataset: Optional[str] = typer.Option(None, help="The prompts: hub id, local file or 'arith' (default: the "
+                                                     "preset's)."),
+    model: Optional[str] = typer.Option(None, help="The model that answers (hub id or local folder)."),
+    adapter: Optional[str] = typer.Option(None, help="Sample a trained run's adapter instead (run dir or adapter)."),
+    preset: Optional[str] = typer.Option(None, help="Preset name or YAML: its data, model, reward and system "
+                                                    "prompt."),
+    config: Optional[Path] = typer.Option(None, help="A full config YAML (as written into run directories)."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config", help="Hub dataset config name."),
+    prompt_field: Optional[str] = typer.Option(None, help="Column holding the prompt (default: auto-detect)."),
+    reference_field: Optional[str] = typer.Option(None, help="Column holding the reference answer (auto)."),
+    samples: int = typer.Option(8, help="Answers sampled per prompt; the best and worst scored make the pair."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature (answers must differ to make pairs)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Longest answer, in tokens."),
+    max_prompts: Optional[int] = typer.Option(None, "--max-prompts", help="Use at most this many training prompts."),
+    max_heldout: int = typer.Option(200, "--max-heldout", help="Held-out prompts written to test.jsonl."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Prompts sampled at once (x samples answers)."),
+    min_gap: float = typer.Option(0.25, "--min-gap", help="Least score difference between chosen and rejected; "
+                                                          "closer answers are alike and make no pair."),
+    local_only: bool = typer.Option(False, "--local-only", help="Air-gapped: local paths and HF cache only."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the pairs already written in --out."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key, e.g. reward.weights."
+                                                                 "format=1 or data.system_prompt=..."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+):
+    """Make preference pairs from a reward: sample each prompt, chosen = best-scored answer, rejected = worst."""
+    apply_local_only(local_only)
+    base = load_yaml_file(config) if config is not None else load_preset(preset) if preset is not None else {}
+    flags = flags_layer({"dataset": dataset, "model": model, "dataset_config": dataset_config,
+                         "prompt_field": prompt_field, "reference_field": reference_field,
+                         "local_only": local_only})
+    cfg = build_config(base, flags, list(set_ or []))
+    if not cfg.data.dataset:
+        raise UserError("no prompts: pass --dataset (a hub id, a local file or 'arith') or a --preset that names one")
+    req = PairsRequest(samples=samples, temperature=temperature, max_new_tokens=max_new_tokens,
+                       max_prompts=max_prompts, max_heldout=max_heldout, batch_prompts=batch_size, min_gap=min_gap)
+
+    def note(line: str) -> None:
+        console.print(f"[yellow]note:[/] {escape(line)}")
+
+    if no_progress or not console.is_terminal:
+        manifest = make_pairs(cfg, out, req, adapter=adapter, resume=resume, note=note)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        with Progress("sampling and scoring", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=console) as bar:
+            task = bar.add_task("pairs", total=None)
+            manifest = make_pairs(cfg, out, req, adapter=adapter, resume=resume, note=note,
+                                  on_progress=lambda done, total: bar.update(task, completed=done, total=total))
+    tr, te = manifest["splits"]["train"], manifest["splits"]["test"]
+    console.print(f"{tr['pairs']} pairs from {tr['done']} training prompts ({tr['done'] - tr['pairs']} made none: "
+                  f"their {samples} answers scored within {min_gap:g} of each other); {te['rows']} held-out rows, "
+                  f"{te['pairs']} of them with "
+                  f"a pair, in {escape(str(out))}", highlight=False)
+    console.print(f"look: qlora-app inspect {escape(str(out))}\ntrain: qlora-app train --method dpo --dataset "
+                  f"{escape(str(out))}", highlight=False)

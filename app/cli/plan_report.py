@@ -1,0 +1,177 @@
+"""What the CLI prints about a run: its plan (`train --dry-run`) and its outcome (end of `train`, `runs show`).
+rich only at module level: the CLI loads this for ``--help``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.markup import escape
+from rich.table import Table
+
+from app.config.keys import explain_rows
+from app.config.resolve import model_name, resolve, warnings_for
+from app.config.schema import AppConfig
+from app.data import build_splits
+from app.errors import UserError
+from app.model.source import check_model_name
+from app.run import layout, lookup, store
+from app.run.curves import curve_keys, series, sparkline
+from app.run.summary import run_summary
+from app.train.plan import decide_machine, make_plan
+
+
+def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,
+               as_json: bool = False) -> None:
+    """The config that would train, as the run plan fits it (stdout: YAML, or the --explain table of the keys that
+    contain ``explain``; "" = all; or with ``as_json`` the whole plan as one JSON object), and the plan itself on
+    stderr: the detected fields, memory estimate, fast paths, what it adjusted and why. ``gpu_gb``: plan for a CUDA
+    card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
+    local or built in; nothing is downloaded and no weights are loaded."""
+    check_model_name(model_name(cfg))  # one line, exit 2, for a model that is no folder here nor a hub id
+    rows = det = None
+    try:
+        rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
+    except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: plan without it
+        pass
+    notes: list[str] = []
+    plan, refused = None, None
+    try:
+        plan = make_plan(cfg, rows, det, note=notes.append, offline=True,
+                         machine=decide_machine(cfg, card_gb=gpu_gb) if gpu_gb else None)
+    except UserError as e:
+        refused = str(e)
+    shown = plan.cfg if plan is not None else resolve(cfg)
+    # a note that became an adjustment is shown once, as the adjustment (plan.describe)
+    reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
+    said = warnings_for(shown) + [n for n in notes if n not in reasons]
+    if as_json:
+        sys.stdout.write(json.dumps(plan_json(plan, shown, refused, said, det), indent=2) + "\n")
+        return
+    if explain is not None:
+        _print_explained(shown, console, explain)
+    else:
+        sys.stdout.write(plan.config_yaml() if plan is not None else shown.to_yaml())
+    if det is not None:  # what `prompt_field: null` (auto) resolves to on this data
+        err_console.print(f"fields: {det.fields_line()}", highlight=False)
+    for w in said:
+        err_console.print(f"[yellow]note:[/] {escape(w)}", highlight=False)
+    if plan is None:
+        err_console.print(f"[red]would be refused:[/] {escape(refused)}", highlight=False)
+    else:
+        err_console.print(plan.describe(), highlight=False)
+
+
+def plan_json(plan, shown: AppConfig, refused: str | None, notes: list[str], det) -> dict:
+    """`train --dry-run --json`: the memory estimate (torch_peak_gb, total_gb and its terms), the decisions the
+    estimate is made of, what the plan adjusted, and the config that would train."""
+    out: dict = {"refused": refused, "notes": notes, "fields": det.to_dict() if det is not None else None,
+                 "config": shown.model_dump(mode="json")}
+    if plan is None:
+        return out
+    est, f, w = plan.estimate, plan.fast, plan.where
+    out.update(torch_peak_gb=est.get("torch_peak_gb"), total_gb=est.get("total_gb"),
+               device=w.gpu or "cpu", compute_dtype=w.compute_dtype, backend=plan.backend,
+               sampler="vllm" if f.vllm else f.sampler if plan.cfg.method == "grpo" else None,
+               compiled=f.compiled, generation_batch_size=f.completions_at_once,
+               steps_per_generation=f.steps_per_generation, packing=plan.decisions().packing,
+               offloading=f.offloading, liger=f.liger, world_size=plan.world_size,
+               adjustments=[a.line() for a in plan.adjustments], verdicts=est.get("verdicts"),
+               estimate={k: v for k, v in est.items() if k != "verdicts"})
+    return out
+
+
+def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
+    rows = [r for r in explain_rows(cfg) if only.lower() in r[0].lower()]
+    if not rows:
+        raise UserError(f"--explain {only} matches no config key; try a section (model, lora, data, training, grpo, "
+                        "reward, runtime) or part of a key")
+    t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
+    t.add_column("key", no_wrap=True, style="bold")
+    t.add_column("value", overflow="fold", max_width=40)
+    t.add_column("what it does", overflow="fold", ratio=1)
+    for key, value, text in rows:
+        t.add_row(key, value, text)
+    console.print(t)
+
+
+def print_run_summary(d: Path, console) -> None:
+    recs = store.read_metrics(d)  # once: the summary and the curves both use these rows
+    st = run_summary(d, recs)
+    t = Table(title=f"run {d.name}: {st['status']}", show_header=True)
+    t.add_column("metric")
+    t.add_column("last", justify="right")
+    t.add_column("curve")
+    for k in curve_keys(recs):
+        _, ys = series(recs, k)
+        t.add_row(escape(k), f"{ys[-1]:.4g}", sparkline(ys, 32))
+    t.add_row("steps", str(st.get("step")), "")
+    if st.get("peak_memory"):
+        est = st.get("memory_estimate_gb")
+        t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est and not st.get(
+            "memory_check") else ""), "")
+    if st.get("memory_check"):
+        t.add_row("memory estimate", escape(st["memory_check"]), "")
+    if st.get("fast_paths"):
+        t.add_row("fast paths", escape(st["fast_paths"]), "")
+    for line in st.get("adjustments") or []:
+        t.add_row("adjusted", escape(line), "")
+    if st.get("heldout"):
+        t.add_row("held-out during training", escape(st["heldout"]), "")
+    if st.get("comparison"):
+        t.add_row("held-out", escape(st["comparison"]), "")
+    if st.get("error"):
+        t.add_row("error", escape(st["error"]), "")
+    console.print(t)
+    if st.get("adapter"):  # on its own line: the path to copy, never cut by the table's width
+        console.print("adapter:", highlight=False)
+        console.print(st["adapter"], highlight=False, soft_wrap=True)
+    if st.get("resume_command"):
+        console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)
+
+
+RUN_COLUMNS = ["name", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+MEMORY_COLUMNS = ["name", "status", "device", "estimate", "measured", "ratio"]
+
+
+def print_runs(output_dir: Path, console, memory: bool = False) -> None:
+    """`runs list`: a table of the runs in a folder (``memory``: each GPU run's estimated vs measured torch peak).
+    Piped (not a terminal, no COLUMNS set), every column is printed: a script reading it gets what a wide terminal
+    shows; --json gives the same as data."""
+    runs = lookup.list_runs(output_dir)
+    # The run name is what people copy into --resume / compare / runs show (a bare name is found in runs/ and
+    # demo-runs/): whole, never cut to "20261…". A narrow terminal gets the columns that fit beside it.
+    name_width = min(max((len(d.name) for d in runs), default=3), 44)
+    piped = not console.is_terminal and "COLUMNS" not in os.environ
+    cols = MEMORY_COLUMNS if memory else list(RUN_COLUMNS)
+    if not memory and not piped and console.width < name_width + 90:
+        cols = ["name", "status", "step", "loss", "reward"]
+    t = Table(title=f"runs in {output_dir}")
+    for col in cols:
+        t.add_column("run" if col == "name" else col, no_wrap=col in ("name", "status"), overflow="fold",
+                     min_width=name_width if col == "name" else None)
+    hints = []
+    for d in runs:
+        s = run_summary(d)
+        st = store.read_status(d) or {}
+        check = st.get("memory_check") or {}
+        # a local path's last part is what tells runs apart; a hub id stays whole
+        row = {**s, **{k: Path(s[k]).name if s.get(k) and Path(s[k]).is_absolute() else s.get(k)
+                       for k in ("model", "dataset")},
+               "device": st.get(layout.PEAK_DEVICE), "estimate": check.get("estimate_torch_peak_gb"),
+               "measured": check.get("measured_torch_peak_gib"), "ratio": check.get("ratio")}
+        if memory and not check:
+            row["estimate"] = s.get("memory_estimate_gb") and f"{s['memory_estimate_gb']:.2f} (total, a GPU)"
+        t.add_row(*("" if row.get(k) is None else escape(str(row[k])) for k in cols))
+        if s["status"] == layout.CRASHED and s["resume_command"]:
+            hints.append(f"{s['name']} crashed; continue it with: {s['resume_command']}")
+    if piped:  # no terminal width to fit, so nothing is folded away
+        from rich.console import Console
+
+        Console(file=console.file, width=max(200, name_width + 160)).print(t)
+    else:
+        console.print(t)
+    for h in hints:
+        console.print(h, highlight=False, soft_wrap=True)

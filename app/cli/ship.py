@@ -1,0 +1,193 @@
+"""`qlora-app chat`, `export`, `push`, `prefetch`: what a trained adapter does outside training (registered on the
+main Typer app by app.cli). Light imports only, as in app.cli."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from app.errors import UserError
+from app.eval.chat import Chat
+from app.export.bundle import export_run
+from app.export.prefetch import prefetch as do_prefetch
+from app.export.push import push_run
+from app.host.offline import apply_local_only
+
+console = Console()
+err_console = Console(stderr=True)
+
+CHAT_HELP = ("commands: /adapter, /base, /both (who answers), /system (show it), /system TEXT (set it), "
+             "/system none (clear it), /reset (forget the conversation), /help, /exit")
+
+
+# ---------------------------------------------------------------------------------------------------------- chat
+
+
+def chat(
+    run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
+    message: Optional[str] = typer.Option(None, "--message", "-m", help="Answer this one message and exit."),
+    base: bool = typer.Option(False, "--base", help="The base model answers (adapter off)."),
+    both: bool = typer.Option(False, "--both", help="Adapter and base both answer each message."),
+    system: Optional[str] = typer.Option(None, "--system", help="System prompt (default: the run's)."),
+    temperature: float = typer.Option(0.0, help="0 = greedy: the reply compare gives for the same prompt."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    seed: int = typer.Option(0, help="Seed for sampling (temperature > 0)."),
+    as_json: bool = typer.Option(False, "--json", help="With --message: print {\"adapter\": ..., \"base\": ...}."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Talk to a trained adapter in the terminal, with its base beside it on /both or --both."""
+    apply_local_only(local_only)
+    if base and both:
+        raise UserError("--base and --both exclude each other; pass one (adapter alone is the default)")
+    if as_json and message is None:
+        raise UserError("--json goes with --message TEXT (one-shot); drop it for a conversation")
+    if temperature < 0 or max_new_tokens < 1:
+        raise UserError("--temperature must be >= 0 and --max-new-tokens >= 1")
+    sides = ["adapter", "base"] if both else ["base"] if base else ["adapter"]
+    with console.status("loading the model", spinner="dots") if console.is_terminal else _nothing():
+        session = Chat(run, local_only=local_only)
+    if system is not None:
+        session.system = system or None
+    gen = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    if message is not None:
+        replies = {s: session.reply(s, message, **gen, on_text=None if as_json or both else _echo) for s in sides}
+        if as_json:
+            sys.stdout.write(json.dumps(replies, ensure_ascii=False) + "\n")
+        elif both:
+            for s in sides:
+                console.print(f"[bold]{s}[/]: {escape(replies[s])}", highlight=False)
+        else:
+            sys.stdout.write("\n")
+        return
+    _conversation(session, sides, gen)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _echo(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+def _conversation(session, sides: list[str], gen: dict) -> None:
+    console.print(f"chatting with [bold]{session.adapter_dir}[/] on {session.base_name}", highlight=False)
+    console.print(f"system prompt: {session.system or '(none)'}", highlight=False)
+    console.print(CHAT_HELP, style="dim", highlight=False)
+    while True:
+        try:
+            line = input(f"\n[{'+'.join(sides)}] you> ")
+        except (EOFError, KeyboardInterrupt):
+            console.print()
+            return
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("/"):
+            cmd, _, arg = text.partition(" ")
+            if cmd in ("/exit", "/quit"):
+                return
+            if cmd in ("/adapter", "/base", "/both"):
+                sides[:] = ["adapter", "base"] if cmd == "/both" else [cmd[1:]]
+            elif cmd == "/reset":
+                session.reset()
+                console.print("conversation forgotten", style="dim")
+            elif cmd == "/help":
+                console.print(CHAT_HELP, style="dim", highlight=False)
+            elif cmd == "/system" and not arg.strip():  # shows it; clearing it is asked for in words
+                console.print(f"system prompt: {session.system or '(none)'} (/system TEXT sets it, /system none "
+                              "clears it)", style="dim", highlight=False)
+            elif cmd == "/system":
+                session.system = None if arg.strip().lower() == "none" else arg.strip()
+                session.reset()
+                console.print(f"system prompt: {session.system or '(none)'}; conversation restarted", style="dim",
+                              highlight=False)
+            else:
+                console.print(f"unknown command {cmd}; {CHAT_HELP}", style="yellow", highlight=False)
+            continue
+        dropped = session.dropped
+        for s in sides:
+            sys.stdout.write(f"{s}> ")
+            try:
+                session.reply(s, text, **gen, on_text=_echo)
+            except UserError as e:
+                err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False)
+            except KeyboardInterrupt:
+                console.print(" [dim](stopped)[/]")
+                break
+            sys.stdout.write("\n")
+        if session.dropped > dropped:
+            console.print("(the oldest turns were left out: the conversation outgrew the model's context; /reset "
+                          "starts over)", style="dim")
+
+
+# ---------------------------------------------------------------------------------------------------------- export
+
+
+def export(
+    run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
+    out: Path = typer.Option(..., help="Destination folder (new or empty; --force to write into a full one)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf or ollama."),
+    merge: bool = typer.Option(False, "--merge", help="Same as --format merged."),
+    outtype: str = typer.Option("f16", "--outtype", help="gguf / ollama: f16, bf16, q8_0 or f32."),
+    dtype: Optional[str] = typer.Option(None, help="merged: bf16 (default), fp16 or fp32."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out (same names are replaced)."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Export the adapter, merged 16-bit weights, a GGUF (llama.cpp) or GGUF + Modelfile (Ollama), with a model card."""
+    apply_local_only(local_only)
+    if merge and fmt not in (None, "merged"):
+        raise UserError(f"--merge means --format merged; drop one of --merge and --format {fmt}")
+    fmt = "merged" if merge else fmt or "adapter"
+    with console.status(f"exporting ({fmt})", spinner="dots") if console.is_terminal else _nothing():
+        res = export_run(run, out, fmt=fmt, outtype=outtype, dtype=dtype, force=force, local_only=local_only)
+    console.print(f"[green]exported[/] {fmt} ({', '.join(res.files.values())}) to", highlight=False)
+    console.print(str(res.out), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
+    for n in res.notes:
+        console.print(f"[yellow]note:[/] {escape(n)}", highlight=False)
+    if res.ollama_command:
+        console.print("load it into Ollama with:")
+        console.print(res.ollama_command, highlight=False, soft_wrap=True)
+
+
+def push(
+    run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
+    repo: str = typer.Option(..., help="Hub repository id, e.g. you/my-model."),
+    fmt: str = typer.Option("adapter", "--format", help="adapter, merged or gguf."),
+    outtype: str = typer.Option("f16", "--outtype", help="gguf: f16, bf16, q8_0 or f32."),
+    private: bool = typer.Option(False, "--private", help="Create the repository as private."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be uploaded; upload nothing."),
+    local_only: bool = typer.Option(False, "--local-only"),
+):
+    """Upload what `export` writes (model card included) to a Hugging Face Hub repository."""
+    apply_local_only(local_only)
+    res = push_run(run, repo, fmt=fmt, outtype=outtype, private=private, dry_run=dry_run, local_only=local_only)
+    verb = "would upload" if dry_run else "uploaded"
+    console.print(f"{verb} to {res['repo']} ({'private' if private else 'public'}):", highlight=False)
+    for name, size in res["files"]:
+        console.print(f"  {name}  ({size:,} bytes)", highlight=False)
+    if res.get("url"):
+        console.print(res["url"], highlight=False, soft_wrap=True)
+
+
+def prefetch(
+    model: Optional[str] = typer.Option(None, help="Model hub id to download into the HF cache."),
+    dataset: Optional[str] = typer.Option(None, help="Dataset hub id to download into the HF cache."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config"),
+):
+    """Download a model and/or dataset on a connected machine, for later --local-only runs."""
+    if not model and not dataset:
+        raise UserError("nothing to prefetch; pass --model ID and/or --dataset ID")
+    for line in do_prefetch(model, dataset, dataset_config):
+        console.print(line)

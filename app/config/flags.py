@@ -1,0 +1,90 @@
+"""app.config.flags: split from app.config_keys (docstring to write)."""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------- flags and widgets
+
+
+class Flag:
+    """One config key as the CLI and the UI's Train form set it: ``cli`` is the `qlora-app train` option (None:
+    only `--set key=value`), ``widget`` the form's widget name and ``label`` its label on the page (None: not on
+    the form). ``kind`` says how an option's value becomes the key's: "value" as given, "on" (a switch that sets
+    True), "off" (a switch that sets False: --no-fit-check), "list" (a repeatable option)."""
+
+    def __init__(self, key: str, cli: str | None, widget: str | None, label: str | None = None,
+                 kind: str = "value"):
+        self.key, self.cli, self.widget, self.label, self.kind = key, cli, widget, label, kind
+
+    @property
+    def param(self) -> str | None:
+        """The CLI option's Python parameter name (--dataset-config -> dataset_config; --no-fit-check -> no_fit_check;
+        --reward -> reward)."""
+        return self.cli[2:].replace("-", "_") if self.cli else None
+
+    def value(self, given):
+        """The config value an option's ``given`` value sets, or None (unset)."""
+        if given is None:
+            return None
+        if self.kind == "on":
+            return True if given else None
+        if self.kind == "off":
+            return False if given else None
+        if self.kind == "list":
+            return list(given) or None
+        return given
+
+
+# The one table of the keys the CLI and the UI set by name (everything else: --set key=value).
+FLAGS = (
+    Flag("method", "--method", "method", "Method"),
+    Flag("model.name_or_path", "--model", "model", "Model"),
+    Flag("data.dataset", "--dataset", "dataset", "Dataset"),
+    Flag("data.config_name", "--dataset-config", "dataset_config", "Hub config"),
+    Flag("data.prompt_field", "--prompt-field", "prompt_field", "Prompt field (override)"),
+    Flag("data.reference_field", "--reference-field", "reference_field", "Reference field (override)"),
+    Flag("data.chosen_field", "--chosen-field", "chosen_field", "Chosen field (override)"),
+    Flag("data.rejected_field", "--rejected-field", "rejected_field", "Rejected field (override)"),
+    Flag("training.max_steps", "--max-steps", "max_steps", "Max steps"),
+    Flag("runtime.local_only", "--local-only", "local_only", "Local only (offline)", kind="on"),
+    Flag("runtime.num_processes", "--num-processes", "num_processes", "Processes (GPUs)"),
+    Flag("runtime.nnodes", "--nnodes", None),
+    Flag("runtime.node_rank", "--node-rank", None),
+    Flag("runtime.master_addr", "--master-addr", None),
+    Flag("runtime.master_port", "--master-port", None),
+    Flag("runtime.fit_check", "--no-fit-check", None, kind="off"),
+    Flag("reward.custom", "--reward", None, kind="list"),
+    Flag("output_dir", "--output-dir", None),
+    Flag("run_name", None, "run_name", "Run name"),
+    Flag("lora.r", None, "lora_r", "LoRA rank"),
+    Flag("lora.alpha", None, "lora_alpha", "LoRA alpha"),
+    Flag("training.learning_rate", None, "learning_rate", "Learning rate"),
+    Flag("training.per_device_train_batch_size", None, "batch_size", "Per-device batch"),
+    Flag("training.gradient_accumulation_steps", None, "grad_accum", "Grad. accumulation"),
+    Flag("training.max_length", None, "max_length", "SFT max length"),
+    Flag("training.save_steps", None, "save_steps", "Checkpoint every"),
+    Flag("training.gradient_checkpointing", None, "gradient_checkpointing", "Gradient checkpointing"),
+    Flag("grpo.num_generations", None, "num_generations", "Generations"),
+    Flag("grpo.max_completion_length", None, "max_completion_length", "Max completion tokens"),
+    Flag("grpo.temperature", None, "grpo_temperature", "Temperature"),
+    Flag("grpo.beta", None, "beta", "KL beta"),
+    Flag("dpo.loss_type", None, "dpo_loss", "DPO loss"),
+    Flag("dpo.beta", None, "dpo_beta", "DPO beta"),
+)
+CLI_FLAGS = {f.param: f for f in FLAGS if f.cli}
+WIDGETS = {f.widget: f for f in FLAGS if f.widget}
+
+
+def flags_layer(values: dict) -> dict:
+    """The nested config layer ({"data": {"dataset": ...}}) that option values ({"dataset": "arith"}, by
+    Flag.param) set; unset ones are left out. What build_config takes as its ``flags``."""
+    out: dict = {}
+    for param, given in values.items():
+        value = CLI_FLAGS[param].value(given)
+        if value is None:
+            continue
+        node = out
+        *parents, leaf = CLI_FLAGS[param].key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out

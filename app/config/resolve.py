@@ -1,0 +1,112 @@
+"""app.config.resolve: split from app.config (docstring to write)."""
+
+from __future__ import annotations
+
+from app.config.build import validate
+from app.config.builtin import BUILTIN_MODEL, builtin_model_path
+from app.config.schema import PREFERENCE_METHODS, AppConfig
+
+# A model that fits an 8 GB GPU for GRPO in 4-bit (about 1.2 GB of weights, room for 4-8 generations of
+# 512 tokens) and already follows instructions well enough for GSM8K to give a useful reward signal.
+DEFAULT_GRPO_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+
+# "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity. DPO: 10x
+# TRL's full fine-tuning default (1e-6); its pairs carry about as little information per step as RL's rewards.
+DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5}
+DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16}
+EFFECTIVE_BATCH_WARN = 32
+
+# The prompt suffix that tells a model the answer format the shaped reward's format bonus looks for.
+DEFAULT_GRPO_SYSTEM_PROMPT = (
+    "Solve the problem step by step, briefly. End with a line of the form 'Final answer: <answer>'."
+)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Resolution of "auto" values
+
+
+def sft_rank_for_size(num_rows: int | None) -> int:
+    """LoRA Without Regret: capacity should match the data. Small SFT sets need little; post-training scale ~256."""
+    if num_rows is None:
+        return 64
+    if num_rows < 2_000:
+        return 16
+    if num_rows < 20_000:
+        return 32
+    if num_rows < 100_000:
+        return 64
+    return 256
+
+
+def model_name(cfg: AppConfig) -> str:
+    """The model a config trains: its name_or_path, the method's default, or the shipped tiny model's folder. The
+    one rule, read by resolve and by the checks that must fail before anything is resolved or loaded."""
+    if cfg.model.name_or_path is None:
+        return DEFAULT_GRPO_MODEL if cfg.method == "grpo" else DEFAULT_SFT_MODEL
+    if cfg.model.name_or_path == BUILTIN_MODEL:  # the tiny model shipped for the offline demo
+        return str(builtin_model_path())
+    return cfg.model.name_or_path
+
+
+def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
+    """Fill every auto value; returns a new, complete config (what gets written to the run directory)."""
+    c = cfg.model_copy(deep=True)
+    c.model.name_or_path = model_name(c)
+    if c.lora.r is None:
+        c.lora.r = DEFAULT_RANK[c.method] if c.method in DEFAULT_RANK else sft_rank_for_size(num_rows)
+    if c.lora.alpha is None:
+        c.lora.alpha = 32 if c.method in DEFAULT_RANK else max(16, c.lora.r // 4)
+    t = c.training
+    if t.learning_rate is None:
+        t.learning_rate = DEFAULT_LR[c.method]
+    if c.method == "grpo":
+        if t.per_device_train_batch_size is None:
+            t.per_device_train_batch_size = c.grpo.num_generations
+        if t.gradient_accumulation_steps is None:
+            t.gradient_accumulation_steps = 2
+        if c.data.system_prompt is None:
+            c.data.system_prompt = DEFAULT_GRPO_SYSTEM_PROMPT
+    elif c.method in PREFERENCE_METHODS:  # pairs per micro-batch; each is two sequences (chosen, rejected) in a pass
+        if t.per_device_train_batch_size is None:
+            t.per_device_train_batch_size = 4
+        if t.gradient_accumulation_steps is None:
+            t.gradient_accumulation_steps = 2
+    else:
+        if t.per_device_train_batch_size is None:
+            # A packed row holds several examples (about 4 GSM8K rows in 1024 tokens): one packed row per micro-batch
+            # keeps both the examples per optimizer step and the activation memory near the padded default's.
+            t.per_device_train_batch_size = 1 if sft_packs(c) else 4
+        if t.gradient_accumulation_steps is None:
+            t.gradient_accumulation_steps = 4
+    return validate(c.model_dump())  # re-run cross-field checks on the filled values
+
+
+def sft_packs(cfg: AppConfig) -> bool:
+    """Whether SFT will pack, as far as the config tells (app.model.placement.pick_packing decides with the kernel)."""
+    return cfg.training.packing is not False and not cfg.model.trust_remote_code and cfg.runtime.backend != "unsloth"
+
+
+def effective_batch(cfg: AppConfig, processes: int = 1) -> int:
+    """Examples per optimizer step. For GRPO, TRL's batch counts completions; the examples are the prompts
+    (each contributes a group of num_generations completions), which is what the batch-size advice is about."""
+    t = cfg.training
+    n = (t.per_device_train_batch_size or 1) * (t.gradient_accumulation_steps or 1) * processes
+    return max(1, n // cfg.grpo.num_generations) if cfg.method == "grpo" else n
+
+
+def warnings_for(cfg: AppConfig) -> list[str]:
+    """Advice that does not stop a run."""
+    out = []
+    eb = effective_batch(cfg, cfg.runtime.num_processes * cfg.runtime.nnodes)  # every process adds its batch
+    if eb >= EFFECTIVE_BATCH_WARN:
+        out.append(
+            f"effective batch {eb} {'prompts' if cfg.method == 'grpo' else 'examples'} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "
+            "fine-tuning (LoRA Without Regret); lower per_device_train_batch_size or gradient_accumulation_steps"
+        )
+    if cfg.lora.target_modules != "all-linear":
+        out.append("LoRA on a subset of layers underperforms all-linear even at higher rank (LoRA Without Regret)")
+    if cfg.method == "grpo" and cfg.lora.r and cfg.lora.r > 64:
+        out.append(f"lora.r={cfg.lora.r} is far above what RL needs (1-32 is enough); it only costs memory")
+    return out

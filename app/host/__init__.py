@@ -1,0 +1,1 @@
+"""app.host: (docstring to write)."""

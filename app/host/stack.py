@@ -1,0 +1,26 @@
+"""app.host.stack: split from app.unsloth_backend (docstring to write)."""
+
+from __future__ import annotations
+
+# The versions whose GRPO runs on a CPU (trl 1.15 + transformers 5.17, which current Unsloth pins, fail there).
+CPU_GRPO_FLOORS = {"trl": "1.16", "transformers": "5.23"}
+
+
+def stack_problem(method: str, cuda: bool, versions: dict[str, str] | None = None) -> str | None:
+    """A one-line refusal when the installed stack cannot run this job here, else None. GRPO on a CPU needs
+    CPU_GRPO_FLOORS; Unsloth's own pins (trl <= 1.15, transformers <= 5.17) fall below them."""
+    from packaging.version import Version
+
+    if method != "grpo" or cuda:
+        return None
+    if versions is None:
+        import importlib.metadata as md
+
+        versions = {name: md.version(name) for name in CPU_GRPO_FLOORS}
+    low = [f"{name} {versions[name]}" for name, floor in CPU_GRPO_FLOORS.items()
+           if Version(versions[name]) < Version(floor)]
+    if not low:
+        return None
+    need = " and ".join(f"{n}>={v}" for n, v in CPU_GRPO_FLOORS.items())
+    return (f"GRPO on the CPU needs {need}, and this environment has {', '.join(low)} (the versions Unsloth pins): "
+            "run it on a CUDA GPU, or in an environment installed with -c constraints.txt")

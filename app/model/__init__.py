@@ -1,0 +1,1 @@
+"""app.model: (docstring to write)."""

@@ -1,0 +1,156 @@
+"""Text generation from a loaded model: the prompt as training built it, the decoding arguments, left-padded batches,
+streaming and stopping. The one generation path of compare, the held-out evaluation during training, chat and
+export's checks, so a greedy answer is the same wherever it is asked for.
+
+When are two greedy answers to the same prompt equal? Always when they are generated in batches of the same shape:
+chat generates one prompt at a time, as compare does with ``batch_size=1``. On a CPU (fp32) a left-padded batch
+gives the rows the same answers too; on a GPU in bf16 / fp16 the padded batch runs other kernel shapes, whose
+rounding can flip a near-tie between two tokens, so a batched answer may differ from the one-at-a-time one.
+
+Owns: generation and its batching. Must not load models (app/model/source.py) or score answers (app/rewards). Only the
+standard library at module level; torch / transformers are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from app.errors import UserError
+from app.model.placement import context_length
+
+
+def format_prompt(tok, item: dict) -> str:
+    """The exact text training put before a completion: the chat template with a generation prompt when the
+    tokenizer has one (TRL does the same with conversational prompts), else the plain prompt."""
+    if getattr(tok, "chat_template", None):
+        return tok.apply_chat_template(item["messages"], tokenize=False, add_generation_prompt=True)
+    return item["plain"]
+
+
+def adds_special_tokens(tok) -> bool:
+    """Whether prompts are tokenized with the tokenizer's special tokens: the chat template already adds BOS where
+    the model wants it; adding special tokens again would double it."""
+    return not getattr(tok, "chat_template", None)
+
+
+def prompt_room(model, max_new_tokens: int) -> int | None:
+    """How many prompt tokens fit beside max_new_tokens in the model's context (None: the config does not say)."""
+    context = context_length(model.config)
+    if context is None:
+        return None
+    if max_new_tokens >= context:
+        raise UserError(f"--max-new-tokens {max_new_tokens} fills the model's whole {context}-token context; "
+                        f"set it below {context}")
+    return context - max_new_tokens
+
+
+def decoding(model, tok, max_new_tokens: int, temperature: float) -> dict:
+    """generate()'s decoding arguments: greedy at temperature 0, else plain sampling (no top-k / top-p: the
+    distribution the temperature gives)."""
+    eos = model.generation_config.eos_token_id
+    gen_kw = dict(max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
+                  eos_token_id=eos if eos is not None else tok.eos_token_id)
+    if temperature > 0:
+        gen_kw.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
+    else:
+        gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    return gen_kw
+
+
+def _new_tokens(tok, row) -> list[int]:
+    return [t for t in row.tolist() if t != tok.pad_token_id]
+
+
+def decode(tok, ids: list[int]) -> str:
+    """An answer's text as every caller shows it: special tokens dropped, surrounding space stripped."""
+    return tok.decode(ids, skip_special_tokens=True).strip()
+
+
+def run_batch(model, tok, enc: dict, gen_kw: dict, streamer=None, stopping=None):
+    """One model.generate call on an encoded, left-padded batch; the new tokens of each row (the one place the
+    model generates)."""
+    import torch
+
+    device = next(model.parameters()).device
+    enc = {k: v.to(device) for k, v in enc.items()}
+    extra = {"streamer": streamer} if streamer is not None else {}
+    if stopping is not None:
+        extra["stopping_criteria"] = stopping
+    with torch.inference_mode():
+        seqs = model.generate(**enc, **gen_kw, **extra)
+    return seqs[:, enc["input_ids"].shape[1]:]
+
+
+def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperature: float = 0.0,
+             batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None) -> list[dict]:
+    """Left-padded batched generation. Returns [{text, tokens, prompt_cut}] in the order of ``texts``.
+
+    Rows are batched by prompt length (longest first) so a batch carries little padding; greedy unless
+    temperature > 0, and sampling is seeded so a comparison can be re-run. A prompt longer than the model's
+    context leaves beside max_new_tokens keeps its end (where the question and the generation prompt are) and is
+    marked prompt_cut."""
+    import torch
+
+    tok.padding_side = "left"
+    tok.truncation_side = "left"
+    room = prompt_room(model, max_new_tokens)
+    add_special = adds_special_tokens(tok)
+    lengths = [len(tok(t, add_special_tokens=add_special)["input_ids"]) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    gen_kw = decoding(model, tok, max_new_tokens, temperature)
+    torch.manual_seed(seed)
+    out: list[dict | None] = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=add_special,
+                  truncation=room is not None, max_length=room)
+        new = run_batch(model, tok, enc, gen_kw)
+        for row, i in enumerate(idx):
+            ids = _new_tokens(tok, new[row])
+            out[i] = {"text": decode(tok, ids), "tokens": len(ids),
+                      "prompt_cut": room is not None and lengths[i] > room}
+        if on_batch:
+            on_batch(len(idx))
+    return out  # type: ignore[return-value]
+
+
+def generate_one(model, tok, ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
+                 on_text: Callable[[str], None] | None = None, stop=None) -> str:
+    """One prompt's answer (token ids in, text out), streamed piece by piece to ``on_text`` and ended early when
+    the ``stop`` event is set: chat's path. The same batch of one that ``generate`` runs at batch_size=1."""
+    import threading
+
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+    class _Stop(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool,
+                              device=input_ids.device)
+
+    enc = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
+    out: dict = {}
+
+    def run():
+        try:
+            torch.manual_seed(seed)
+            out["new"] = run_batch(model, tok, enc, decoding(model, tok, max_new_tokens, temperature), streamer,
+                                   StoppingCriteriaList([_Stop()]))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+            out["error"] = e
+            streamer.end()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    started = False
+    for piece in streamer:
+        if not started:  # the reply is shown stripped, as decode() strips answers
+            piece = piece.lstrip()
+            started = bool(piece)
+        if on_text and piece:
+            on_text(piece)
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    return decode(tok, _new_tokens(tok, out["new"][0]))

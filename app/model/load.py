@@ -1,0 +1,159 @@
+"""app.model.load: split from app.models (docstring to write)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from app.config.schema import ModelConfig
+from app.errors import UserError
+from app.host.machine import torch_dtype
+from app.host.offline import quiet_library_noise
+from app.model.placement import Placement, placement, quant_storage
+from app.model.source import check_model_source, model_load_error
+
+
+@contextlib.contextmanager
+def eval_keeping_4bit(model):
+    """A training model in eval mode for a moment (no dropout, generate() uses its cache), its 4-bit layers left in
+    training mode: an eval forward without grad makes bitsandbytes repack their weights for its CPU kernel, which
+    changes later training numerics and breaks training a layer with a bias (seen with OPT). Restored on exit."""
+    from bitsandbytes.nn import Linear4bit
+
+    training = model.training
+    model.eval()
+    for m in model.modules():
+        if isinstance(m, Linear4bit):
+            m.train()
+    try:
+        yield model
+    finally:
+        model.train(training)
+
+
+def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=mc.quant_type,
+        bnb_4bit_use_double_quant=mc.double_quant,  # ~0.37 bit/param saved (QLoRA paper)
+        bnb_4bit_compute_dtype=torch_dtype(dtype),
+        **({"bnb_4bit_quant_storage": quant_storage(dtype)} if fsdp else {}),
+    )
+
+
+def load_tokenizer(mc: ModelConfig, local_only: bool = False):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(
+        mc.name_or_path, revision=mc.revision, trust_remote_code=mc.trust_remote_code, local_files_only=local_only
+    )
+    if tok.pad_token is None:  # batched generation and training both need padding
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
+                    fsdp: bool = False, where: Placement | None = None, tok=None):
+    """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
+    runtime.device (auto / cpu / cuda), used when ``where`` (the decided placement) is not given; ``tok``: the
+    tokenizer when the caller has loaded it already."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    check_model_source(mc.name_or_path, local_only)
+    where = where or placement(mc, device)
+    dtype, attention = where.compute_dtype, where.attention
+    kwargs = dict(
+        attn_implementation=attention,
+        revision=mc.revision,
+        trust_remote_code=mc.trust_remote_code,
+        local_files_only=local_only,
+        dtype=torch_dtype(dtype),
+    )
+    if mc.load_in_4bit:
+        kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp)
+    # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
+    # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
+    # under FSDP the Trainer places (and shards) the model itself.
+    if not fsdp:
+        kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
+    quiet_library_noise()
+    model = _from_pretrained(AutoModelForCausalLM, mc, kwargs)
+    # What the model really runs (auto may have fallen back to eager), which decides packing.
+    attention = getattr(model.config, "_attn_implementation", None) or attention
+    tok = tok if tok is not None else load_tokenizer(mc, local_only)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    if not for_training:
+        model.eval()
+    torch.manual_seed(0)
+    info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
+            "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
+    return model, tok, info
+
+
+def _has_4bit_layers(model) -> bool:
+    """Whether transformers really quantized anything: for some architectures it quantizes nothing and only says
+    so in a misleading line (Falcon's FalconLinear in transformers 5.23: "loading your model using eetq")."""
+    from bitsandbytes.nn import Linear4bit
+
+    return any(isinstance(m, Linear4bit) for m in model.modules())
+
+
+def _from_pretrained(auto_cls, mc: ModelConfig, kwargs: dict):
+    """Loads with the attention kernel asked for. On auto, an architecture without sdpa (Gemma 2) or flash
+    attention support falls back to what it has: transformers picks sdpa, else eager, when asked for none. An
+    explicit kernel the architecture lacks is the user's to change."""
+    try:
+        return auto_cls.from_pretrained(mc.name_or_path, **kwargs)
+    except OSError as e:
+        raise model_load_error(mc.name_or_path, e) from None
+    except ValueError as e:
+        if "attention" not in str(e) or kwargs.get("attn_implementation") is None:
+            raise
+        if mc.attn_implementation != "auto":
+            raise UserError(f"model '{mc.name_or_path}' does not support model.attn_implementation="
+                            f"{mc.attn_implementation}; set it to auto or eager") from None
+    return auto_cls.from_pretrained(mc.name_or_path, **{**kwargs, "attn_implementation": None})
+
+
+def match_adapter_dtype(model, compute_dtype: str) -> int:
+    """TRL casts LoRA weights of a quantized model to bf16 (the QLoRA paper's choice on Ampere GPUs). With fp32
+    compute (CPU) that only throws precision away: Adam updates smaller than bf16's ~3 significant digits vanish
+    and training drifts instead of learning. Put trainable weights back in the compute dtype; returns how many."""
+    import torch
+
+    if compute_dtype != "fp32":
+        return 0
+    n = 0
+    for p in model.parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.to(torch.float32)
+            n += 1
+    return n
+
+
+def packed_examples_stay_apart(model) -> bool:
+    """Measured, not assumed: two short random sequences packed into one row (positions restarting, no mask, no
+    cache: how TRL's padding-free collator feeds training) against the second one alone, and against the two simply
+    concatenated (the second reading the first). Llama, Qwen, Mistral, Gemma, Phi and GPT-2 keep them apart in
+    transformers 5; OPT (positions from the attention mask) and Falcon do not, and packing would let each example
+    read the one before it. Judged against the concatenated run's difference, not a fixed tolerance: in bf16 on a
+    GPU kernels of different shapes differ by a few percent of the logits (a fixed 2 % turned packing off there),
+    while an example that reads another differs by about as much as the concatenated one."""
+    import torch
+
+    vocab = model.get_input_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    first, second = torch.randint(0, vocab, (1, 7), generator=g), torch.randint(0, vocab, (1, 5), generator=g)
+    device = next(model.parameters()).device
+    ids = torch.cat([first, second], dim=1).to(device)
+    positions = torch.cat([torch.arange(7), torch.arange(5)]).unsqueeze(0).to(device)
+    with eval_keeping_4bit(model), torch.no_grad():  # no dropout: the passes must differ only by packing
+        packed = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, 7:].float()
+        alone = model(input_ids=second.to(device), use_cache=False).logits.float()
+        joined = model(input_ids=ids, use_cache=False).logits[:, 7:].float()
+    read = (joined - alone).abs().max()  # what reading the first example does to the second's logits
+    return bool((packed - alone).abs().max() <= 0.1 * read + 1e-3 * alone.abs().max())

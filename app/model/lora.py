@@ -1,0 +1,43 @@
+"""app.model.lora: split from app.models (docstring to write)."""
+
+from __future__ import annotations
+
+from app.config.schema import LoraConfig
+from app.run.lookup import find_adapter
+
+
+def peft_lora_config(lc: LoraConfig):
+    from peft import LoraConfig as PeftLoraConfig
+
+    return PeftLoraConfig(
+        r=lc.r,
+        lora_alpha=lc.alpha,
+        lora_dropout=lc.dropout,
+        # "LoRA Without Regret": all linear layers, attention and MLP; rank cannot make up for skipping MLPs.
+        target_modules=lc.target_modules,
+        exclude_modules=lc.exclude_modules or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def attach_or_describe_lora(model, lc: LoraConfig):
+    """(model, peft_config) for a TRL trainer: a fresh adapter is described by a LoraConfig that TRL attaches;
+    lora.init_from loads an existing adapter as trainable and TRL gets the PeftModel with no config."""
+    from peft import PeftModel
+
+    if isinstance(model, PeftModel):  # the Unsloth backend attaches its own adapter
+        return model, None
+    if not lc.init_from:
+        return model, peft_lora_config(lc)
+
+    # Same preparation TRL gives a fresh adapter (it handles quantized bases itself), so both paths match.
+    return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None
+
+
+def linear_layer_names(model) -> list[str]:
+    """The distinct names of the layers LoRA can target (q_proj, c_attn, ...), the LM head left out."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    out = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))}
+    return sorted(out - {"lm_head"})

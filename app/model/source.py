@@ -1,0 +1,76 @@
+"""app.model.source: split from app.models (docstring to write)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from app.errors import UserError
+
+
+def looks_local(name: str) -> bool:
+    """A path the user meant as local: it exists, or it is spelled like a path (./x, /x, ~/x, x\\y)."""
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or os.sep in name.replace("/", "")
+
+
+def hub_id_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a hub model id (None: it can): 'org/name' or 'name', letters, digits, '-', '_', '.'."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return "a hub id is 'org/name'" if name.count("/") > 1 else "it is not a valid hub id"
+    return None
+
+
+def model_on_disk(name: str) -> bool:
+    """Whether the model's config is at hand without the network: a local folder, or the hub id in the HF cache."""
+    if looks_local(name):
+        return (Path(name).expanduser() / "config.json").is_file()
+    if hub_id_problem(name):
+        return False
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+def unavailable_model_hint(name: str) -> str:
+    """What to do about a hub model this machine cannot fetch."""
+    return (f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use "
+            "--model arith-base (the tiny model shipped for offline use)")
+
+
+def model_load_error(name: str, e: Exception) -> UserError:
+    """One line for a model that could not be read; a hub miss says what to do about it."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    hint = "" if looks_local(name) else f"; {unavailable_model_hint(name)}"
+    return UserError(f"could not load model '{name}': {first}{hint}")
+
+
+def check_model_name(name: str) -> None:
+    """A model name that can be neither a folder here nor a hub id is one line (before anything loads, dry runs
+    too): 'no/such/dir', or a path relative to another folder than this one."""
+    if looks_local(name) or Path(name).expanduser().exists():
+        return check_model_source(name, local_only=False)
+    problem = hub_id_problem(name)
+    if problem:
+        raise UserError(f"model '{name}' is no folder here (in {Path.cwd()}) and {problem}; pass an existing model "
+                        "folder (an absolute path, or one relative to this folder), a hub id such as "
+                        "Qwen/Qwen2.5-1.5B-Instruct, or --model arith-base (the tiny model shipped for offline use)")
+
+
+def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads") -> None:
+    """Fail fast and clearly before transformers produces a long hub traceback. ``offline_because``: why downloads
+    are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE)."""
+    if looks_local(name):
+        p = Path(name).expanduser()
+        if not p.is_dir():
+            raise UserError(f"model path '{name}' not found; pass an existing local model folder or a hub id")
+        if not (p / "config.json").is_file():
+            raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
+        return
+    check_model_name(name)
+    if local_only and not model_on_disk(name):
+        raise UserError(f"model '{name}' is not in the local HF cache and {offline_because}; "
+                        f"{unavailable_model_hint(name)}")

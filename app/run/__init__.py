@@ -1,0 +1,1 @@
+"""app.run: (docstring to write)."""

@@ -1,0 +1,77 @@
+"""app.run.layout: split from app.rundir (docstring to write)."""
+
+from __future__ import annotations
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+LOG = "train.log"
+STATUS = "status.json"
+ADAPTER = "adapter"
+BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
+CHECKPOINTS = "checkpoints"
+CURVES = "curves.png"
+COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the demo's folder: the demo's result
+DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
+COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
+
+RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
+STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)
+# Never written: what readers show for a status.json that says running while its process is gone (kill -9, a
+# power cut, an OOM kill), so a dead run never looks alive.
+CRASHED = "crashed"
+# What readers show for a folder with no status.json yet (made, nothing written: the UI's pre-created folder).
+CREATED = "created"
+
+# TRL logs each reward function's batch mean under this key (the function's __name__ is the component's name).
+COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
+
+
+# Held-out evaluation during training (training.eval_every): metrics.jsonl keys, and status.json's best point.
+EVAL_PREFIX = "eval/"
+EVAL_ACCURACY = "eval/accuracy"
+EVAL_REWARD = "eval/reward"
+# Preference data: held-out pairs the adapter finds chosen more likely than rejected, and DPO's implicit reward
+# margin on them (app/eval/preference.py); the base's accuracy is one number (status.json), not a curve.
+EVAL_PREF_ACCURACY = "eval/pref_accuracy"
+EVAL_PREF_MARGIN = "eval/pref_margin"
+PREF_BASE_ACCURACY = "pref_base_accuracy"
+PREF_ROWS = "pref_rows"  # held-out pairs each preference evaluation scored
+# What DPO logs during training (TRL's names): on the training batch, the share of pairs with chosen's implicit reward
+# above rejected's, and the mean margin between them.
+DPO_ACCURACY = "rewards/accuracies"
+DPO_MARGIN = "rewards/margins"
+BEST_STEP = "best_step"
+BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
+EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total
+EVAL_ROWS = "eval_rows"  # the held-out rows each evaluation scored
+
+
+def component_key(name: str) -> str:
+    return f"{COMPONENT_PREFIX}{name}{COMPONENT_SUFFIX}"
+
+
+def component_of(key: str) -> str | None:
+    """'rewards/format/mean' -> 'format'; None for any other metric."""
+    if not (key.startswith(COMPONENT_PREFIX) and key.endswith(COMPONENT_SUFFIX)):
+        return None
+    return key[len(COMPONENT_PREFIX):-len(COMPONENT_SUFFIX)] or None
+
+
+def component_keys(records: list[dict]) -> list[str]:
+    """The reward-component metric keys present in metrics.jsonl rows, sorted."""
+    return sorted({k for r in records for k in r if component_of(k)})
+
+
+# Peak memory fields, in status.json (the running peak) and in metrics.jsonl rows (app/train/peakmem.py writes them).
+PEAK_ALLOCATED, PEAK_RESERVED, PEAK_DEVICE = "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_mem_device"
+
+
+TRAINER_STATE = "trainer_state.json"  # inside checkpoint-N/ (transformers' names)
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's: what makes a folder an adapter
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+OPTIMIZER = "optimizer.pt"
+
+
+# Where a bare run name (what `runs list` prints) is looked up, relative to the working folder: train's and the
+# demo's default output folders.
+RUN_FOLDERS = ("runs", "demo-runs")

@@ -1,0 +1,62 @@
+"""A run's proof and its other comparisons, on disk.
+
+RUN/compare.json is the run's **proof**: base vs adapter on held-out rows, written when training ends (the session's
+evaluate step, app/train/session.py); a run extended later writes a new proof and keeps the old one in
+RUN/comparisons/. Every other comparison of a run (`qlora-app compare RUN`, the UI's Compare tab,
+compare_base_vs_lora.py) is **ad hoc**: RUN/comparisons/compare-<time>.json, a file of its own, never over the proof.
+`runs`, the UI and the model card show the proof, with the number of held-out rows behind every figure.
+
+Owns how comparisons are kept in a run folder (the file names are rundir's: COMPARE_JSON, COMPARISONS). Must not
+compute a comparison (app/eval/compare.py does). Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from app.run.layout import COMPARE_JSON, COMPARISONS
+from app.run.store import write_atomic
+
+
+def _stamped(folder: Path, prefix: str, when: float) -> Path:
+    """A new file name in ``folder`` for a comparison made at ``when``: prefix-YYYYmmdd-HHMMSS[-n].json."""
+    folder.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    target, n = folder / f"{prefix}-{stamp}.json", 1
+    while target.exists():
+        n += 1
+        target = folder / f"{prefix}-{stamp}-{n}.json"
+    return target
+
+
+def write_proof(run_dir: Path, data: dict) -> Path:
+    """The run's proof (RUN/compare.json); a previous proof moves to RUN/comparisons/proof-<time>.json."""
+    path = Path(run_dir) / COMPARE_JSON
+    if path.exists():
+        os.replace(path, _stamped(Path(run_dir) / COMPARISONS, "proof", path.stat().st_mtime))
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
+    return path
+
+
+def add_comparison(run_dir: Path, data: dict) -> Path:
+    """An ad-hoc comparison of one of the run's adapters: a file of its own in RUN/comparisons/."""
+    path = _stamped(Path(run_dir) / COMPARISONS, "compare", time.time())
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
+    return path
+
+
+def latest_proof(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((Path(run_dir) / COMPARE_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def comparisons(run_dir: Path) -> list[Path]:
+    """The run's ad-hoc comparisons, newest first."""
+    folder = Path(run_dir) / COMPARISONS
+    return sorted(folder.glob("compare-*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() \
+        else []

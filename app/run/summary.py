@@ -1,0 +1,140 @@
+"""Summaries of run directories for `qlora-app runs` and the UI's Runs tab."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from app.host.procs import pid_alive
+from app.run import integrity, layout, lookup, proof, store
+
+
+def run_summary(d: Path, records: list[dict] | None = None) -> dict:
+    """``records``: the run's metrics.jsonl rows when the caller has read them already."""
+    d = Path(d)
+    try:
+        cfg = yaml.safe_load((d / layout.CONFIG).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        cfg = {}
+    st = store.read_status(d) or {}
+    status = st.get("status", layout.CREATED)
+    if status == layout.RUNNING and not pid_alive(st.get("pid")):
+        status = layout.CRASHED
+    # polled by the UI: check the checkpoint's structure, not every byte of its optimizer state
+    resumable = integrity.last_checkpoint(d, verify_data=False) is not None
+    recs = store.read_metrics(d) if records is None else records
+    last = {}
+    for r in recs:  # last non-null value of each key
+        last.update({k: v for k, v in r.items() if v is not None})
+    started = st.get("started")
+    return {
+        "name": d.name,
+        "path": str(d),
+        "status": status,
+        "method": cfg.get("method"),
+        "model": (cfg.get("model") or {}).get("name_or_path"),
+        "dataset": (cfg.get("data") or {}).get("dataset"),
+        "step": st.get("step"),
+        "max_steps": st.get("max_steps"),
+        "loss": _fmt(last.get("loss")),
+        # GRPO's mean reward; a DPO run's reward is its implicit one: the margin of chosen over rejected
+        "reward": _fmt(last.get("reward", last.get(layout.DPO_MARGIN))),
+        "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
+        "error": st.get("error"),
+        "fast_paths": st.get("fast_paths"),
+        "adjustments": st.get("adjustments") or [],
+        "memory_estimate_gb": st.get("memory_estimate_gb"),
+        "memory_check": memory_check_text(st.get("memory_check")),
+        # the running peak status.json holds, or the last logged one for a crashed run
+        "peak_memory": peak_memory_text({**last, **st}),
+        "adapter": str(d / layout.ADAPTER) if lookup.has_adapter(d) else None,
+        "comparison": comparison_text(proof.latest_proof(d)),
+        "heldout": heldout_text(recs, st),
+        "resumable": resumable,
+        # what to type next for a run that stopped before its end
+        "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
+                           (layout.CRASHED, layout.INTERRUPTED, layout.FAILED) else None),
+    }
+
+
+def heldout_text(records: list[dict], st: dict) -> str | None:
+    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54 (32 rows)': the evaluation during
+    training, with the rows each point scored (training.eval_rows, as status.json records them)."""
+    points = [(r["step"], r[layout.EVAL_ACCURACY]) for r in records if r.get(layout.EVAL_ACCURACY) is not None]
+    pairs = [(r["step"], r[layout.EVAL_PREF_ACCURACY]) for r in records
+             if r.get(layout.EVAL_PREF_ACCURACY) is not None]
+    if not points and not pairs:
+        return None
+    best = (f"; best {st[layout.BEST_SCORE]:.1%} at step {st[layout.BEST_STEP]}"
+            if st.get(layout.BEST_STEP) is not None and st.get(layout.BEST_SCORE) is not None else "")
+    rows = f" ({st[layout.EVAL_ROWS]} rows)" if st.get(layout.EVAL_ROWS) else ""
+    parts = []
+    if points:
+        (s0, a0), (s1, a1) = points[0], points[-1]
+        parts.append(f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best if points else ''}{rows}")
+    if pairs:
+        (s0, a0), (s1, a1) = pairs[0], pairs[-1]
+        base = st.get(layout.PREF_BASE_ACCURACY)
+        parts.append("preference accuracy " + (f"base {base:.1%}, " if base is not None else "")
+                     + f"{a0:.1%} at step {s0} -> {a1:.1%} at step {s1}" + ("" if points else best)
+                     + (f" ({st[layout.PREF_ROWS]} pairs)" if st.get(layout.PREF_ROWS) else ""))
+    return "; ".join(parts)
+
+
+def comparison_text(cmp: dict | None) -> str | None:
+    """'accuracy base 21.0% -> adapter 47.0% (+26.0 pts), 28 wins / 70 ties / 2 losses, on 100 held-out rows': the
+    run's proof (RUN/compare.json), or None when it has none."""
+    if not cmp or "summary" not in cmp:
+        return None
+    s = cmp["summary"]
+    b, a = s["base"].get("accuracy"), s["adapter"].get("accuracy")
+    if b is not None and a is not None:
+        head = f"accuracy base {b:.1%} -> adapter {a:.1%} ({(a - b) * 100:+.1f} pts)"
+    else:
+        base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
+        head = f"mean reward base {base} -> adapter {adapter}"
+    rows = f"on {s['n']} held-out rows" if s.get("heldout", True) else f"on {s['n']} typed prompts"
+    pref = preference_text(cmp.get("preference"))
+    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}" + (f"; {pref}" if pref else "")
+
+
+def preference_text(p: dict | None) -> str | None:
+    """'preference accuracy base 48.0% -> adapter 81.0%, reward margin +0.41 (79% of pairs above 0), on 100 held-out
+    pairs'."""
+    if not p:
+        return None
+    return (f"preference accuracy base {p['base_accuracy']:.1%} -> adapter {p['adapter_accuracy']:.1%}, reward margin "
+            f"{p['margin']:+.3g} ({p['reward_accuracy']:.0%} of pairs above 0), on {p['n']} held-out pairs")
+
+
+def memory_check(estimate: dict, peak: dict) -> dict:
+    """The plan's estimate beside what the run measured (status.json's memory_check): torch's peak reserved."""
+    est, measured = estimate.get("torch_peak_gb"), peak.get(layout.PEAK_RESERVED)
+    return {"estimate_torch_peak_gb": None if est is None else round(est, 2),
+            "estimate_total_gb": None if estimate.get("total_gb") is None else round(estimate["total_gb"], 2),
+            "measured_torch_peak_gib": measured,
+            "ratio": round(est / measured, 3) if est and measured else None}
+
+
+def memory_check_text(check: dict | None) -> str | None:
+    """'estimated 17.6 GB, measured 17.27 GiB (x1.02)': a GPU run's estimate against its measured torch peak."""
+    if not check or check.get("measured_torch_peak_gib") is None or check.get("estimate_torch_peak_gb") is None:
+        return None
+    return (f"torch peak estimated {check['estimate_torch_peak_gb']:.2f} GB, measured "
+            f"{check['measured_torch_peak_gib']:.2f} GiB (x{check['ratio']:.2f})")
+
+
+def peak_memory_text(st: dict) -> str | None:
+    """'5.71 GiB reserved (5.20 allocated) on the GPU' from status.json / metrics fields, or None when not recorded."""
+    reserved, allocated = st.get(layout.PEAK_RESERVED), st.get(layout.PEAK_ALLOCATED)
+    if reserved is None:
+        return None
+    if st.get(layout.PEAK_DEVICE) == "cuda":
+        return f"{reserved:.2f} GiB reserved ({allocated:.2f} GiB allocated) on the GPU"
+    return f"{reserved:.2f} GiB peak RSS (CPU)"
+
+
+def _fmt(v):
+    return None if v is None else float(f"{v:.4g}")
