@@ -89,6 +89,7 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
 
     from app.config.build import build_config
     from app.data import build_splits
+    from app.rewards import RewardErrors
     from app.train.build import build_trainer, load_model
     from app.train.plan import make_plan
 
@@ -97,7 +98,7 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
                                                                 "grpo.sampler=merged"])
     train, _, det = build_splits(cfg.data, 0, local_only=True)
     plan = make_plan(cfg, train, det)
-    trainer, _ = build_trainer(plan, load_model(plan), Path(rows.parent) / "probe", True)
+    trainer = build_trainer(plan, load_model(plan), Path(rows.parent) / "probe", True, RewardErrors())
     sampler = trainer.merged_sampler
     tok = trainer.processing_class
     prompts = [tok(tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True),

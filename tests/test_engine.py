@@ -169,13 +169,14 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
     import torch
 
     from app.data import build_splits
+    from app.rewards import RewardErrors
     from app.train.build import build_trainer, load_model
     from app.train.plan import make_plan
 
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo")
     train, _, det = build_splits(cfg.data, 0)
     plan = make_plan(cfg, train, det)
-    trainer, _ = build_trainer(plan, load_model(plan), tmp_path / "r", True)
+    trainer = build_trainer(plan, load_model(plan), tmp_path / "r", True, RewardErrors())
     dtypes = {p.dtype for p in trainer.model.parameters() if p.requires_grad}
     assert dtypes == {torch.float32}
 

@@ -1,5 +1,5 @@
-"""One door for a run (docs/architecture.md): the session is the only module that creates a run folder or writes
-config.yaml / status.json, a run's config is resolved once, and each fact has one home (the dtype table, the
+"""One door for a run (docs/architecture.md): the session's record (app/run/record.py) is the only module that
+creates a run folder or writes config.yaml / status.json, a run's config is resolved once, and each fact has one home (the dtype table, the
 option -> config key table, generation). Read from the code (the AST), so a second writer or a second table fails
 here the day it is added."""
 
@@ -11,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 SESSION = APP / "train" / "session.py"
+RECORD = APP / "run" / "record.py"
 MODULES = sorted(APP.rglob("*.py"))
 DEFINERS = (APP / "run" / "newrun.py", APP / "run" / "store.py")  # where the writers are defined
 
@@ -51,9 +52,9 @@ def _writers(path: Path) -> list[str]:
 def test_only_the_session_opens_a_run_and_writes_its_records():
     found = {str(p.relative_to(ROOT)): w for p in MODULES
              if p not in DEFINERS and (w := _writers(p))}  # they define the functions the session calls
-    assert set(found) == {"app/train/session.py"}, found
+    assert set(found) == {"app/run/record.py"}, found
     assert {"creates a run folder (create_run_dir)", "writes status.json", "writes config.yaml (write_atomic)"} <= set(
-        found["app/train/session.py"])
+        found["app/run/record.py"])
     inside = [name for p in DEFINERS for name, _ in _calls(p) if name in ("create_run_dir", "write_status")]
     assert inside == []  # the run folder's own modules open nothing and record nothing on their own
 

@@ -15,10 +15,10 @@ from app.config.build import build_config
 from app.config.schema import RewardConfig
 from app.errors import UserError
 from app.rewards import (
+    RewardErrors,
     build_reward_funcs,
     extract_final_answer,
     is_correct,
-    reward_error_count,
     score_completion,
 )
 
@@ -252,18 +252,14 @@ def test_component_exception_gives_none_and_counts(monkeypatch, caplog):
         return real(text)
 
     monkeypatch.setattr(answer_mod, "extract_final_answer", flaky)
-    funcs, weights = build_reward_funcs(RewardConfig(), has_reference=True)
+    errors = RewardErrors()  # the run's own counter: nothing global to reset between tests
+    funcs, weights = build_reward_funcs(RewardConfig(), has_reference=True, errors=errors)
     ref = next(f for f in funcs if f.__name__ == "reference")
-    # the log is rate-limited per process (the first 10 errors, then every 1000th): start this test's count afresh,
-    # or errors from earlier tests in the same process silence its warning
-    import app.rewards.components as comp_mod
-
-    monkeypatch.setattr(comp_mod, "_errors", 0)
-    before = reward_error_count()
     with caplog.at_level("WARNING"):
         out = ref(["Final answer: 72", "boom", "Final answer: 70"], reference=[GSM] * 3)
     assert out == [1.0, None, 0.0]
-    assert reward_error_count() == before + 1
+    assert errors() == 1 and all(f.errors is errors for f in funcs)
+    assert pickle.loads(pickle.dumps(ref)).errors() == 1  # TRL may copy its reward functions
     assert "reference" in caplog.text and "RuntimeError" in caplog.text
     # score_completion counts the failed component as 0 instead of raising
     s = score_completion("boom Final answer: 72", GSM)
@@ -341,10 +337,10 @@ def test_custom_reward_from_file_and_module(tmp_path, monkeypatch):
     assert s["components"]["shout"] == 1.0
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    broken = build_reward_funcs(RewardConfig(custom=["myreward:broken"]), has_reference=False)[0][-1]
-    before = reward_error_count()
+    errors = RewardErrors()
+    broken = build_reward_funcs(RewardConfig(custom=["myreward:broken"]), has_reference=False, errors=errors)[0][-1]
     assert broken(["abc", "abcd"]) == [None, 1.0]  # only the sample that raised loses its reward
-    assert reward_error_count() == before + 1
+    assert errors() == 1
 
 
 @pytest.mark.parametrize("entry,msg", [

@@ -84,6 +84,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
 
     from app.config.build import build_config
     from app.data import build_splits, to_grpo
+    from app.rewards import RewardErrors
     from app.train.build import build_trainer, load_model
     from app.train.fastpaths import Env, decide
     from app.train.plan import make_plan
@@ -102,7 +103,7 @@ def test_sampler_follows_the_policy_being_trained(tiny_model, math_jsonl, tmp_pa
     assert plan.fast.sampler == "merged"
     loaded = load_model(plan)
     tok = loaded.tokenizer
-    trainer, _ = build_trainer(plan, loaded, tmp_path / "r", True)
+    trainer = build_trainer(plan, loaded, tmp_path / "r", True, RewardErrors())
     sampler = trainer.merged_sampler
     assert isinstance(sampler, MergedSampler) and len(sampler.adapted) == 2 * 7  # every LoRA layer of 2 blocks
     base = trainer.model.get_base_model()  # embeddings and LM head are shared, not copied

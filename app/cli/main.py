@@ -36,6 +36,7 @@ from app.errors import UserError
 from app.host.offline import apply_local_only, quiet_command_line, quiet_library_noise
 from app.run import layout, lookup
 from app.run.summary import run_summary
+from app.train import launcher
 from app.train.session import Session
 from app.train.torchrun import is_worker, wants_launcher
 from app.ui.serve import launch
@@ -154,7 +155,7 @@ def train(
 
     session = Session(cfg, resume=resume, run_dir=run_dir, progress=not no_progress and console.is_terminal,
                       console=console)
-    d = session.launch(list(set_ or []), max_steps) if wants_launcher(cfg.runtime) else session.run()
+    d = launcher.launch(session, list(set_ or []), max_steps) if wants_launcher(cfg.runtime) else session.run()
     if is_worker():  # the launcher prints the summary once; a worker's 0 keeps torchrun from reporting a failure
         return
     print_run_summary(d, console)

@@ -26,12 +26,11 @@ from app.rewards.components import (
     FormatReward,
     LengthReward,
     ReferenceReward,
-    _record_error,
-    reward_error_count,
+    RewardErrors,
 )
 
 __all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
-           "reward_error_count", "effective_weights"]
+           "RewardErrors", "effective_weights"]
 
 # The class behind each registry entry (the registry is the one place names, weights and ranges are spelled).
 _CLASSES: dict[str, type[Component]] = {c.name: c for c in (LengthReward, FormatReward, ReferenceReward,
@@ -75,16 +74,18 @@ class CustomReward:
     """A user reward function ("module:function" or "path/to/file.py:function") with the same containment as the
     built-ins. Pickles as its entry string and re-imports on first call, so file-based functions survive too."""
 
-    def __init__(self, entry: str):
+    def __init__(self, entry: str, errors: RewardErrors | None = None):
         self.entry = entry
         self._fn = load_custom(entry)
         self.__name__ = getattr(self._fn, "__name__", type(self._fn).__name__)
+        self.errors = errors or RewardErrors()
 
     def __getstate__(self):
-        return {"entry": self.entry, "__name__": self.__name__}
+        return {"entry": self.entry, "__name__": self.__name__, "errors": self.errors}
 
     def __setstate__(self, state):
         self.entry, self.__name__, self._fn = state["entry"], state["__name__"], None
+        self.errors = state["errors"]
 
     def __call__(self, completions, **kwargs) -> list[float | None]:
         if self._fn is None:
@@ -103,7 +104,7 @@ class CustomReward:
             out = list(self._fn(completions=[completions[i]], **sub))
             return None if not out or out[0] is None else float(out[0])
         except Exception as e:  # noqa: BLE001
-            _record_error(self.__name__, e)
+            self.errors.add(self.__name__, e)
             return None
 
 
@@ -159,16 +160,20 @@ def _load_custom(entry: str) -> Callable:
 # ------------------------------------------------------------------------------------------------- public API
 
 
-def build_reward_funcs(reward_cfg, has_reference: bool) -> tuple[list[Callable], list[float]]:
-    """TRL reward functions and their weights (pass the weights as ``GRPOConfig.reward_weights``).
+def build_reward_funcs(reward_cfg, has_reference: bool,
+                       errors: RewardErrors | None = None) -> tuple[list[Callable], list[float]]:
+    """TRL reward functions and their weights (pass the weights as ``GRPOConfig.reward_weights``); they count
+    their failures in ``errors`` (a run's own counter) when given.
 
     Without a reference column the reference (and accuracy) components are dropped; the caller says so.
     """
     cfg = _cfg(reward_cfg)
     funcs: list[Callable] = list(_components(cfg, has_reference))
+    for f in funcs:
+        f.errors = errors or f.errors
     weights = [_weight(cfg, f.name) for f in funcs]
     for entry in cfg.custom:
-        funcs.append(CustomReward(entry))
+        funcs.append(CustomReward(entry, errors))
         weights.append(float(cfg.weights.get(entry, 1.0)))
     return funcs, weights
 

@@ -25,23 +25,31 @@ log = logging.getLogger(__name__)
 SCAN_CHARS = 4000  # boilerplate is looked for in the first and last SCAN_CHARS characters
 REPEAT_SCAN_CHARS = 20000
 
-_errors = 0
-_errors_lock = threading.Lock()
+class RewardErrors:
+    """The (component, sample) pairs that raised and were scored None, counted for one owner: a training run shares
+    one among its reward functions (``build_reward_funcs(errors=...)``) and reads it as ``errors()``; a component
+    built on its own (score, compare) counts for itself. Pickles as its count (TRL may copy reward functions)."""
 
+    def __init__(self):
+        self.count = 0
+        self._lock = threading.Lock()
 
-def reward_error_count() -> int:
-    """Cumulative number of (component, sample) pairs that raised and were scored None."""
-    return _errors
+    def __call__(self) -> int:
+        return self.count
 
+    def add(self, name: str, exc: BaseException) -> None:
+        with self._lock:
+            self.count += 1
+            n = self.count
+        if n <= 10 or n % 1000 == 0:  # a broken component must not flood the log once per sample
+            log.warning("reward component '%s' failed on a sample (%s: %s); it scores None (error #%d)",
+                        name, type(exc).__name__, str(exc)[:200], n)
 
-def _record_error(name: str, exc: BaseException) -> None:
-    global _errors
-    with _errors_lock:
-        _errors += 1
-        n = _errors
-    if n <= 10 or n % 1000 == 0:  # a broken component must not flood the log once per sample
-        log.warning("reward component '%s' failed on a sample (%s: %s); it scores None (error #%d)",
-                    name, type(exc).__name__, str(exc)[:200], n)
+    def __getstate__(self):
+        return {"count": self.count}
+
+    def __setstate__(self, state):
+        self.count, self._lock = state["count"], threading.Lock()
 
 
 class Component:
@@ -51,6 +59,7 @@ class Component:
 
     def __init__(self):
         self.__name__ = self.name  # TRL's column name; an instance attribute so it survives pickling
+        self.errors = RewardErrors()  # replaced by the run's own counter when a run builds it
 
     @classmethod
     def from_config(cls, reward_cfg) -> "Component":
@@ -65,12 +74,12 @@ class Component:
             value, why = self.score(A.to_text(completion), reference)
             return (None if value is None else float(value)), why
         except Exception as e:  # noqa: BLE001 - one bad sample must never kill a training run
-            _record_error(self.name, e)
+            self.errors.add(self.name, e)
             return None, f"error: {type(e).__name__}"
         except BaseException as e:  # math-verify's TimeoutException derives from BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
-            _record_error(self.name, e)
+            self.errors.add(self.name, e)
             return None, f"error: {type(e).__name__}"
 
     def __call__(self, completions, **kwargs) -> list[float | None]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.model.load import load_base_model
 from app.model.unsloth_backend import load_with_unsloth
-from app.rewards import reward_error_count
+from app.rewards import RewardErrors
 from app.train.dpo import build_dpo_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
@@ -40,22 +40,22 @@ def load_model(plan: RunPlan) -> Loaded:
     return Loaded(model, tok, info["attention"], info["4bit"])
 
 
-def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: bool, on_sampler_change=None):
-    """(trainer, reward_errors): the method's TRL trainer on the loaded model, and a counter of reward-function
-    failures (always 0 for SFT). ``on_sampler_change(sampler, reason)`` hears a fast sampler stepping down."""
+def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: bool, reward_errors: RewardErrors,
+                  on_sampler_change=None):
+    """The method's TRL trainer on the loaded model; GRPO's reward functions count their failures in the run's
+    ``reward_errors``. ``on_sampler_change(sampler, reason)`` hears a fast sampler stepping down."""
     if plan.cfg.method == "grpo":
-        trainer = build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
-                                     on_sampler_change=on_sampler_change)
-        return trainer, reward_error_count
+        return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
+                                  reward_errors, on_sampler_change=on_sampler_change)
     if plan.cfg.method in ("dpo", "orpo"):
-        return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir), lambda: 0
-    return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir), lambda: 0
+        return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
+    return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
 
 
-def attach_callbacks(trainer, session, tokenizer, errors, heldout: list[dict]):
+def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     """(watch, stop, progress bar): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
     say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
-    held-out evaluation every training.eval_every steps. ``errors()``: the reward-failure counter."""
+    held-out evaluation every training.eval_every steps."""
     # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
     # transformers before it loads
     from app.train.callbacks import FaultCallback, RunDirCallback, StopFlag, TerminalProgress
@@ -66,8 +66,7 @@ def attach_callbacks(trainer, session, tokenizer, errors, heldout: list[dict]):
     plan, main = session.plan, session.main
     stop = StopFlag().install()
     bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
-    base_errors = errors()
-    watch = RunDirCallback(session.dir, stop, lambda: errors() - base_errors, bar, warn=session.say() if main else None,
+    watch = RunDirCallback(session.dir, stop, session.reward_errors, bar, warn=session.warn if main else None,
                            write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record)
     trainer.add_callback(watch)
     if session.faults.at:

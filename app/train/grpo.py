@@ -19,13 +19,14 @@ from app.train.sampler import MergedSampler, sampling_trainer
 log = logging.getLogger("qlora_app")
 
 
-def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_reference: bool,
+def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_reference: bool, reward_errors=None,
                        on_sampler_change=None):
-    """``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used."""
+    """``reward_errors``: the run's counter of reward failures (app.rewards.RewardErrors);
+    ``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used."""
     from trl import GRPOConfig, GRPOTrainer  # heavy: imported when a trainer is built
 
     cfg, where = plan.cfg, plan.where
-    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference)
+    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference, errors=reward_errors)
     args = GRPOConfig(**grpo_kwargs(plan, run_dir, weights, fsdp_layers=getattr(model, "_no_split_modules", None)))
     trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=funcs)
     trainer.on_sampler_change = on_sampler_change

@@ -17,9 +17,10 @@ reads the run folder). A run reads top to bottom (``Session.run``):
               (app/run/proof.py), and our model card in the adapter folder;
     close     the final status on success, bad input, fault or interrupt, and the exit code.
 
-Owns: the only writes of config.yaml and status.json and the only creation of a run folder
-(tests/test_one_door.py); other modules report to it (``record``), and a process that died before it could close
-its run is recorded through ``record_exit``. Must not decide what the plan decides.
+Owns: the run's recipe, each step once, in order. What it records goes through its ``RunRecord``
+(app/run/record.py: the only writer of config.yaml and status.json, tests/test_one_door.py); other modules report
+to the session (``record``, ``note``, ``warn``). Must not decide what the plan decides, nor change anything of the
+process beyond its own run (process-wide settings are app/host's, made at the entry points).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import traceback
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -39,19 +39,18 @@ from app.config.keys import changed_keys
 from app.config.resolve import model_name, warnings_for
 from app.config.schema import AppConfig
 from app.data import build_splits
-from app.errors import RunFailed, UserError, write_failure
+from app.errors import RunFailed, UserError
 from app.eval.compare import run_comparison
 from app.eval.heldout import sample_examples
 from app.export.card import write_card
-from app.host.alloc import reuse_freed_memory
-from app.host.offline import apply_local_only, quiet_library_noise
 from app.host.threads import ThreadGovernor
 from app.model.source import check_model_source
 from app.model.unsloth_backend import import_first
-from app.rewards import load_custom
-from app.run import integrity, layout, newrun, store
+from app.rewards import RewardErrors, load_custom
+from app.run import integrity, layout, store
 from app.run.curves import save_curves
-from app.run.faults import nonfinite_message, os_error_message
+from app.run.faults import nonfinite_message
+from app.run.record import RunRecord
 from app.run.summary import comparison_text, memory_check, peak_memory_text
 from app.train import peakmem
 from app.train.build import attach_callbacks, build_trainer, load_model
@@ -60,7 +59,7 @@ from app.train.oom import Faults, free_memory, is_oom, next_attempt
 from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
 from app.train.request import check_request, check_same_world, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
-from app.train.torchrun import is_main, launch_workers, worker_run_dir
+from app.train.torchrun import is_main
 
 log = logging.getLogger("qlora_app")
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: what shells report for a Ctrl-C'd command
@@ -77,14 +76,32 @@ class Session:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress, self.console = progress, console
         self.main = is_main()  # only rank 0 writes the run folder and speaks; every rank trains
-        self.dir: Path | None = None
+        self.rec = RunRecord(self.main)  # the one writer of config.yaml and status.json (app/run/record.py)
         self.plan: RunPlan | None = None
-        self.ckpt: Path | None = None
+        self.ckpt: Path | None = None  # the checkpoint training continues from
         self.handler = None  # train.log
         self.busy: list[str] = []  # said with the plan's notes, once the run folder exists
-        self.status: str | None = None
+        self.status: str | None = None  # the final status word, once the steps ended
+        self.final: dict = {}  # what the end adds to status.json (step, peak memory)
         self.oom_changes: list[dict] = []  # the ladder's steps, as status.json records them
+        self.sampler_changes: list[dict] = []  # the fast sampler's fallbacks, as status.json records them
         self.exit_code = 0
+        # read or decided by open(): the injected faults, (placement, backend), the CPU threads, the data
+        self.faults: Faults | None = None
+        self.machine = None
+        self.threads: ThreadGovernor | None = None
+        self.rows = self.heldout_rows = self.det = None
+        self.bar = None  # the terminal's progress bar of the current attempt
+        self.reward_errors = RewardErrors()  # the run's reward failures, over every attempt
+
+    @property
+    def dir(self) -> Path | None:
+        """The run folder (None until it is made or, for a resume, found)."""
+        return self.rec.dir
+
+    @dir.setter
+    def dir(self, folder: Path | None) -> None:
+        self.rec.dir = folder
 
     # ------------------------------------------------------------------------------------------------ the recipe
     def run(self) -> Path:
@@ -113,7 +130,6 @@ class Session:
         """Check the request and read what it needs (data, resume point) before anything is made. The launcher's
         session stops after the checks: its workers decide the machine and load the rest."""
         cfg = self.request
-        apply_local_only(cfg.runtime.local_only)
         self.faults = Faults()  # QLORA_APP_FAULT: a bad value is one line before anything is made
         if self.resume_from is not None:
             self.dir = resumable_dir(self.resume_from, self.main)
@@ -124,16 +140,14 @@ class Session:
         if not launcher:
             self.machine = decide_machine(cfg)
             import_first(self.machine[1])  # before anything imports transformers / trl / peft
-            quiet_library_noise()
             self.threads = ThreadGovernor(cfg.runtime.threads, note=self.busy.append)
-            reuse_freed_memory()  # before the model's first tensors: see app/host/alloc.py
         check_model_source(model_name(cfg), cfg.runtime.local_only)  # fail fast, before data
         # Data first: a wrong column name should fail in a second, not after the model has loaded.
         self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
                                                               local_only=cfg.runtime.local_only)
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
-            self.ckpt = resume_point(self.dir, self.say("note") if self.main else None, cfg, self.main)
+            self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
@@ -143,9 +157,8 @@ class Session:
         """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""
         try:
             if self.dir is None:
-                self.dir = (newrun.create_run_dir(self.plan.cfg.output_dir, self.plan.cfg.run_name,
-                                                  self.plan.cfg.method, self.plan.cfg.data.dataset, self.run_dir)
-                            if self.main else Path(self.run_dir))  # a worker: rank 0 makes the folder
+                cfg = self.plan.cfg
+                self.rec.create(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.dataset, self.run_dir)
                 self.handler = setup_logging(self.dir) if self.main else None
             if self.main:
                 self._record_start()
@@ -159,20 +172,20 @@ class Session:
         log.info("model %s loaded (4-bit=%s, compute %s, %s, backend %s)", plan.cfg.model.name_or_path,
                  loaded.quantized, plan.where.compute_dtype, plan.where.gpu or "CPU", plan.backend)
         if plan.cfg.model.load_in_4bit and not loaded.quantized:  # a user sizing a GPU must hear it in plain words
-            self.say("note")(f"transformers quantized none of the layers of {type(loaded.model).__name__} (its "
+            self.note(f"transformers quantized none of the layers of {type(loaded.model).__name__} (its "
                               "architecture is not covered by its 4-bit loader): the model trains unquantized, at "
                               "full size")
-        packed = decide_packing(plan, loaded.model, loaded.attention, self.say("note") if self.main else None)
+        packed = decide_packing(plan, loaded.model, loaded.attention, self.note if self.main else None)
         if packed.cfg != plan.cfg:
             self._replan(packed)
         self.plan = plan = packed
-        trainer, errors = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None,
-                                        on_sampler_change=self._sampler_changed)
+        trainer = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None, self.reward_errors,
+                                on_sampler_change=self._sampler_changed)
         if self.main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training
         heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
-        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, errors, heldout)
+        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, heldout)
         return trainer, watch, stop, loaded
 
     def train(self, trainer, stop) -> str | None:
@@ -195,7 +208,7 @@ class Session:
         train.log, recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
         changes, what, self.ckpt, start = next_attempt(self.plan, step, error, self.dir)
         free_memory(self.plan.where.cuda)
-        self.say("note")(f"out of GPU memory at step {step} ({error}); {what}; training again from "
+        self.note(f"out of GPU memory at step {step} ({error}); {what}; training again from "
                           f"{self.ckpt.name if self.ckpt else 'the start'}")
         self.plan = replan(self.plan, changes, f"out of GPU memory at step {step}; so from step {start}")
         self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
@@ -244,7 +257,7 @@ class Session:
                                         local_only=cfg.runtime.local_only, record="proof")
                 log.info("held-out proof: %s", comparison_text(result.to_dict()))
             except Exception as e:  # noqa: BLE001 - the trained adapter stands without its proof
-                self.say()(f"no held-out proof was made ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                self.warn(f"no held-out proof was made ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                             f"qlora-app compare --adapter {self.dir} --num-samples {rows} makes one")
         write_card(self.dir / layout.ADAPTER, self.dir, cfg, "adapter", cfg.model.name_or_path, {},
                    adapter_dir=self.dir / layout.ADAPTER)
@@ -258,13 +271,10 @@ class Session:
     def record(self, status: str | None = None, **fields) -> None:
         """The one writer of status.json (rank 0): ``status`` None keeps the status word. Other modules report
         through this (the training callbacks, the held-out evaluation, the sampler)."""
-        if self.main and self.dir is not None:
-            store.write_status(self.dir, status, **fields)
+        self.rec.status(status, **fields)
 
     def _write_config(self, text: str) -> None:
-        """The one writer of config.yaml."""
-        if self.main:
-            store.write_atomic(self.dir / layout.CONFIG, text)
+        self.rec.config(text)
 
     def _record_start(self) -> None:
         """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
@@ -282,7 +292,7 @@ class Session:
                     model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
                     step=integrity.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
         for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:
-            self.say("note")(line)
+            self.note(line)
         log.info(plan.describe().replace("\n", "; "))
         log.info("run %s: %s on %s, %d train rows, %d held out; fields: %s", self.dir.name, plan.cfg.method,
                  plan.cfg.data.dataset, len(self.rows), len(self.heldout_rows), self.det.fields_line())
@@ -304,8 +314,7 @@ class Session:
         """status.json's fast paths follow the sampler that samples: a fallback is recorded with its step."""
         fast = replace(self.plan.fast, sampler="merged" if sampler is not None else "plain",
                        compiled=sampler is not None and sampler.compile)
-        self.sampler_changes = getattr(self, "sampler_changes", []) + [{"fast_paths": fast.describe(),
-                                                                        "reason": reason}]
+        self.sampler_changes.append({"fast_paths": fast.describe(), "reason": reason})
         self.record(None, fast_paths=fast.describe(), fast_path_changes=self.sampler_changes)
 
     @contextmanager
@@ -318,76 +327,21 @@ class Session:
             self._fail(e)
 
     def _fail(self, e: BaseException):
-        failed_write = write_failure(e)
-        if failed_write is not None:  # a full disk, or any other failure to write the run's files
-            err = RunFailed(os_error_message(failed_write, self.dir or Path(self.request.output_dir)))
-            if self.dir is not None:
-                self._record_failure(str(err))
-            raise err from None
-        if self.main and self.dir is not None:
-            if isinstance(e, KeyboardInterrupt):
-                self.record(layout.INTERRUPTED, ended=time.time(), error=None)
-            else:
-                self._record_failure(str(e) if isinstance(e, UserError) else
-                                     f"{type(e).__name__}: {e}".splitlines()[0])
-            log.error("run ended: %s\n%s", type(e).__name__, traceback.format_exc())
-        raise e
+        out = self.rec.ended_early(e, self.request.output_dir)
+        if out is e:
+            raise e
+        raise out from None
 
-    def _record_failure(self, reason: str) -> None:
-        """status.json says failed with the reason, and train.log gets the traceback, as far as the disk allows."""
-        try:
-            self.record(layout.FAILED, ended=time.time(), error=reason)
-        except OSError:
-            pass
-        try:
-            log.error("run failed: %s\n%s", reason, traceback.format_exc())
-        except OSError:
-            pass
+    def note(self, line: str) -> None:
+        """A line the user should read (rank 0): the terminal and train.log."""
+        self._say("note", line)
 
-    def say(self, label: str = "warning"):
-        console = self.console if self.main else None
+    def warn(self, line: str) -> None:
+        """A line about something that went wrong but did not stop the run."""
+        self._say("warning", line)
 
-        def warn(line: str) -> None:
-            log.warning(line)
-            if console:
-                console.print(f"[yellow]{label}:[/] {escape(line)}")
-        return warn
+    def _say(self, label: str, line: str) -> None:
+        log.warning(line)
+        if self.console is not None and self.main:
+            self.console.print(f"[yellow]{label}:[/] {escape(line)}")
 
-    # ------------------------------------------------------------------------------------------------ torchrun
-    def launch(self, sets: list[str], max_steps: int | None) -> Path:
-        """`qlora-app train` with more than one process: the request is checked here (one line, exit 2, nothing
-        made), then runs on runtime.num_processes x runtime.nnodes workers through torchrun, each a Session whose
-        rank 0 creates and records the run. Returns the run folder."""
-        self.open(launcher=True)
-        rt = self.request.runtime
-        d = self.dir.resolve() if self.dir is not None else worker_run_dir(self.request, self.run_dir)
-        if self.console:
-            self.console.print(f"launching {rt.num_processes} process(es) x {rt.nnodes} machine(s) through "
-                               f"torchrun: {d}")
-        rc = launch_workers(self.request, d, resume=self.dir is not None, sets=sets, max_steps=max_steps)
-        st = store.read_status(d) or {}
-        self.status = st.get("status")
-        if rc != 0 and self.status != layout.INTERRUPTED:
-            raise RunFailed(f"the distributed run ended with exit code {rc}: "
-                            f"{st.get('error') or 'see ' + str(d / layout.LOG)}")
-        self.exit_code = INTERRUPTED_EXIT if self.status == layout.INTERRUPTED else 0
-        return d
-
-
-def record_exit(run_dir: Path, rc: int, stop_requested: bool, killed: bool, last_line: str | None) -> None:
-    """A run's process exited (the UI's job watches it): when it could not close its run itself (killed, or gone
-    before its session wrote a final status), the session's records say how it ended, so the Runs tab never shows
-    a dead run as running."""
-    st = store.read_status(run_dir)
-    if st is None or st.get("status") in (layout.FINISHED, layout.FAILED, layout.INTERRUPTED):
-        return  # no run was made, or its session said how it ended: that is the truth
-    if stop_requested:
-        note = "killed after the stop grace period" if killed else "stopped before training started"
-        store.write_status(run_dir, layout.INTERRUPTED, ended=time.time(), error=None, note=note)
-    elif rc == 0:
-        store.write_status(run_dir, layout.FAILED, ended=time.time(),
-                            error="the training process exited without finishing; see train.log")
-    else:
-        why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
-        store.write_status(run_dir, layout.FAILED, ended=time.time(),
-                            error=f"training process ended with {why}" + (f": {last_line}" if last_line else ""))

@@ -5,7 +5,7 @@ process: a crash, an OOM or a CUDA error then kills the run, not the UI, and Sto
 started. The UI hands the run over as the command line its form shows, with `--run-dir` naming the folder the
 run's session will create (app/train/session.py); it never writes into a run folder. The process's console goes to
 <runs>/.console/<run name>.log, so an error printed before any run folder exists is still shown. When the process
-dies without closing its run (killed), its exit is reported to the session's ``record_exit``, so the Runs tab never
+dies without closing its run (killed), its exit is reported to the run record's ``record_exit`` (app/run/record.py), so the Runs tab never
 shows a dead run as "running".
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from app.errors import UserError
 from app.host.procs import child_env, descendants, pid_alive
 from app.run import layout, lookup, store
-from app.train.session import record_exit
+from app.run.record import record_exit
 
 CONSOLE_DIR = ".console"  # inside the runs folder: not a run (no config.yaml), so `runs` ignores it
 BUSY_MESSAGE = "a training run is already in progress"  # the UI clears it from the page once no longer true
