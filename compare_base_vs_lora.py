@@ -13,14 +13,15 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     import typer
 
-    from app.cli import main
+    from app.cli import main as cli
+    from app.cli.options import Command, Group
     from app.errors import UserError
-    from app.host.offline import quiet_library_noise
+    from app.host.process import start_command
 
-    quiet_library_noise()
+    start_command()  # this script is a process entry, like `qlora-app`
 
-    script = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    script.command()(main.compare)  # a single command: options go straight after the script name
+    script = typer.Typer(cls=Group, add_completion=False, pretty_exceptions_enable=False)
+    script.command(cls=Command)(cli.compare)  # a single command: options go straight after the script name
     try:
         script(args=argv, prog_name="compare_base_vs_lora.py")
     except UserError as e:  # the same handling as cli.main

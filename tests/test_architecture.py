@@ -183,3 +183,77 @@ def test_the_graph_checks_see_hidden_imports(tmp_path, monkeypatch):
     monkeypatch.undo()
     heavy_at_import.cache_clear()
     assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.session")
+
+
+# ------------------------------------------------------------------------------------------- process-wide effects
+
+# Where a process-wide setting may be made: app/host/ (called by the entry points), nowhere else.
+PROCESS_WIDE_HOME = "app.host"
+ENV_MUTATORS = {"update", "setdefault", "pop", "clear", "popitem", "__setitem__", "__delitem__"}
+WARNING_FILTERS = {"filterwarnings", "simplefilter", "resetwarnings"}
+
+
+def _library_names(tree) -> set[str]:
+    """Names a module binds to another library's modules or objects (``import torch``, ``from typer.core import
+    TyperOption``, ``import datasets.config as dcfg``), at any depth."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            out |= {(a.asname or a.name).split(".")[0] for a in n.names if a.name.split(".")[0] != "app"}
+        elif isinstance(n, ast.ImportFrom) and not n.level and n.module and n.module.split(".")[0] != "app":
+            out |= {a.asname or a.name for a in n.names}
+    return out - {"annotations"}
+
+
+def _root(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def process_wide_effects(path: Path) -> list[str]:
+    """Each place a module changes os.environ, the warnings filters, or an attribute of another library."""
+    tree = ast.parse(path.read_text())
+    libs = _library_names(tree)
+    found = []
+    for n in ast.walk(tree):
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign,
+                                                                                           ast.AnnAssign)) else []
+        if isinstance(n, ast.Delete):
+            targets = n.targets
+        for t in targets:
+            # sys.modules[name] = module is how a user's file is imported (app.rewards.load_custom), not a patch
+            if (isinstance(t, (ast.Attribute, ast.Subscript)) and _root(t) in libs
+                    and not ast.unparse(t).startswith("sys.modules[")):
+                found.append(f"{n.lineno}: sets {ast.unparse(t)}")
+        if isinstance(n, ast.Call):
+            f = n.func
+            text = ast.unparse(f)
+            if isinstance(f, ast.Attribute) and f.attr in ENV_MUTATORS and ast.unparse(f.value) == "os.environ":
+                found.append(f"{n.lineno}: {text}")
+            elif text in ("os.putenv", "os.unsetenv") or (isinstance(f, ast.Attribute) and f.attr in WARNING_FILTERS
+                                                          and ast.unparse(f.value) == "warnings"):
+                found.append(f"{n.lineno}: {text}")
+            elif text == "setattr" and n.args and _root(n.args[0]) in libs:
+                found.append(f"{n.lineno}: setattr({ast.unparse(n.args[0])}, ...)")
+    return found
+
+
+def test_process_wide_settings_live_in_app_host_only():
+    """No module but app/host/'s changes the environment, the warnings filters or another library's attributes;
+    the entry points call app/host (app/cli/main.py's main, compare_base_vs_lora.py)."""
+    bad = {m: e for m in MODULES if m != PROCESS_WIDE_HOME and not m.startswith(PROCESS_WIDE_HOME + ".")
+           and (e := process_wide_effects(MODULES[m]))}
+    assert not bad, bad
+    assert process_wide_effects(MODULES["app.host.process"])  # the scan sees what app/host does
+    script = (ROOT / "compare_base_vs_lora.py").read_text()
+    assert "start_command()" in script and "start_command()" in MODULES["app.cli.main"].read_text()
+
+
+def test_the_process_wide_scan_sees_each_kind(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os, warnings\nimport torch\nfrom typer.core import TyperOption\n"
+                   "def f():\n    os.environ['A'] = '1'\n    os.environ.setdefault('B', '1')\n"
+                   "    warnings.filterwarnings('ignore')\n    TyperOption.display_type_rich = None\n"
+                   "    setattr(torch, 'x', 1)\n    self_ok = {}\n    self_ok['a'] = 1\n")
+    assert [e.split(":")[0] for e in process_wide_effects(src)] == ["5", "8", "6", "7", "9"]

@@ -38,7 +38,7 @@ def test_python_warnings_reach_train_log_after_an_earlier_run_in_the_same_proces
     # An earlier run left logging's capture switch on, and something since put the original showwarning back (what
     # a warnings.catch_warnings block or pytest does): the next run's warnings must still be written.
     # A library user's process: warnings are not kept off the terminal (an in-process CLI test before this one set
-    # up a command line's py.warnings logger, app.host.offline.quiet_command_line)
+    # up a command line's py.warnings logger, app.host.process.quiet_command_line)
     caught = logging.getLogger("py.warnings")
     monkeypatch.setattr(caught, "handlers", [])
     monkeypatch.setattr(caught, "propagate", True)

@@ -24,6 +24,7 @@ from app.cli import pairs, ship
 from app.cli.compare import run_compare_cli
 from app.cli.doctor import report
 from app.cli.inspect import run_inspect
+from app.cli.options import Command, Group, switch
 from app.cli.plan_report import print_plan, print_run_summary, print_runs
 from app.cli.score import run_score
 from app.config.build import build_config, load_yaml_file
@@ -33,7 +34,8 @@ from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.demo.dpo import run_dpo_demo
 from app.demo.run import DemoInterrupted, run_demo
 from app.errors import UserError
-from app.host.offline import apply_local_only, quiet_command_line, quiet_library_noise
+from app.host.offline import apply_local_only, no_telemetry
+from app.host.process import start_command
 from app.run import layout, lookup
 from app.run.summary import run_summary
 from app.train import launcher
@@ -41,19 +43,8 @@ from app.train.session import Session
 from app.train.torchrun import is_worker, wants_launcher
 from app.ui.serve import launch
 
-
-def _switches_take_no_value() -> None:
-    """typer's rich help shows '<bool>' beside every switch ('--local-only <bool>'), which reads as if it took a
-    value: a switch's type column stays empty."""
-    from typer.core import TyperOption
-
-    shown = TyperOption.display_type_rich
-    TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)
-
-
-_switches_take_no_value()
-
 app = typer.Typer(
+    cls=Group,
     name="qlora-app",
     help="QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI.",
     no_args_is_help=True,
@@ -71,13 +62,13 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+def _root(version: bool = switch("--version", callback=_version, is_eager=True,
                                        help="Print qlora-app's version and exit.")):
     """QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI."""
 
 
-presets_app = typer.Typer(help="List and show the built-in presets.", no_args_is_help=True)
-runs_app = typer.Typer(help="List and show runs in a runs folder.", no_args_is_help=True)
+presets_app = typer.Typer(cls=Group, help="List and show the built-in presets.", no_args_is_help=True)
+runs_app = typer.Typer(cls=Group, help="List and show runs in a runs folder.", no_args_is_help=True)
 app.add_typer(presets_app, name="presets")
 app.add_typer(runs_app, name="runs")
 
@@ -90,7 +81,7 @@ SetOpt = typer.Option(None, "--set", help="Override any config key: --set traini
 # ---------------------------------------------------------------------------------------------------------- train
 
 
-@app.command()
+@app.command(cls=Command)
 def train(
     dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
     method: Optional[str] = typer.Option(None, help="grpo (rewards), sft (references) or dpo (preference pairs); "
@@ -107,27 +98,27 @@ def train(
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     output_dir: Optional[str] = typer.Option(None, help="Parent folder for run directories (default: runs)."),
     run_dir: Optional[Path] = typer.Option(None, help="Use this (new, empty) folder as the run directory."),
-    local_only: bool = typer.Option(False, "--local-only", help="Air-gapped: local paths and HF cache only."),
+    local_only: bool = switch("--local-only", help="Air-gapped: local paths and HF cache only."),
     resume: Optional[Path] = typer.Option(None, help="Continue RUN_DIR from its last checkpoint."),
     reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
     set_: Optional[List[str]] = SetOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and exit; loads no weights."),
-    explain: bool = typer.Option(False, "--explain", help="With --dry-run: every key, its value and what it does; "
+    dry_run: bool = switch("--dry-run", help="Print the resolved config and exit; loads no weights."),
+    explain: bool = switch("--explain", help="With --dry-run: every key, its value and what it does; "
                                                            "--explain lora (or grpo.loss) shows only the matching keys."),
     explain_only: str = typer.Option("", "--explain-only", hidden=True),  # `--explain KEYS` arrives as this
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (for logs and subprocesses)."),
+    no_progress: bool = switch("--no-progress", help="No progress bar (for logs and subprocesses)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes",
                                                 help="Processes on this machine (one per GPU); >1 runs torchrun DDP."),
     nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Machines taking part (multi-node)."),
     node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine."),
     master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
-    no_fit_check: bool = typer.Option(False, "--no-fit-check",
+    no_fit_check: bool = switch("--no-fit-check",
                                       help="Train even when the memory estimate says the run cannot fit the GPU."),
     gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", metavar="GB",
                                                help="With --dry-run: plan the run for a CUDA card of this many GB "
                                                     "(from any machine)."),
-    as_json: bool = typer.Option(False, "--json", help="With --dry-run: the plan as one JSON object on stdout."),
+    as_json: bool = switch("--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
@@ -143,6 +134,7 @@ def train(
     elif preset is not None:
         base = load_preset(preset)
     cfg = build_config(base, flags, list(set_ or []))
+    apply_local_only(cfg.runtime.local_only)  # a config or resumed run may say it too; still before any hub import
     if explain_only:
         explain = True
     if (explain or gpu_memory is not None or as_json) and not dry_run:
@@ -165,7 +157,7 @@ def train(
 # ---------------------------------------------------------------------------------------------- data and reward
 
 
-@app.command()
+@app.command(cls=Command)
 def inspect(
     dataset: str = typer.Argument(..., help="Hub id, local file or built-in name."),
     dataset_config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config name."),
@@ -174,8 +166,8 @@ def inspect(
     reference_field: Optional[str] = typer.Option(None),
     chosen_field: Optional[str] = typer.Option(None, help="Preference data: the preferred answer's column."),
     rejected_field: Optional[str] = typer.Option(None, help="Preference data: the rejected answer's column."),
-    local_only: bool = typer.Option(False, "--local-only"),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    local_only: bool = switch("--local-only"),
+    as_json: bool = switch("--json", help="One JSON object on stdout."),
 ):
     """Show which fields will be used as prompt / reference (chosen / rejected for preference pairs), with reasons
     and sample rows."""
@@ -185,12 +177,12 @@ def inspect(
                                  chosen_field=chosen_field, rejected_field=rejected_field))
 
 
-@app.command()
+@app.command(cls=Command)
 def score(
     completion: Optional[str] = typer.Option(None, help="A model completion to score."),
     reference: Optional[str] = typer.Option(None, help="The reference answer."),
     file: Optional[str] = typer.Option(None, help="JSONL with rows {completion, reference}."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON line per input."),
+    as_json: bool = switch("--json", help="One JSON line per input."),
     reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function' "
                                                           "(as train --reward)."),
     set_: Optional[List[str]] = SetOpt,
@@ -202,7 +194,7 @@ def score(
 # ------------------------------------------------------------------------------------------- compare, demo, ui
 
 
-@app.command()
+@app.command(cls=Command)
 def compare(
     adapter: Path = typer.Option(..., help="Run directory or adapter directory."),
     model: Optional[str] = typer.Option(None, help="Base model (default: read from the adapter/run config)."),
@@ -217,9 +209,10 @@ def compare(
     seed: int = typer.Option(0),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the comparison as JSON."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Write a self-contained HTML page."),
-    local_only: bool = typer.Option(False, "--local-only"),
+    local_only: bool = switch("--local-only"),
 ):
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
+    apply_local_only(local_only)
     raise typer.Exit(run_compare_cli(
         adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
         prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
@@ -228,10 +221,10 @@ def compare(
     ))
 
 
-@app.command()
+@app.command(cls=Command)
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
-    quick: bool = typer.Option(False, "--quick", help="A shorter run (60 GRPO steps, 100 held-out problems: about "
+    quick: bool = switch("--quick", help="A shorter run (60 GRPO steps, 100 held-out problems: about "
                                                       "25 s on 2 cores; with --method dpo: 800 prompts, 40 DPO "
                                                       "steps, about 35 s) that still shows the lift."),
     seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
@@ -253,20 +246,20 @@ def demo(
         raise typer.Exit(130) from None
 
 
-@app.command()
+@app.command(cls=Command)
 def ui(
     host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default)."),
     port: int = typer.Option(7860),
-    share: bool = typer.Option(False, "--share", help="Create a public Gradio share link (off by default)."),
+    share: bool = switch("--share", help="Create a public Gradio share link (off by default)."),
     auth: Optional[str] = typer.Option(None, help="USER:PASS required to open the UI."),
     runs_dir: Path = typer.Option(Path("runs"), help="Runs folder to show and write to (demo-runs/ beside it is "
                                                      "shown too)."),
-    local_only: bool = typer.Option(False, "--local-only"),
-    open_browser: bool = typer.Option(False, "--open", help="Open the UI in a browser once it serves."),
+    local_only: bool = switch("--local-only"),
+    open_browser: bool = switch("--open", help="Open the UI in a browser once it serves."),
 ):
     """Local web UI: train with live curves and Stop, browse runs, compare base vs adapter."""
     apply_local_only(local_only)
-
+    no_telemetry()  # before gradio is imported: it reads these at import time
     launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only,
            open_browser=open_browser)
 
@@ -274,7 +267,7 @@ def ui(
 # ------------------------------------------------------------------------------------------- presets and runs
 
 
-@presets_app.command("list")
+@presets_app.command("list", cls=Command)
 def presets_list():
     """All presets with their method, model and dataset."""
     t = Table(title="presets", show_lines=True)
@@ -293,18 +286,18 @@ def presets_list():
     console.print(t)
 
 
-@presets_app.command("show")
+@presets_app.command("show", cls=Command)
 def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.")):
     """Print a preset's YAML."""
     sys.stdout.write(preset_path(name).read_text())
 
 
-@runs_app.command("list")
+@runs_app.command("list", cls=Command)
 def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
               output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/)."),
-              memory: bool = typer.Option(False, "--memory", help="Each GPU run's memory estimate beside its "
+              memory: bool = switch("--memory", help="Each GPU run's memory estimate beside its "
                                                                   "measured peak."),
-              as_json: bool = typer.Option(False, "--json", help="One JSON object per run, one per line.")):
+              as_json: bool = switch("--json", help="One JSON object per run, one per line.")):
     """Runs with status, method, model, dataset and final metrics."""
     chosen = folder or output_dir
     if chosen is not None and not chosen.is_dir():
@@ -318,7 +311,7 @@ def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (s
             print_runs(f, console, memory)
 
 
-@runs_app.command("show")
+@runs_app.command("show", cls=Command)
 def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
     """A run's config, status and curves."""
     d = lookup.require_run_dir(run)
@@ -331,10 +324,10 @@ def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
 
 
 for _command in (pairs.pairs, ship.chat, ship.export, ship.push, ship.prefetch):
-    app.command()(_command)
+    app.command(cls=Command)(_command)
 
 
-@app.command()
+@app.command(cls=Command)
 def doctor():
     """What this machine can do: GPU, bf16, libraries, offline settings."""
     report(console)
@@ -352,8 +345,7 @@ def explain_value(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Entry point: user errors become one red line and exit code 2, never a traceback."""
-    quiet_library_noise()
-    quiet_command_line()
+    start_command()  # the process-wide settings, once, before any command imports a library (app/host/process.py)
     try:
         app(args=explain_value(sys.argv[1:]))
     except UserError as e:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from app.cli.options import switch
 from app.config.build import build_config, load_yaml_file
 from app.config.flags import flags_layer
 from app.config.presets import load_preset
@@ -40,19 +41,19 @@ def pairs(
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts sampled at once (x samples answers)."),
     min_gap: float = typer.Option(0.25, "--min-gap", help="Least score difference between chosen and rejected; "
                                                           "closer answers are alike and make no pair."),
-    local_only: bool = typer.Option(False, "--local-only", help="Air-gapped: local paths and HF cache only."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the pairs already written in --out."),
+    local_only: bool = switch("--local-only", help="Air-gapped: local paths and HF cache only."),
+    resume: bool = switch("--resume", help="Continue the pairs already written in --out."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a config key, e.g. reward.weights."
                                                                  "format=1 or data.system_prompt=..."),
-    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+    no_progress: bool = switch("--no-progress", help="No progress bar."),
 ):
     """Make preference pairs from a reward: sample each prompt, chosen = best-scored answer, rejected = worst."""
-    apply_local_only(local_only)
     base = load_yaml_file(config) if config is not None else load_preset(preset) if preset is not None else {}
     flags = flags_layer({"dataset": dataset, "model": model, "dataset_config": dataset_config,
                          "prompt_field": prompt_field, "reference_field": reference_field,
                          "local_only": local_only})
     cfg = build_config(base, flags, list(set_ or []))
+    apply_local_only(cfg.runtime.local_only)  # the flag, or the config's: before any hub import
     if not cfg.data.dataset:
         raise UserError("no prompts: pass --dataset (a hub id, a local file or 'arith') or a --preset that names one")
     req = PairsRequest(samples=samples, temperature=temperature, max_new_tokens=max_new_tokens,

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from app.cli.options import switch
 from app.errors import UserError
 from app.eval.chat import Chat
 from app.export.bundle import export_run
@@ -32,14 +33,14 @@ CHAT_HELP = ("commands: /adapter, /base, /both (who answers), /system (show it),
 def chat(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
     message: Optional[str] = typer.Option(None, "--message", "-m", help="Answer this one message and exit."),
-    base: bool = typer.Option(False, "--base", help="The base model answers (adapter off)."),
-    both: bool = typer.Option(False, "--both", help="Adapter and base both answer each message."),
+    base: bool = switch("--base", help="The base model answers (adapter off)."),
+    both: bool = switch("--both", help="Adapter and base both answer each message."),
     system: Optional[str] = typer.Option(None, "--system", help="System prompt (default: the run's)."),
     temperature: float = typer.Option(0.0, help="0 = greedy: the reply compare gives for the same prompt."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     seed: int = typer.Option(0, help="Seed for sampling (temperature > 0)."),
-    as_json: bool = typer.Option(False, "--json", help="With --message: print {\"adapter\": ..., \"base\": ...}."),
-    local_only: bool = typer.Option(False, "--local-only"),
+    as_json: bool = switch("--json", help="With --message: print {\"adapter\": ..., \"base\": ...}."),
+    local_only: bool = switch("--local-only"),
 ):
     """Talk to a trained adapter in the terminal, with its base beside it on /both or --both."""
     apply_local_only(local_only)
@@ -139,11 +140,11 @@ def export(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
     out: Path = typer.Option(..., help="Destination folder (new or empty; --force to write into a full one)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf or ollama."),
-    merge: bool = typer.Option(False, "--merge", help="Same as --format merged."),
+    merge: bool = switch("--merge", help="Same as --format merged."),
     outtype: str = typer.Option("f16", "--outtype", help="gguf / ollama: f16, bf16, q8_0 or f32."),
     dtype: Optional[str] = typer.Option(None, help="merged: bf16 (default), fp16 or fp32."),
-    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out (same names are replaced)."),
-    local_only: bool = typer.Option(False, "--local-only"),
+    force: bool = switch("--force", help="Write into a non-empty --out (same names are replaced)."),
+    local_only: bool = switch("--local-only"),
 ):
     """Export the adapter, merged 16-bit weights, a GGUF (llama.cpp) or GGUF + Modelfile (Ollama), with a model card."""
     apply_local_only(local_only)
@@ -166,9 +167,9 @@ def push(
     repo: str = typer.Option(..., help="Hub repository id, e.g. you/my-model."),
     fmt: str = typer.Option("adapter", "--format", help="adapter, merged or gguf."),
     outtype: str = typer.Option("f16", "--outtype", help="gguf: f16, bf16, q8_0 or f32."),
-    private: bool = typer.Option(False, "--private", help="Create the repository as private."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be uploaded; upload nothing."),
-    local_only: bool = typer.Option(False, "--local-only"),
+    private: bool = switch("--private", help="Create the repository as private."),
+    dry_run: bool = switch("--dry-run", help="List what would be uploaded; upload nothing."),
+    local_only: bool = switch("--local-only"),
 ):
     """Upload what `export` writes (model card included) to a Hugging Face Hub repository."""
     apply_local_only(local_only)

@@ -13,15 +13,14 @@ import bz2
 import gzip
 import json
 import lzma
-import os
 import random
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
 from app.data.arith import arith_dataset
 from app.data.detect import DataError, detect_nested
 from app.data.profile import spread_sample
+from app.host.offline import offline
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
@@ -77,31 +76,6 @@ def _csv_delimiter(path: Path) -> str:
     # Only a header that has no comma but splits on the other character: text with ';' in a comma file stays put.
     header = next(csv.reader([sample.split("\n", 1)[0]]), [])
     return found if len(header) == 1 and len(next(csv.reader([header[0]], delimiter=found))) > 1 else ","
-
-
-@contextmanager
-def offline(enabled: bool):
-    """Offline mode for the duration of a load, also when ``datasets`` was imported before the flag was known
-    (both libraries read the variables at import time, so the module constants are patched too)."""
-    if not enabled:
-        yield
-        return
-    import datasets.config as dcfg
-    import huggingface_hub.constants as hcst
-
-    env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    saved = (dcfg.HF_HUB_OFFLINE, dcfg.HF_DATASETS_OFFLINE, hcst.HF_HUB_OFFLINE)
-    os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    dcfg.HF_HUB_OFFLINE = dcfg.HF_DATASETS_OFFLINE = hcst.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        dcfg.HF_HUB_OFFLINE, dcfg.HF_DATASETS_OFFLINE, hcst.HF_HUB_OFFLINE = saved
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def source_kind(spec: str) -> str:

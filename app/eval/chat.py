@@ -16,7 +16,7 @@ from typing import Callable
 
 from app.errors import UserError
 from app.eval.compare import load_pair, resolve_target
-from app.host.threads import ThreadGovernor
+from app.host.threads import use_free_cores
 from app.model.generation import adds_special_tokens, format_prompt, generate_one
 from app.model.placement import context_length
 from app.model.source import check_model_source
@@ -36,7 +36,7 @@ class Chat:
     def __init__(self, run, local_only: bool = False, model: str | None = None):
         adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
         check_model_source(mc.name_or_path, local_only)
-        ThreadGovernor()
+        use_free_cores()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
         self.adapter_dir, self.base_name = adapter_dir, mc.name_or_path
         self.default_system = run_cfg.data.system_prompt if run_cfg else None
         self.system = self.default_system

@@ -23,8 +23,7 @@ from app.errors import UserError
 from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
-from app.host.offline import apply_local_only
-from app.host.threads import ThreadGovernor
+from app.host.threads import use_free_cores
 from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
 from app.model.source import check_model_source
@@ -173,14 +172,12 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
         raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
     if batch_size < 1:
         raise UserError(f"--batch-size must be >= 1 (got {batch_size})")
-    if local_only:
-        apply_local_only(True)
     adapter_dir, run_cfg, mc, trained_on = resolve_target(adapter, model)
     if num_samples <= 0 and not any(p and p.strip() for p in prompts):
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
 
     check_model_source(mc.name_or_path, local_only)  # a missing base fails in a second, before any data loads
-    ThreadGovernor()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
+    use_free_cores()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
     items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,
                             local_only)
     peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,

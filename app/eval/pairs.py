@@ -33,7 +33,6 @@ from app.data import build_splits
 from app.data.convert import prompt_messages, reference_text, render_conversation
 from app.errors import UserError
 from app.eval.compare import load_pair, resolve_target
-from app.host.offline import apply_local_only
 from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
 from app.model.source import check_model_source
@@ -131,7 +130,6 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
     """Write (or continue) the pairs folder ``out``; returns its progress record. ``on_progress(done, total)``
     hears each batch; ``note(line)`` hears what the user should know."""
     req.check()
-    apply_local_only(cfg.runtime.local_only)
     # the GRPO resolution: the model's default, and the system prompt the shaped reward's format bonus asks for
     cfg = resolve(with_absolute_paths(cfg.model_copy(update={"method": "grpo"}), Path.cwd()))
     out = Path(out)

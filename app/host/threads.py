@@ -107,6 +107,12 @@ class ThreadGovernor:
         return self.threads
 
 
+def use_free_cores(setting: int | None = None, note=None) -> int:
+    """Set torch's threads once, to the cores other processes leave free (a compare, a chat: no training steps to
+    follow the load from); returns the number set."""
+    return ThreadGovernor(setting, note).threads
+
+
 def _set(n: int) -> None:
     import torch  # heavy: only when threads are set, in a process that trains or generates
 

@@ -8,7 +8,6 @@ import os
 from app.config.schema import ModelConfig
 from app.errors import UserError
 from app.host.machine import torch_dtype
-from app.host.offline import quiet_library_noise
 from app.model.placement import Placement, placement, quant_storage
 from app.model.source import check_model_source, model_load_error
 
@@ -79,7 +78,6 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     # under FSDP the Trainer places (and shards) the model itself.
     if not fsdp:
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
-    quiet_library_noise()
     model = _from_pretrained(AutoModelForCausalLM, mc, kwargs)
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from pathlib import Path
 
 from app.run import layout
@@ -75,9 +74,6 @@ def setup_logging(run_dir: Path) -> logging.Handler:
         "py.warnings").propagate  # a command line that keeps Python warnings off the terminal
     logging.captureWarnings(False)
     logging.captureWarnings(True)
-    # transformers 5 renamed gradient_checkpointing -> activation_checkpointing and TRL still uses the old name
-    # internally; the FutureWarning tells a user nothing actionable.
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     return handler
 
 
@@ -87,5 +83,5 @@ def close_logging(handler: logging.Handler | None) -> None:
             logging.getLogger(name).removeHandler(handler)
         handler.close()
         # the pair of setup_logging's: warnings go back where they went before the run (stderr, or nowhere in a
-        # qlora-app command: app.host.offline.quiet_command_line)
+        # qlora-app command: app.host.process.quiet_command_line)
         logging.captureWarnings(_captured_before)

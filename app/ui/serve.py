@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import ipaddress
-import os
 import socket
 from pathlib import Path
 
@@ -67,10 +66,6 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
            runs_dir: Path = Path("runs"), local_only: bool = False, block: bool = True, open_browser: bool = False):
     """Build and serve the app; say where it is (and open a browser there with ``open_browser``). With block=False
     returns the running Blocks (tests; call .close() and .jobs.shutdown())."""
-    # Before gradio is imported: it reads these at import time.
-    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-
     kwargs = launch_kwargs(host, port, share, auth, runs_dir)
     _check_port_free(host, port)  # before the app is built: Gradio's own error is a long traceback
     demo = build_app(runs_dir, local_only=local_only)
