@@ -8,6 +8,7 @@ import of `app.*` is allowed only where it keeps a heavy library (torch, transfo
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -257,3 +258,91 @@ def test_the_process_wide_scan_sees_each_kind(tmp_path):
                    "    warnings.filterwarnings('ignore')\n    TyperOption.display_type_rich = None\n"
                    "    setattr(torch, 'x', 1)\n    self_ok = {}\n    self_ok['a'] = 1\n")
     assert [e.split(":")[0] for e in process_wide_effects(src)] == ["5", "8", "6", "7", "9"]
+
+
+# ------------------------------------------------------------------------------------------------ the front door
+
+PACKAGES = sorted(m for m, p in MODULES.items() if p.name == "__init__.py")
+# What the UI must never load, even through another module: the session and the trainers.
+TRAINING = ("app.train.session", "app.train.launcher", "app.train.build", "app.train.sft", "app.train.grpo",
+            "app.train.dpo", "app.train.callbacks", "app.train.heldout_eval", "app.train.common")
+
+
+def test_the_app_root_holds_packages_and_at_most_five_modules():
+    root = sorted(p.name for p in APP.glob("*.py"))
+    assert len(root) <= 5, root
+    clashes = [p.name for p in APP.glob("*.py") if (APP / p.stem).is_dir()]
+    assert not clashes, f"a module shares its name with a folder: {clashes}"
+
+
+def test_every_package_says_what_it_owns_and_must_not_do():
+    missing = []
+    for m in PACKAGES:
+        doc = ast.get_docstring(ast.parse(MODULES[m].read_text())) or ""
+        if m != "app" and not ("Owns" in doc and "ust not" in doc):
+            missing.append(m)
+    assert not missing, f"packages whose __init__ docstring does not say what they own and must not do: {missing}"
+
+
+def _closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        for t, *_ in imports(m):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
+def test_the_ui_imports_neither_the_session_nor_the_trainers():
+    """Not even through another module, nor inside a function: the UI runs the CLI in a subprocess."""
+    bad = {m: sorted(_closure(m) & set(TRAINING)) for m in MODULES if m.startswith("app.ui")}
+    assert not {m: b for m, b in bad.items() if b}
+    assert "app.train.session" in _closure("app.cli.main")  # the closure sees what it should
+
+
+def _session_steps() -> list[str]:
+    """The steps Session.run takes, as the code has them (self.<step>() calls; plan_run reads as 'plan')."""
+    tree = ast.parse(MODULES["app.train.session"].read_text())
+    run = next(n for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Session"
+               for n in c.body if isinstance(n, ast.FunctionDef) and n.name == "run")
+    steps = [n.func.attr for n in ast.walk(run) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
+    return list(dict.fromkeys(s.removesuffix("_run") for s in steps if s != "recording"))
+
+
+def test_the_architecture_doc_names_every_package_and_session_step():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    steps = _session_steps()
+    assert {"open", "plan", "create", "build", "train", "step_down", "evaluate", "prove", "close"} <= set(steps)
+    diagram = doc[doc.index("Session.run()"):]
+    missing = [s for s in steps if not re.search(rf"^\s+{s}\s", diagram, re.M)]
+    assert not missing, f"docs/architecture.md's session diagram lacks {missing}"
+    packages = [m for m in PACKAGES if m.count(".") == 1]
+    missing = [m for m in packages if f"`{m.replace('.', '/')}/`" not in doc]
+    assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_the_methods_are_named_together_wherever_they_are_listed():
+    """A method added to config.schema.METHODS shows up in the help that lists them; the old two-method wording is
+    gone from the code, the description and the docs."""
+    from app.config.schema import METHODS, METHODS_IN_WORDS
+
+    assert all(m.upper() in METHODS_IN_WORDS for m in METHODS)
+    texts = [*APP.rglob("*.py"), ROOT / "pyproject.toml", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    stale = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bSFT (and|or) GRPO\b", p.read_text())]
+    assert not stale, stale
+
+
+def test_each_method_default_is_stated_in_the_help_of_its_key():
+    from app.config.help import BY_METHOD, key_help, method_defaults
+    from app.config.schema import METHODS
+
+    help_ = key_help()
+    for key, values in method_defaults().items():
+        assert set(values) == set(METHODS)
+        for m, v in values.items():
+            if not (BY_METHOD[key] or "").startswith(m + ":"):
+                assert f"{m} {v:g}" in help_[key] if isinstance(v, float) else f"{m} {v}" in help_[key], (key, m)
+    assert "dpo 1e-05" in help_["training.learning_rate"] and "DPOConfig" in help_["training.extra_args"]

@@ -30,13 +30,22 @@ def test_answers_are_arithmetically_right():
         n = arith.reference_number(row["answer"])
         assert n == _recompute(row), row
         assert 0 <= n <= 2 * arith.MAX_OPERAND
-        assert arith.check_row(row), row  # the worked equation agrees with the #### line
+        assert check_row(row), row  # the worked equation agrees with the #### line
         assert row["answer"].endswith(f"\n#### {n}")
+
+
+def check_row(row: dict) -> bool:
+    """True when the worked equation is arithmetically right and agrees with the #### number."""
+    m = arith._EQ_RE.search(row["answer"])
+    if not m:
+        return False
+    a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
+    return (a + b if op == "+" else a - b) == c == arith.reference_number(row["answer"])
 
 
 def test_check_row_rejects_a_wrong_solution():
     row = {"question": "q", "answer": "Tom has 3 pens and buys 4 more. 3 + 4 = 8.\n#### 8"}
-    assert not arith.check_row(row)
+    assert not check_row(row)
 
 
 def test_splits_are_fixed_sized_distinct_and_disjoint():

@@ -64,7 +64,10 @@ def _prompts_ds(tok, prompts):
 def test_grpo_drops_prompts_that_leave_no_room_for_the_completion(tiny_model, chat):
     from transformers import AutoTokenizer
 
-    from app.train.context import fit_grpo_prompts, prompt_tokens
+    from app.train.context import _count, _rendered, fit_grpo_prompts
+
+    def prompt_tokens(tok, prompt) -> int:
+        return _count(tok, *_rendered(tok, prompt))
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     short, long = "Tom has 3 apples.", "Tom has 3 apples. " * 40

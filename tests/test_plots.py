@@ -8,6 +8,9 @@ from app.config.reward_components import NAMES
 from app.run import curves, layout, newrun, store
 
 
+def component_key(name: str) -> str:  # how TRL names a reward function's logged mean
+    return f"{layout.COMPONENT_PREFIX}{name}{layout.COMPONENT_SUFFIX}"
+
 def _grpo_records(n: int, every: int = 1, eval_at=(), seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     out = []
@@ -15,7 +18,7 @@ def _grpo_records(n: int, every: int = 1, eval_at=(), seed: int = 0) -> list[dic
         r = {"step": i, "loss": rng.uniform(-0.02, 0.02), "reward": 0.7 + 0.3 * (i / n) + rng.uniform(-0.15, 0.15),
              layout.PEAK_RESERVED: 0.5 + 0.001 * i, layout.PEAK_DEVICE: "cpu (peak RSS)"}
         for name in ("format", "length", "reference"):
-            r[layout.component_key(name)] = rng.uniform(0, 1)
+            r[component_key(name)] = rng.uniform(0, 1)
         if i in eval_at:
             r[layout.EVAL_ACCURACY] = {20: 0.4, 40: 0.625, 60: 0.625, 80: 0.5}.get(i, 0.3)
             r[layout.EVAL_REWARD] = 1.0
@@ -39,7 +42,7 @@ def test_every_panel_shares_one_step_axis_up_to_max_steps():
 
 def test_a_single_logged_point_is_visible():
     """Stopped at step 17 with logging every 10: one point per series, drawn as a marker."""
-    fig = curves.figure([{"step": 10, "loss": 0.01, "reward": 0.62, layout.component_key("format"): 0.5}], "run", 200)
+    fig = curves.figure([{"step": 10, "loss": 0.01, "reward": 0.62, component_key("format"): 0.5}], "run", 200)
     for title in ("loss", "reward (total", "reward components"):
         lines = [ln for ln in _by_title(fig, title).get_lines() if len(ln.get_xdata())]
         assert lines and all(ln.get_marker() == "o" and ln.get_alpha() in (None, 1.0) for ln in lines), title
@@ -79,7 +82,7 @@ def test_component_legend_names_the_components_in_registry_colours():
 
 
 def test_custom_reward_functions_get_a_line_and_a_name_too():
-    recs = [{"step": i, "reward": 1.0, layout.component_key("my_judge"): 0.1 * i} for i in range(1, 6)]
+    recs = [{"step": i, "reward": 1.0, component_key("my_judge"): 0.1 * i} for i in range(1, 6)]
     ax = _by_title(curves.figure(recs), "reward components")
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["my_judge"]
 

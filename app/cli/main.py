@@ -31,6 +31,7 @@ from app.config.build import build_config, load_yaml_file
 from app.config.flags import CLI_FLAGS, flags_layer
 from app.config.presets import list_presets, load_preset, preset_path
 from app.config.resolve import DEFAULT_GRPO_MODEL
+from app.config.schema import METHODS_IN_WORDS
 from app.demo.dpo import run_dpo_demo
 from app.demo.run import DemoInterrupted, run_demo
 from app.errors import UserError
@@ -46,7 +47,7 @@ from app.ui.serve import launch
 app = typer.Typer(
     cls=Group,
     name="qlora-app",
-    help="QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI.",
+    help=f"QLoRA fine-tuning ({METHODS_IN_WORDS}) on one consumer GPU: train, inspect data, score, compare, UI.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -64,7 +65,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(version: bool = switch("--version", callback=_version, is_eager=True,
                                        help="Print qlora-app's version and exit.")):
-    """QLoRA fine-tuning (SFT and GRPO) on one consumer GPU: train, inspect data, score, compare, UI."""
+    # typer shows the group's help above (``help=``): this docstring is for readers of the code
+    """The `qlora-app` group: --version."""
 
 
 presets_app = typer.Typer(cls=Group, help="List and show the built-in presets.", no_args_is_help=True)
@@ -120,7 +122,7 @@ def train(
                                                     "(from any machine)."),
     as_json: bool = switch("--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
-    """Fine-tune a LoRA adapter on a 4-bit base with SFT or GRPO."""
+    """Fine-tune a LoRA adapter on a 4-bit base (--method: grpo, sft, dpo; orpo experimental)."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
     flags = flags_layer({name: value for name, value in locals().items() if name in CLI_FLAGS})
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from app.config.keys import explain_rows
+from app.config.help import explain_rows
 from app.config.resolve import model_name, resolve, warnings_for
 from app.config.schema import AppConfig
 from app.data import build_splits

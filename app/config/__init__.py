@@ -1,1 +1,13 @@
-"""app.config: (docstring to write)."""
+"""The one configuration object shared by the CLI, the UI and the presets.
+
+    schema.py             the sections and their fields (pydantic), the methods, the loss families
+    build.py              defaults < preset < flags < --set, validated once, with paths made absolute
+    resolve.py            what "auto" becomes for a method ("LoRA Without Regret" defaults), the run's warnings
+    keys.py               dotted keys: --set parsing, suggestions for a mistyped key, --explain rows, differences
+    flags.py              the one option -> config key -> UI widget table (CLI `train` and the Train form)
+    presets.py            the shipped presets (presets/)
+    reward_components.py  the shaped reward's components: names, default weights, ranges, plot colours
+    builtin.py            where the tiny built-in base model lives
+
+Owns: every setting's name, default and validation message. Must not import torch, transformers, datasets or
+gradio (the CLI loads it for --help), nor read data or models."""

@@ -1,4 +1,7 @@
-"""app.config.build: split from app.config (docstring to write)."""
+"""Building the one AppConfig: built-in defaults < preset YAML < explicit flags < ``--set`` overrides, validated once
+with messages that say what to change, and paths made absolute against where a config came from.
+
+Only pydantic and yaml are imported at module level: the CLI loads this for ``--help``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""app.config.flags: split from app.config_keys (docstring to write)."""
+"""The one option -> config key -> UI widget table: `qlora-app train`'s options and the Train form's widgets are
+both made from ``FLAGS`` (tests/test_one_door.py), so a new setting is added once and its help states each
+method's default from the config itself."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""app.config.keys: split from app.config_keys (docstring to write)."""
+"""The config's keys as a user types them: dotted names, ``--set key=value`` parsing (a bare key means the method's
+own section), help text per key for --explain, the differences between two configs, and the one-line messages for
+bad keys and values (with a suggestion for a mistyped one)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""app.config.resolve: split from app.config (docstring to write)."""
+"""What "auto" (None) becomes for a run: the method's defaults from "LoRA Without Regret" (learning rate ~10x full
+fine-tuning, small ranks for RL), the default models and system prompt, SFT's rank by data size; and the warnings a
+config earns (a large effective batch). ``resolve`` is the one resolution of a run (the plan calls it)."""
 
 from __future__ import annotations
 

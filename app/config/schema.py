@@ -63,10 +63,9 @@ class ModelConfig(StrictModel):
 
 
 class LoraConfig(StrictModel):
-    r: int | None = _d(None, "LoRA rank; empty = auto: 16 for GRPO, 16-256 for SFT by data size (LoRA Without "
-                             "Regret)", gt=0, le=1024)
-    alpha: int | None = _d(None, "LoRA alpha (scale = alpha / r); empty = auto: 32 for GRPO, max(16, r/4) for SFT",
-                           gt=0)
+    r: int | None = _d(None, "LoRA rank; empty = auto (LoRA Without Regret: small for RL and "
+                             "preferences, by data size for SFT)", gt=0, le=1024)
+    alpha: int | None = _d(None, "LoRA alpha (scale = alpha / r); empty = auto", gt=0)
     dropout: float = _d(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
     target_modules: str | list[str] = _d("all-linear", "layers that get an adapter: all-linear (attention and "
                                                         "MLP, what LoRA Without Regret recommends), layer names "
@@ -104,15 +103,12 @@ class DataConfig(StrictModel):
 
 
 class TrainingConfig(StrictModel):
-    learning_rate: float | None = _d(None, "empty = auto: 2e-4 for SFT, 3e-5 for GRPO (LoRA wants ~10x the full "
-                                           "fine-tuning rate)", gt=0)
+    learning_rate: float | None = _d(None, "empty = auto (LoRA wants ~10x the full fine-tuning rate)", gt=0)
     num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
     max_steps: int = _d(-1, "optimizer steps to run; -1 = run num_train_epochs", ge=-1)
-    per_device_train_batch_size: int | None = _d(None, "rows (SFT) or completions (GRPO) per forward pass; empty "
-                                                       "= auto: 4 for SFT (1 packed row when packing), "
-                                                       "num_generations for GRPO", gt=0)
-    gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto: 4 for "
-                                                       "SFT, 2 for GRPO", gt=0)
+    per_device_train_batch_size: int | None = _d(None, "rows (SFT), pairs (DPO, ORPO) or completions (GRPO) per "
+                                                       "forward pass; empty = auto", gt=0)
+    gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto", gt=0)
     max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
     packing: AutoBool = _d(None, "SFT: pack examples into full rows with no padding (each still attends only to "
                                     "itself); empty = auto: on, except with the Unsloth backend or a model's own "
@@ -139,7 +135,8 @@ class TrainingConfig(StrictModel):
     warmup_steps: int = _d(0, "steps of linear learning-rate warm-up", ge=0)
     max_grad_norm: float = _d(1.0, "gradient clipping norm", gt=0)
     extra_args: dict[str, Any] = Field(default_factory=dict, description=(
-        "passed straight to TRL's SFTConfig / GRPOConfig for knobs not surfaced here; checked against its fields"))
+        "passed straight to the method's TRL config (SFTConfig, GRPOConfig, DPOConfig, ORPOConfig) for knobs "
+        "not surfaced here; checked against its fields"))
 
     @field_validator("max_steps")
     @classmethod
@@ -332,6 +329,11 @@ class RuntimeConfig(StrictModel):
 # The methods and what each learns from (the UI's radio, the CLI's help, the config's check).
 METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", "dpo": "learn from preference pairs",
            "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)"}
+EXPERIMENTAL_METHODS = ("orpo",)
+# How help and descriptions name the methods: "GRPO, SFT and DPO; ORPO experimental".
+METHODS_IN_WORDS = (", ".join(m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS).rsplit(", ", 1)[0] + " and "
+                    + [m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS][-1]
+                    + "".join(f"; {m.upper()} experimental" for m in EXPERIMENTAL_METHODS))
 PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/preference.py)
 
 

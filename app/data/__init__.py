@@ -6,6 +6,8 @@ Public API (used by the engine, compare and the UI)::
     Detection, DataError
 
 Importing this package is cheap (standard library only); ``datasets`` is imported when data is loaded.
+
+Owns: reading every supported source and deciding its fields, with reasons. Must not load models or rewards.
 """
 
 from app.data.convert import prompt_text, reference_text, to_grpo, to_sft

@@ -98,15 +98,6 @@ def reference_number(answer: str) -> int:
     return int(m.group(1))
 
 
-def check_row(row: dict) -> bool:
-    """True when the worked equation is arithmetically right and agrees with the #### number."""
-    m = _EQ_RE.search(row["answer"])
-    if not m:
-        return False
-    a, op, b, c = int(m.group(1)), m.group(2), int(m.group(3)), int(m.group(4))
-    return (a + b if op == "+" else a - b) == c == reference_number(row["answer"])
-
-
 def solution_with_final_answer(answer: str) -> str:
     """An SFT target: the worked solution with GSM8K's '#### N' rewritten as 'Final answer: N'.
 

@@ -4,7 +4,10 @@
     heldout.py  the one held-out sampler (seeded by the run's own split seed)
     compare.py  resolve the adapter's base, generate both sides, score them
     render.py   terminal table, --html page, the UI's summary and rows
-    cli.py      `qlora-app compare`
+    pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs
 
 Standard library only at import; torch / transformers / peft load inside the functions that need them.
+
+Owns: running base and adapter on rows and scoring them (compare, chat, pairs, held-out preference log-probs).
+Must not import the trainer (tests/test_structure.py) nor write a run's config.yaml/status.json.
 """

@@ -1,4 +1,5 @@
-"""app.host.stack: split from app.unsloth_backend (docstring to write)."""
+"""The library versions a job needs on this machine: GRPO on a CPU needs trl >= 1.16 and transformers >= 5.23
+(the versions Unsloth pins fail there), refused in one line before anything loads."""
 
 from __future__ import annotations
 

@@ -1,1 +1,7 @@
-"""app.model: (docstring to write)."""
+"""A base model: where it comes from (source), where and how it runs (placement: device, compute dtype, attention,
+packing), loading it in 4-bit (load), attaching LoRA (lora), its size (shape), the Unsloth backend
+(unsloth_backend) and generating from it (generation).
+
+Owns: every call into transformers/bitsandbytes/PEFT that makes or runs a model. The decisions are small pure
+functions, tested without a GPU; the loading is the real path, tested on tiny models. Must not train, plan a run or
+write a run folder; torch and transformers are imported inside functions only."""

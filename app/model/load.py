@@ -1,4 +1,6 @@
-"""app.model.load: split from app.models (docstring to write)."""
+"""Loading a base model in 4-bit (bitsandbytes NF4) as placed, and what is measured on a loaded one: eval mode that
+keeps 4-bit layers intact, whether packed examples stay apart, the adapter's dtype. The real transformers +
+bitsandbytes path, which runs on CPU too (slowly), so tests exercise it on tiny models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""app.model.lora: split from app.models (docstring to write)."""
+"""The LoRA adapter to attach (PEFT's LoraConfig from ours, "all-linear" made explicit) and the description of what
+it covers."""
 
 from __future__ import annotations
 

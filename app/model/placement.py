@@ -1,4 +1,6 @@
-"""app.model.placement: split from app.models (docstring to write)."""
+"""Where and how a model runs, decided before it loads: compute dtype, attention kernel, packing, 4-bit storage type,
+the context length a config declares. Small pure functions over the machine's facts (app/host/machine.py) or a
+planned card, unit-tested without a GPU; the plan (app/train/plan.py) calls them once per run."""
 
 from __future__ import annotations
 

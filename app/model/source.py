@@ -1,4 +1,6 @@
-"""app.model.source: split from app.models (docstring to write)."""
+"""Where a model comes from: a local folder or a hub id, whether it is on disk (the HF cache included), and the
+one-line errors for a name that is neither or a download --local-only forbids. Checked before any data or weights
+load, so a missing model fails in a second."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""app.model.unsloth_backend: split from app.unsloth_backend (docstring to write)."""
+"""Optional Unsloth backend (CUDA only). Kept thin: it only swaps how the 4-bit model and the adapter are made;
+TRL trainers, rewards, run folders and callbacks are the same as the HF path. Which backend a run uses is decided
+once (``pick_backend``) and Unsloth imported first when it is (``import_first``). The translations are pure
+functions so they are tested on machines without a GPU."""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ user functions), each a separate TRL reward function so TRL logs ``rewards/<comp
 
 ``score_completion`` computes the same total for one completion, so ``score``, ``compare`` and the UI show the
 number training optimised. Only the standard library is imported here; math-verify (sympy) loads on first use.
+
+Owns: scoring a completion. Must not load models or data, nor keep state across runs (a run owns its
+``RewardErrors``).
 """
 
 from __future__ import annotations

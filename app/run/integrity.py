@@ -1,4 +1,6 @@
-"""app.run.integrity: split from app.rundir (docstring to write)."""
+"""Which checkpoints are complete: a checkpoint-N folder counts only when its trainer state, adapter weights and
+optimizer state are all there and readable (a torn write is skipped, with a note), so --resume always finds a
+complete one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,17 @@
-"""app.run.layout: split from app.rundir (docstring to write)."""
+"""The run folder's contract between the engine (writer) and the UI / `runs` / `compare` (readers): every file
+name, status word and metric key a reader relies on is defined here and nowhere else.
+
+    <output_dir>/<run_name>/
+        config.yaml      resolved AppConfig (re-runnable on its own), the plan's reasons as comments on top
+        metrics.jsonl    one JSON object per logging step: step, loss, learning_rate, reward, rewards/<c>/mean, ...
+        train.log        everything the trainer printed
+        status.json      {"status": running|finished|failed|interrupted, "step", "max_steps", "pid", ...}
+        adapter/         final PEFT adapter (adapter_config.json + adapter_model.safetensors)
+        checkpoints/     Trainer checkpoints (checkpoint-N/), used by --resume
+        curves.png       loss / reward curves, written at the end
+        compare.json     the run's proof; comparisons/ the ad-hoc ones
+
+Standard library only: the UI, `runs` and the CLI's --help read it."""
 
 from __future__ import annotations
 
@@ -44,10 +57,6 @@ BEST_STEP = "best_step"
 BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
 EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total
 EVAL_ROWS = "eval_rows"  # the held-out rows each evaluation scored
-
-
-def component_key(name: str) -> str:
-    return f"{COMPONENT_PREFIX}{name}{COMPONENT_SUFFIX}"
 
 
 def component_of(key: str) -> str | None:

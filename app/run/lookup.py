@@ -1,4 +1,5 @@
-"""app.run.lookup: split from app.rundir (docstring to write)."""
+"""Finding runs and adapters from what a user typed: a run folder by path or by name under runs/ or demo-runs/, the
+runs of a folder, and the adapter of a run (final, best, or the last checkpoint's) or the run an adapter belongs to."""
 
 from __future__ import annotations
 

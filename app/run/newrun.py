@@ -1,4 +1,6 @@
-"""app.run.newrun: split from app.rundir (docstring to write)."""
+"""Naming and making a new run folder: a default name from the method and dataset, a fresh folder that never lands
+on another run's, and a --run-dir the caller chose checked (empty, or the UI's pre-made one). Only the run's record
+(app/run/record.py) calls ``create_run_dir``."""
 
 from __future__ import annotations
 

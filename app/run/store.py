@@ -1,4 +1,6 @@
-"""app.run.store: split from app.rundir (docstring to write)."""
+"""Writing a run's files so a crash or a full disk never leaves half of one: atomic replace for status.json and
+config.yaml; metrics.jsonl appended a line at a time, read back skipping a torn last line, and cut back to a resumed
+step. Only the run's record (app/run/record.py) writes config.yaml and status.json through these."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What SFT and GRPO trainers share once TRL has built them."""
+"""What every method's trainer (SFT, GRPO, DPO, ORPO) shares once TRL has built it."""
 
 from __future__ import annotations
 

@@ -30,10 +30,6 @@ def _rendered(tok, prompt) -> tuple[str, bool]:
     return prompt, True
 
 
-def prompt_tokens(tok, prompt) -> int:
-    return _count(tok, *_rendered(tok, prompt))
-
-
 def _count(tok, text: str, add_special: bool) -> int:
     return len(tok(text, add_special_tokens=add_special)["input_ids"])
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config.flags import FLAGS
-from app.config.keys import field_help
+from app.config.help import key_help
 from app.errors import UserError
 
 log = logging.getLogger("qlora_app.ui")
@@ -60,4 +60,4 @@ def plots(ids: str):
 
 def config_help(dotted: str) -> str | None:
     """The config field's description: the same text `qlora-app train --dry-run --explain` prints."""
-    return field_help().get(dotted) or None
+    return key_help().get(dotted) or None
