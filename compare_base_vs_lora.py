@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     script.command(cls=Command)(cli.compare)  # a single command: options go straight after the script name
     try:
         script(args=argv, prog_name="compare_base_vs_lora.py")
-    except UserError as e:  # the same handling as cli.main
-        main.err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+    except UserError as e:  # the same handling as app/cli/main.py's main
+        cli.err_console.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
 
 

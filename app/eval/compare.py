@@ -45,7 +45,7 @@ def _read_adapter_base(adapter_dir: Path) -> str | None:
 
 
 def _find_run_config(adapter_dir: Path):
-    """The AppConfig of the run that produced this adapter (rundir.run_of_adapter), or None."""
+    """The AppConfig of the run that produced this adapter (app.run.lookup.run_of_adapter), or None."""
     run = lookup.run_of_adapter(adapter_dir)
     return validate(load_yaml_file(run / layout.CONFIG)) if run else None
 

@@ -72,7 +72,7 @@ def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
         state = json.loads((ckpt / layout.TRAINER_STATE).read_text())
         step, planned = int(state["global_step"]), int(state["max_steps"])
     except (OSError, ValueError, KeyError, TypeError):
-        return  # rundir.checkpoint_problem vetted the file; an older layout just trains on
+        return  # app.run.integrity.checkpoint_problem vetted the file; an older layout just trains on
     t = cfg.training
     target = t.max_steps if t.max_steps > 0 else (planned if t.num_train_epochs <= state.get("num_train_epochs", 0)
                                                    else None)
