@@ -127,6 +127,9 @@ def run_seed(seed: int, out: Path, quick: bool = False) -> dict:
 
 
 def main() -> None:
+    from app.host.process import start_command
+
+    start_command()  # a process entry, like `qlora-app`: the libraries' noise and the allocator (app/host)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated demo seeds")

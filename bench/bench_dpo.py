@@ -73,6 +73,9 @@ def table(results: list[dict]) -> str:
 
 
 def main() -> None:
+    from app.host.process import start_command
+
+    start_command()  # a process entry, like `qlora-app`: the libraries' noise and the allocator (app/host)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))

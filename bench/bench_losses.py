@@ -26,6 +26,9 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFL
 
 
 def main() -> int:
+    from app.host.process import start_command
+
+    start_command()  # a process entry, like `qlora-app`: the libraries' noise and the allocator (app/host)
     ap = argparse.ArgumentParser()
     ap.add_argument("--losses", default="dapo,grpo,dr_grpo")
     ap.add_argument("--seeds", default="1,2,3,4,5")

@@ -194,6 +194,9 @@ def _f(x, digits: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.host.process import start_command
+
+    start_command()  # a process entry, like `qlora-app`: the libraries' noise and the allocator (app/host)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="a tiny shape and few steps (the default without CUDA)")

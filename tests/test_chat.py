@@ -40,8 +40,8 @@ def test_greedy_replies_equal_compare_on_heldout_prompts(run, session):
 
     from app.eval.compare import run_comparison
 
-    # batch size 1: the same batch shape as chat's, so equal on every device (app/model/generation.py says when a batched
-    # compare may differ: bf16 / fp16 kernels on a GPU; on a CPU in fp32 it does not)
+    # batch size 1: the same batch shape as chat's, so equal on every device (app/model/generation.py says when a
+    # batched compare may differ: bf16 / fp16 kernels on a GPU; on a CPU in fp32 it does not)
     result = run_comparison(run, num_samples=4, max_new_tokens=12, batch_size=1, local_only=True, record=False)
     assert all(r.source == "heldout" for r in result.rows)
     differs = 0

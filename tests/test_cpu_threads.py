@@ -73,3 +73,24 @@ def test_a_busy_machine_at_start_is_said_once(monkeypatch):
     said = []
     assert ct.ThreadGovernor(note=said.append).threads == 1
     assert len(said) == 1 and "the machine is busy" in said[0] and "runtime.threads" in said[0]
+
+
+def test_a_command_takes_the_free_cores_once(monkeypatch):
+    """compare and chat: one look, torch's threads set to the fair share, the user's own number never overridden."""
+    import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(ct, "usable_cores", lambda: 2)
+    monkeypatch.setattr(ct.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ct, "PROBE_SECONDS", 0.0)
+    snaps = iter([(0.0, 0.0, 0.0), (200.0, 10.0, 0.0)])  # 1.9 cores busy, none of it ours
+    monkeypatch.setattr(ct, "_snapshot", lambda: next(snaps))
+    before = torch.get_num_threads()
+    said = []
+    try:
+        assert ct.use_free_cores(note=said.append) == 1 and torch.get_num_threads() == 1
+        assert len(said) == 1 and "for this command" in said[0]
+        monkeypatch.setattr(ct, "_snapshot", lambda: pytest.fail("looked at the machine"))
+        assert ct.use_free_cores(2) == 2 and torch.get_num_threads() == 2  # runtime.threads: no look
+    finally:
+        torch.set_num_threads(before)

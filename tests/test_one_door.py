@@ -1,7 +1,7 @@
 """One door for a run (docs/architecture.md): the session's record (app/run/record.py) is the only module that
-creates a run folder or writes config.yaml / status.json, a run's config is resolved once, and each fact has one home (the dtype table, the
-option -> config key table, generation). Read from the code (the AST), so a second writer or a second table fails
-here the day it is added."""
+creates a run folder or writes config.yaml / status.json, a run's config is resolved once, and each fact has one
+home (the dtype table, the option -> config key table, generation). Read from the code (the AST), so a second
+writer or a second table fails here the day it is added."""
 
 import ast
 from pathlib import Path

@@ -150,7 +150,8 @@ def test_non_editable_install_lists_and_uses_presets(tmp_path):
     kept = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if e and Path(e).resolve() != ROOT.resolve()]
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(site), *kept])}
-    code = ("import app, app.config.presets as p; print(app.__file__); print(sorted(x['name'] for x in p.list_presets()));"
+    code = ("import app, app.config.presets as p; print(app.__file__);"
+            "print(sorted(x['name'] for x in p.list_presets()));"
             "from app.config.build import build_config; print(build_config(p.load_preset('gsm8k-grpo')).method)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
                        timeout=120)

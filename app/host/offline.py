@@ -1,9 +1,10 @@
-"""What the process environment tells the libraries before they load: stay off the network (--local-only) and keep
-quiet about what a user cannot act on.
+"""Staying off the network: the offline flags a command sets before the libraries load (--local-only), Gradio's
+telemetry off for the UI, and a load forced offline for a moment (``offline``).
 
-Owns: the offline flags (OFFLINE_ENV), reading HF_HUB_OFFLINE, and the libraries' noise settings. Must not import
-anything but the standard library: the CLI calls ``apply_local_only`` before huggingface_hub, transformers or
-datasets are imported (they read these flags at import time).
+Owns: the offline flags (OFFLINE_ENV), reading HF_HUB_OFFLINE, and the only patch of the hub libraries' offline
+constants (restored on exit). Must not import anything but the standard library at module level: the CLI calls
+``apply_local_only`` before huggingface_hub, transformers or datasets are imported (they read these flags at import
+time). The libraries' noise settings are app/host/process.py's.
 """
 
 from __future__ import annotations

@@ -80,15 +80,8 @@ class ThreadGovernor:
         self._last_time = 0.0
         self._up = 0
         if self.fixed is None:
-            before = _snapshot()
-            time.sleep(PROBE_SECONDS)
-            self._last, self._last_time = _snapshot(), time.monotonic()
-            busy = others_busy(before, self._last, self.cores)
-            self.threads = fair_threads(self.cores, busy)
-            if note and self.threads < self.cores:
-                note(f"the machine is busy (other processes use about {busy:.1f} of {self.cores} cores): "
-                     f"using {self.threads} CPU thread(s), adjusting as the load changes (runtime.threads or "
-                     "OMP_NUM_THREADS fixes it)")
+            self.threads, self._last = _probe(self.cores, note, "adjusting as the load changes")
+            self._last_time = time.monotonic()
         _set(self.threads)
 
     def adjust(self) -> int:
@@ -107,10 +100,26 @@ class ThreadGovernor:
         return self.threads
 
 
+def _probe(cores: int, note, then: str):
+    """(threads, the snapshot it ended on): a short look at how busy the machine is, and the fair share of cores;
+    ``note(line)`` hears it when others are using some."""
+    before = _snapshot()
+    time.sleep(PROBE_SECONDS)
+    last = _snapshot()
+    busy = others_busy(before, last, cores)
+    threads = fair_threads(cores, busy)
+    if note and threads < cores:
+        note(f"the machine is busy (other processes use about {busy:.1f} of {cores} cores): using {threads} CPU "
+             f"thread(s), {then} (runtime.threads or OMP_NUM_THREADS fixes it)")
+    return threads, last
+
+
 def use_free_cores(setting: int | None = None, note=None) -> int:
     """Set torch's threads once, to the cores other processes leave free (a compare, a chat: no training steps to
     follow the load from); returns the number set."""
-    return ThreadGovernor(setting, note).threads
+    threads = explicit_threads(setting) or _probe(usable_cores(), note, "for this command")[0]
+    _set(threads)
+    return threads
 
 
 def _set(n: int) -> None:

@@ -172,8 +172,9 @@ def build_reward_funcs(reward_cfg, has_reference: bool,
     """
     cfg = _cfg(reward_cfg)
     funcs: list[Callable] = list(_components(cfg, has_reference))
-    for f in funcs:
-        f.errors = errors or f.errors
+    if errors is not None:
+        for f in funcs:
+            f.errors = errors
     weights = [_weight(cfg, f.name) for f in funcs]
     for entry in cfg.custom:
         funcs.append(CustomReward(entry, errors))

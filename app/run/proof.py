@@ -6,8 +6,8 @@ RUN/comparisons/. Every other comparison of a run (`qlora-app compare RUN`, the 
 compare_base_vs_lora.py) is **ad hoc**: RUN/comparisons/compare-<time>.json, a file of its own, never over the proof.
 `runs`, the UI and the model card show the proof, with the number of held-out rows behind every figure.
 
-Owns how comparisons are kept in a run folder (the file names are app/run/layout.py's: COMPARE_JSON, COMPARISONS). Must not
-compute a comparison (app/eval/compare.py does). Standard library only.
+Owns how comparisons are kept in a run folder (the file names are app/run/layout.py's: COMPARE_JSON,
+COMPARISONS). Must not compute a comparison (app/eval/compare.py does). Standard library only.
 """
 
 from __future__ import annotations

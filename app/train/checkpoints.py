@@ -1,5 +1,6 @@
 """Checkpoints that a crash cannot tear: written to a temporary sibling, flushed, renamed into place; rotation only
-after a complete save. (What makes a checkpoint complete, for ``--resume``, is ``app.run.integrity.checkpoint_problem``.)
+after a complete save. (What makes a checkpoint complete, for ``--resume``, is
+``app.run.integrity.checkpoint_problem``.)
 
 Hugging Face's Trainer writes ``checkpoint-N/`` in place and rotates old checkpoints in the same call, so a crash
 or a full disk mid-save leaves a torn newest checkpoint that resume then picks. ``atomic_trainer`` wraps a TRL
@@ -17,7 +18,8 @@ from app.run import layout
 
 log = logging.getLogger("qlora_app")
 
-PARTIAL = ".partial"  # inside checkpoints/: never matched by the checkpoint-* globs of transformers or app/run/integrity.py
+# inside checkpoints/: never matched by the checkpoint-* globs of transformers or app/run/integrity.py
+PARTIAL = ".partial"
 
 
 def fsync_tree(path: Path) -> None:
@@ -105,9 +107,9 @@ def atomic_trainer(trainer_cls):
                 publish(staging / name, run_dir / name)
                 # TRL also writes a model card (README.md) into output_dir on every save: not part of a checkpoint.
                 shutil.rmtree(staging, ignore_errors=True)
-                # By step number, as --resume picks the newest (app.run.integrity.last_checkpoint). Hugging Face's default,
-                # mtime, prints "mtime may not be reliable" whenever two saves land within a second (fast steps on
-                # a small model), which broke the one-line error contract of a run on a full disk.
+                # By step number, as --resume picks the newest (app.run.integrity.last_checkpoint). Hugging Face's
+                # default, mtime, prints "mtime may not be reliable" whenever two saves land within a second (fast
+                # steps on a small model), which broke the one-line error contract of a run on a full disk.
                 rotate_checkpoints(output_dir=str(run_dir), save_total_limit=limit,
                                    best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=False)
 

@@ -1,8 +1,8 @@
 """One door for a training run: a Session opens, plans, records and closes every run.
 
-Every run comes through here: `qlora-app train` (app/cli/main.py), the torchrun launcher (``Session.launch``: its workers
-are sessions of their own), the demo (app/demo) and the UI (which starts `qlora-app train` in a subprocess and only
-reads the run folder). A run reads top to bottom (``Session.run``):
+Every run comes through here: `qlora-app train` (app/cli/main.py), the torchrun launcher (app/train/launcher.py:
+its workers are sessions of their own), the demo (app/demo) and the UI (which starts `qlora-app train` in a
+subprocess and only reads the run folder). A run reads top to bottom (``Session.run``):
 
     open      check the request, decide the machine (Unsloth is imported first when it is the backend), read the
               data, find the resume point;
@@ -214,7 +214,7 @@ class Session:
         self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
         if self.main:
             store.truncate_metrics(self.dir, start)  # the steps trained again are logged once
-            self._write_config(self.plan.config_yaml())
+            self.rec.config(self.plan.config_yaml())
             self.record(None, oom_changes=self.oom_changes, **self.plan.status_fields())
 
     def evaluate(self, trainer, watch, stop, loaded) -> None:
@@ -273,9 +273,6 @@ class Session:
         through this (the training callbacks, the held-out evaluation, the sampler)."""
         self.rec.status(status, **fields)
 
-    def _write_config(self, text: str) -> None:
-        self.rec.config(text)
-
     def _record_start(self) -> None:
         """config.yaml (what trains, adjusted values included), status.json and the plan in train.log."""
         plan, resumed = self.plan, self.resume_from is not None
@@ -284,7 +281,7 @@ class Session:
             if resumed and not plan.adjustments:  # the first start's reasons stay beside its values
                 old = (self.dir / layout.CONFIG).read_text().splitlines(keepends=True)
                 text = "".join(line for line in old if line.startswith("#")) + text
-            self._write_config(text)
+            self.rec.config(text)
         fields = plan.status_fields()
         if resumed and not plan.adjustments:
             fields.pop("adjustments")  # the first start's reasons stay on record
@@ -307,7 +304,7 @@ class Session:
 
     def _replan(self, plan: RunPlan) -> None:
         """A decision taken after loading (SFT packing) changed the plan: config.yaml and status.json follow."""
-        self._write_config(plan.config_yaml())
+        self.rec.config(plan.config_yaml())
         self.record(None, adjustments=[a.line() for a in plan.adjustments])
 
     def _sampler_changed(self, sampler, reason: str) -> None:

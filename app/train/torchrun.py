@@ -6,7 +6,7 @@ SIGTERM to every worker, and transformers' Trainer (through accelerate's state) 
 (RANK, LOCAL_RANK, WORLD_SIZE), choosing gloo on CPU and NCCL on GPUs. No process management of our own beyond
 invoking it.
 
-The command a user types starts the launcher (app.train.session.Session.launch: it checks the request, then runs
+The command a user types starts the launcher (app.train.launcher.launch: a session checks the request, then it runs
 this module's ``run_launcher``); each worker is `python -m app.cli train --config REQUEST.yaml --run-dir RUN` (or
 `--resume RUN`), a session of its own. Only rank 0's session writes the run directory.
 
