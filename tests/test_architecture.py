@@ -333,6 +333,15 @@ def test_the_methods_are_named_together_wherever_they_are_listed():
     texts = [*APP.rglob("*.py"), ROOT / "pyproject.toml", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
     stale = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bSFT (and|or) GRPO\b", p.read_text())]
     assert not stale, stale
+    import typer.main
+
+    from app.cli.main import app
+
+    cli = typer.main.get_command(app)
+    train = cli.commands["train"]
+    assert METHODS_IN_WORDS in cli.help and METHODS_IN_WORDS in train.help
+    method = next(p for p in train.params if p.name == "method")
+    assert all(f"{m}: " in method.help for m in METHODS)
 
 
 def test_each_method_default_is_stated_in_the_help_of_its_key():

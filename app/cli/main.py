@@ -31,7 +31,7 @@ from app.config.build import build_config, load_yaml_file
 from app.config.flags import CLI_FLAGS, flags_layer
 from app.config.presets import list_presets, load_preset, preset_path
 from app.config.resolve import DEFAULT_GRPO_MODEL
-from app.config.schema import METHODS_IN_WORDS
+from app.config.schema import METHODS, METHODS_IN_WORDS, AppConfig
 from app.demo.dpo import run_dpo_demo
 from app.demo.run import DemoInterrupted, run_demo
 from app.errors import UserError
@@ -83,11 +83,11 @@ SetOpt = typer.Option(None, "--set", help="Override any config key: --set traini
 # ---------------------------------------------------------------------------------------------------------- train
 
 
-@app.command(cls=Command)
+@app.command(cls=Command, help=f"Fine-tune a LoRA adapter on a 4-bit base with {METHODS_IN_WORDS}.")
 def train(
     dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
-    method: Optional[str] = typer.Option(None, help="grpo (rewards), sft (references) or dpo (preference pairs); "
-                                               "default grpo."),
+    method: Optional[str] = typer.Option(None, help="; ".join(f"{m}: {what}" for m, what in METHODS.items())
+                                         + f" (default {AppConfig.model_fields['method'].default})."),
     model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_GRPO_MODEL}; "
                                               "'arith-base' is the tiny model shipped for offline use)."),
     preset: Optional[str] = typer.Option(None, help="Preset name (qlora-app presets list) or YAML file."),
@@ -122,7 +122,7 @@ def train(
                                                     "(from any machine)."),
     as_json: bool = switch("--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
-    """Fine-tune a LoRA adapter on a 4-bit base (--method: grpo, sft, dpo; orpo experimental)."""
+    """Fine-tune a LoRA adapter on a 4-bit base: `qlora-app train --help` lists the methods (config.schema.METHODS)."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
     flags = flags_layer({name: value for name, value in locals().items() if name in CLI_FLAGS})
 

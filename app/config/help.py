@@ -7,8 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from app.config.build import validate
-from app.config.keys import explain_rows as key_values
-from app.config.keys import field_help
+from app.config.keys import field_help, value_rows
 from app.config.resolve import resolve
 from app.config.schema import METHODS
 
@@ -48,4 +47,4 @@ def key_help() -> dict[str, str]:
 def explain_rows(cfg) -> list[tuple[str, str, str]]:
     """(key, value as YAML, help) for every key of ``cfg``, in config order: `--dry-run --explain`."""
     help_ = key_help()
-    return [(k, v, help_.get(k, text)) for k, v, text in key_values(cfg)]
+    return [(k, v, help_.get(k, text)) for k, v, text in value_rows(cfg)]

@@ -52,7 +52,7 @@ def field_help(model: type[BaseModel] = AppConfig, prefix: str = "") -> dict[str
     return out
 
 
-def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
+def value_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
     """(dotted key, value as YAML, description) for every key of a config, in config order."""
     data = cfg.model_dump(mode="json")
     rows = []
@@ -67,8 +67,8 @@ def explain_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
 
 def differences(old: AppConfig, new: AppConfig) -> list[tuple[str, str, str]]:
     """(key, old value, new value) as YAML for every key whose value differs, in config order."""
-    before = {k: v for k, v, _ in explain_rows(old)}
-    return [(k, before.get(k), v) for k, v, _ in explain_rows(new) if before.get(k) != v]
+    before = {k: v for k, v, _ in value_rows(old)}
+    return [(k, before.get(k), v) for k, v, _ in value_rows(new) if before.get(k) != v]
 
 
 def changed_keys(old: AppConfig, new: AppConfig) -> list[str]:

@@ -331,8 +331,8 @@ METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", 
            "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)"}
 EXPERIMENTAL_METHODS = ("orpo",)
 # How help and descriptions name the methods: "GRPO, SFT and DPO; ORPO experimental".
-METHODS_IN_WORDS = (", ".join(m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS).rsplit(", ", 1)[0] + " and "
-                    + [m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS][-1]
+_STABLE = [m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS]
+METHODS_IN_WORDS = (", ".join(_STABLE[:-1]) + " and " + _STABLE[-1]
                     + "".join(f"; {m.upper()} experimental" for m in EXPERIMENTAL_METHODS))
 PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/preference.py)
 
