@@ -141,6 +141,13 @@ def main() -> int:
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} not found: apt-get install -y chromium", file=sys.stderr)
         return 2
+    # a process entry, like `qlora-app ui --local-only`: the same process-wide settings, before Gradio loads
+    from app.host.offline import apply_local_only, no_telemetry
+    from app.host.process import start_command
+
+    start_command()
+    apply_local_only(True)
+    no_telemetry()
     shots = tour(args.runs.resolve(), args.out)
     if args.docs:
         for path in shots:

@@ -16,7 +16,7 @@ BY_METHOD = {
     "training.learning_rate": None,
     "lora.r": "sft: 16-256 by the number of rows",
     "lora.alpha": "sft: max(16, r/4)",
-    "training.per_device_train_batch_size": "sft: 1 packed row, 4 unpacked; grpo: num_generations completions",
+    "training.per_device_train_batch_size": "sft: 1 packed row, 4 unpacked",
     "training.gradient_accumulation_steps": None,
 }
 

@@ -63,8 +63,7 @@ class ModelConfig(StrictModel):
 
 
 class LoraConfig(StrictModel):
-    r: int | None = _d(None, "LoRA rank; empty = auto (LoRA Without Regret: small for RL and "
-                             "preferences, by data size for SFT)", gt=0, le=1024)
+    r: int | None = _d(None, "LoRA rank; empty = auto (LoRA Without Regret)", gt=0, le=1024)
     alpha: int | None = _d(None, "LoRA alpha (scale = alpha / r); empty = auto", gt=0)
     dropout: float = _d(0.0, "dropout on the LoRA input", ge=0.0, lt=1.0)
     target_modules: str | list[str] = _d("all-linear", "layers that get an adapter: all-linear (attention and "
