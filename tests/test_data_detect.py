@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.data import DataError, Detection, detect_fields, resolve_dataset
-from app.data.detect import detect_from_rows, name_words
+from app.data.detect import detect_from_rows
 from app.data.preview import inspect_detection
+from app.data.profile import name_words
 from app.errors import UserError
 
 CORPUS = Path(__file__).parent / "data_schemas"
@@ -249,8 +250,8 @@ def test_reference_found_by_its_values_in_any_language(tmp_path):
                "loesung": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(3, 15)]
     det = detect_from_rows(marked, ["aufgabe", "loesung"])
     assert det.reference_field == "loesung"
-    from app.data.detect import _answer_values
     from app.data.profile import profile_column
+    from app.data.rules import _answer_values
 
     assert _answer_values(profile_column("loesung", [r["loesung"] for r in marked])) == "answers ending in #### N"
     assert _answer_values(profile_column("aufgabe", [r["aufgabe"] for r in marked])) is None

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.run import layout, lookup, store
 
@@ -61,7 +62,10 @@ def test_pairs_are_best_vs_worst_with_their_scores_and_the_held_out_rows(pairs_d
     assert len(train) == manifest["splits"]["train"]["pairs"] > 20 and len(test) == 24  # every held-out row
     for row in train:
         assert row["chosen_score"] - row["rejected_score"] >= 0.25 and row["chosen"] != row["rejected"]
-        assert row["prompt"][0]["role"] == "system" and row["reference"].endswith(row["reference"].split()[-1])
+        # the conversation without the system turn: the system prompt is the folder's (a run on it takes it)
+        assert [m["role"] for m in row["prompt"]] == ["user"] and row["reference"].endswith(
+            row["reference"].split()[-1])
+    assert manifest["settings"]["system_prompt"] == _cfg().data.system_prompt
     from app.rewards import score_completion
 
     row = train[0]
@@ -124,16 +128,19 @@ def test_dpo_run_learns_records_and_proves_on_held_out_pairs(dpo_run):
     assert all(layout.DPO_ACCURACY in r and layout.DPO_MARGIN in r and "logps/chosen" in r for r in recs)
     points = [r for r in recs if layout.EVAL_PREF_ACCURACY in r]
     assert [r["step"] for r in points] == [3, 6] and all(0 <= r[layout.EVAL_PREF_ACCURACY] <= 1 for r in points)
-    assert 0 <= st[layout.PREF_BASE_ACCURACY] <= 1 and st[layout.PREF_ROWS] > 0
+    assert 0 <= st[layout.PREF_BASE_LIKELIER] <= 1 and st[layout.PREF_ROWS] > 0
+    assert all(0 <= r[layout.EVAL_PREF_LIKELIER] <= 1 for r in points)
     assert all(isinstance(r[layout.EVAL_PREF_MARGIN], float) for r in points)
     cmp = json.loads((dpo_run / layout.COMPARE_JSON).read_text())
     p = cmp["preference"]
-    assert p["n"] > 0 and p["beta"] == 0.1 and 0 <= p["base_accuracy"] <= 1 and 0 <= p["adapter_accuracy"] <= 1
+    assert p["n"] > 0 and p["beta"] == 0.1 and 0 <= p["base_likelier"] <= 1 and 0 <= p["adapter_likelier"] <= 1
+    assert 0 <= p["accuracy"] <= 1
     assert cmp["summary"]["n"] == 24 and cmp["summary"]["base"]["accuracy"] is not None  # references: scored
     summary = run_summary(dpo_run)
-    assert "preference accuracy base" in summary["comparison"] and f"on {p['n']} held-out pairs" in \
-        summary["comparison"]
-    assert "preference accuracy base" in summary["heldout"]
+    assert f"preference accuracy {p['accuracy']:.1%}" in summary["comparison"] and \
+        f"on {p['n']} held-out pairs" in summary["comparison"] and "chosen more likely base" in summary["comparison"]
+    assert "preference accuracy" in summary["heldout"]
+    assert summary["pref_accuracy"] == f"{p['accuracy']:.1%}" and summary["reward"] is None  # a column of its own
     assert summary["reward"] == float(f"{recs[-1][layout.DPO_MARGIN]:.4g}")  # the runs table's reward: DPO's margin
     card = (dpo_run / layout.ADAPTER / "README.md").read_text()
     assert f"On {p['n']} held-out preference pairs" in card and "| adapter |" in card
@@ -163,12 +170,12 @@ def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_ba
         assert c == pytest.approx(float(logps.gather(-1, torch.tensor(answer)[:, None]).sum()), abs=1e-3)
     with model.disable_adapter():  # the adapter off is the base: margins 0, the same accuracy on both sides
         pref, _ = compare_pairs(model, tok, items, beta=0.1, base=answer_logprobs(model, tok, items))
-    assert pref.margin == pytest.approx(0, abs=1e-6) and pref.base_accuracy == pref.adapter_accuracy
+    assert pref.margin == pytest.approx(0, abs=1e-6) and pref.base_likelier == pref.adapter_likelier
     # DPO learned the pairs it trained on: their chosen answers moved above the rejected ones, against the base
     train = [json.loads(line) for line in (Path(run_cfg.data.dataset) / "train.jsonl").open()]
     learned, _ = compare_pairs(model, tok, [{"messages": r["prompt"], "plain": "", "pair": (r["chosen"], r["rejected"])}
                                             for r in train], beta=0.1)
-    assert learned.margin > 0 and learned.reward_accuracy > 0.6, learned
+    assert learned.margin > 0 and learned.accuracy > 0.6, learned
 
 
 def test_dpo_resume_extends_and_compare_chat_export_take_it(dpo_run, tmp_path):
@@ -179,14 +186,20 @@ def test_dpo_resume_extends_and_compare_chat_export_take_it(dpo_run, tmp_path):
     r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(dpo_run), "--max-steps", "8",
                         "--no-progress"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+    assert "resuming from checkpoint-6 (step 6)" in " ".join(r.stdout.split())  # says which checkpoint
     st = store.read_status(dpo_run)
     assert st["status"] == layout.FINISHED and st["step"] == 8
     assert [x["step"] for x in store.read_metrics(dpo_run)] == list(range(1, 9))
     res = run_comparison(dpo_run, num_samples=6, max_new_tokens=16, local_only=True)
     assert res.preference is not None and res.summary.n == 6
-    reply = Chat(dpo_run, local_only=True).reply("adapter", "Tom has 3 pens and finds 4 more. How many pens now?",
-                                                 max_new_tokens=16)
+    chat = Chat(dpo_run, local_only=True)
+    reply = chat.reply("adapter", "Tom has 3 pens and finds 4 more. How many pens now?", max_new_tokens=16)
     assert isinstance(reply, str)
+    # the run took the system prompt its pairs were sampled for: training, chat and compare all use it
+    sampled = _cfg().data.system_prompt
+    assert chat.default_system == sampled == res.config["system_prompt"]
+    assert yaml.safe_load((dpo_run / "config.yaml").read_text())["data"]["system_prompt"] == sampled
+    assert not any(r.prompt.startswith("System:") for r in res.rows)
     merged = export_run(dpo_run, tmp_path / "merged", fmt="merged")
     assert (merged.out / "config.json").is_file() and "preference pairs" in (merged.out / "README.md").read_text()
 
@@ -206,7 +219,10 @@ def test_the_dpo_demo_runs_pairs_then_dpo_and_records_both(tmp_path, monkeypatch
     saved = json.loads((tmp_path / layout.DEMO_DPO_JSON).read_text())
     assert saved["config"]["demo"]["dpo_lift"] == pytest.approx(demo["dpo_lift"])
     text = console.export_text()
-    assert "DPO's lift" in text and "preference accuracy base" in text and "pairs won" in text
+    assert "DPO's lift" in text and "chosen more likely base" in text and "pref. acc." in text
+    # the demo does not note its own settings back to the user (the pairs' system prompt is the preset's)
+    assert "sampled for prompts with this system prompt" not in text
+    assert yaml.safe_load((tmp_path / "demo-dpo" / "config.yaml").read_text())["data"]["system_prompt"]
     again = dpo.run_dpo_demo(tmp_path, quick=True, console=Console(record=True, width=140), progress=False, seed=3)
     assert again.config["demo"]["pairs"] == demo["pairs"]  # the complete pairs folder is reused
 

@@ -138,15 +138,20 @@ def test_dpo_runs_show_the_pairs_won_and_the_margin_training_and_held_out():
     for i in range(1, 21):
         r = {"step": i, "loss": 0.69 - 0.01 * i, layout.DPO_ACCURACY: 0.5 + 0.02 * i, layout.DPO_MARGIN: 0.01 * i}
         if i % 10 == 0:
-            r.update({layout.EVAL_PREF_ACCURACY: 0.6 + 0.01 * i, layout.EVAL_PREF_MARGIN: 0.005 * i})
+            r.update({layout.EVAL_PREF_ACCURACY: 0.6 + 0.01 * i, layout.EVAL_PREF_MARGIN: 0.005 * i,
+                      layout.EVAL_PREF_LIKELIER: 0.1})
         recs.append(r)
     fig = curves.figure(recs, "dpo", 20)
     titles = [a.get_title() for a in fig.axes if a.get_title()]
-    assert titles == ["training loss", "pairs the chosen answer wins", "reward margin (chosen - rejected)"]
-    won = _by_title(fig, "pairs the chosen answer wins")
+    title = "preference accuracy (implicit reward of chosen > rejected)"
+    assert titles == ["training loss", title, "reward margin (chosen - rejected)"]
+    won = _by_title(fig, title)
     assert won.get_ylim() == pytest.approx((-0.02, 1.02)) and won.yaxis.get_major_formatter()(0.5, 0) == "50%"
-    (held,) = [ln for ln in won.get_lines() if ln.get_label() == "held-out pairs, chosen more likely"]
+    # one definition under one title: the held-out line is the same measure as the training one (not likelihood)
+    (held,) = [ln for ln in won.get_lines() if ln.get_label() == "held-out pairs"]
     assert list(held.get_xdata()) == [10, 20] and list(held.get_ydata()) == pytest.approx([0.7, 0.8])
+    (likelier,) = [ln for ln in won.get_lines() if ln.get_label() == "held-out, chosen more likely (adapter)"]
+    assert list(likelier.get_ydata()) == pytest.approx([0.1, 0.1])
     legend = [t.get_text() for t in won.get_legend().get_texts()]
-    assert "training batches" in legend and "held-out pairs, chosen more likely" in legend
+    assert "training batches" in legend and "held-out pairs" in legend
     assert set(curves.curve_keys(recs)) >= {layout.EVAL_PREF_ACCURACY, layout.DPO_ACCURACY}

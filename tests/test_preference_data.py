@@ -109,7 +109,7 @@ def test_rows_without_a_pair_are_counted_and_skipped(tmp_path, caplog):
     assert ds[0]["chosen"] == [{"role": "assistant", "content": "It is 2."}]
     bad, _, det = build_splits(DataConfig(dataset=str(_pref_file(tmp_path / "b.jsonl", 0, 5, 5)), heldout_size=0),
                                seed=0)
-    with pytest.raises(DataError, match="none of the 10 rows makes a preference pair"):
+    with pytest.raises(DataError, match="none of the 10 training rows makes a preference pair"):
         to_dpo(bad, det, tok, None)
 
 
@@ -225,6 +225,7 @@ def test_dpo_curves_have_their_panels():
     by = {p.key: p for p in shown}
     assert by["pairs"].percent and [s.name for s in by["pairs"].series] == [layout.DPO_ACCURACY,
                                                                             layout.EVAL_PREF_ACCURACY]
+    assert "preference accuracy" in by["pairs"].title
     assert [s.name for s in by["margin"].series] == [layout.DPO_MARGIN, layout.EVAL_PREF_MARGIN]
     assert {layout.DPO_ACCURACY, layout.EVAL_PREF_ACCURACY} <= set(curve_keys(recs))
 

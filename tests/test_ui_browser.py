@@ -5,6 +5,7 @@ into a temporary folder, or into $QLORA_APP_SCREENSHOTS (tests never write into 
 $QLORA_APP_DEMO_RUN set to a run folder of `qlora-app demo`, Compare and Chat also show that trained adapter. The
 docs' pictures come from a realistic run instead: `python docs/ui_tour.py --docs`."""
 
+import json
 import os
 import re
 import socket
@@ -64,13 +65,28 @@ def test_train_runs_compare_in_chromium(tmp_path):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"http://127.0.0.1:{port}/")
 
-            # --- Train: model + dataset, detect fields, small GRPO settings, Start
+            # --- Train: the default preset (demo-grpo) with the user's own file: GSM8K-style columns the preset does
+            # not name, one split only (the preset's eval split and fields must not follow it)
             from app.demo.recipe import base_model_path
 
+            own = tmp_path / "my problems.jsonl"
+            own.write_text("".join(json.dumps({"problem": f"Tom has {a} apples and buys {b} more. How many apples?",
+                                               "solution": f"{a} + {b} = {a + b}\n#### {a + b}"}) + "\n"
+                                   for a in range(2, 12) for b in range(1, 7)))
             page.locator("#model textarea").fill(str(base_model_path()))
-            page.locator("#dataset textarea").fill("arith")
+            page.locator("#dataset textarea").fill(str(own))
+            page.locator("#dataset textarea").press("Tab")
+            # picking DPO moves to the DPO preset on the same model and data, keeping what the user typed; back again
+            info = page.locator("#preset").inner_text()
+            page.locator("#method").get_by_label("dpo", exact=True).check()
+            expect(page.locator("#preset input")).to_have_value("demo-dpo", timeout=20_000)
+            expect(page.locator("#dataset textarea")).to_have_value(str(own))
+            assert page.locator("#preset").inner_text() != info  # the description follows the preset
+            page.locator("#method").get_by_label("grpo", exact=True).check()
+            expect(page.locator("#preset input")).to_have_value("demo-grpo", timeout=20_000)
+            expect(page.locator("#dataset textarea")).to_have_value(str(own))
             page.locator("#detect-btn").click()
-            expect(page.locator("#detect-md")).to_contain_text("prompt: question", timeout=60_000)
+            expect(page.locator("#detect-md")).to_contain_text("prompt: problem", timeout=60_000)
             expect(page.locator("#samples")).to_contain_text("How many")
             for elem, value in [("max-steps", "3"), ("save-steps", "2"), ("max-completion", "12"),
                                 ("num-generations", "4"), ("max-length", "96")]:
@@ -81,7 +97,13 @@ def test_train_runs_compare_in_chromium(tmp_path):
             preview = page.locator("#cli-preview textarea")
             # the form starts from the demo's recipe (it shows learning): the command names it, and what changed
             expect(preview).to_have_value(re.compile(r"--preset demo-grpo .*--max-steps 3"), timeout=20_000)
-            expect(preview).not_to_have_value(re.compile(r"lora\.r=|data\.prompt_field="))  # the preset's values stand
+            # the preset's values stand; its data keys are not unset by hand (they belong to its own dataset)
+            unset = re.compile(r"lora\.r=|data\.prompt_field=|data\.reference_field=|eval_split")
+            expect(preview).not_to_have_value(unset)
+            # the run's view sits beside Start, not a page below it
+            start_y = page.locator("#start-btn").bounding_box()["y"]
+            for elem in ("#train-curves", "#train-log"):
+                assert page.locator(elem).bounding_box()["y"] - start_y < 900, elem
             page.locator("#start-btn").click()
             expect(page.locator("#train-message")).to_contain_text("started", timeout=30_000)
             # a second Start while it runs is refused with a message
@@ -111,6 +133,8 @@ def test_train_runs_compare_in_chromium(tmp_path):
             page.get_by_role("tab", name="Runs").click()
             expect(page.locator("#runs-table")).to_contain_text(run_dir.name, timeout=20_000)
             expect(page.locator("#runs-table")).to_contain_text("finished")
+            cell = page.locator("#runs-table").get_by_text(run_dir.name, exact=True).first
+            assert cell.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), "the run's name is cut"
             expect(page.locator("#run-status")).to_contain_text("adapter", timeout=20_000)
             expect(page.locator("#run-config")).to_contain_text("method: grpo")
             deadline = time.time() + 20
@@ -135,6 +159,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
             # --- Compare: a typed prompt + 1 held-out row, base and adapter side by side
             page.get_by_role("tab", name="Compare").click()
             expect(page.locator("#cmp-run input")).to_have_value(run_dir.name, timeout=20_000)
+            expect(page.locator("#cmp-n input")).to_have_value("16")  # starts at something that compares
             page.locator("#cmp-prompt textarea").fill("Tom has 3 apples and buys 4 more. How many apples?")
             for elem, value in [("cmp-n", "1"), ("cmp-tokens", "16")]:
                 page.locator(f"#{elem} input").fill(value)
@@ -177,7 +202,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
             want = {side: engine.reply(side, question, max_new_tokens=24) for side in ("adapter", "base")}
             del engine
             page.locator("#chat-msg textarea").fill(question)
-            page.locator("#chat-send").click()
+            page.locator("#chat-msg textarea").press("Enter")  # Enter sends
             for side in ("adapter", "base"):
                 expect(page.locator(f"#chat-{side}")).to_contain_text(question, timeout=120_000)
                 expect(page.locator(f"#chat-{side}")).to_contain_text(want[side][:40], timeout=120_000)

@@ -72,7 +72,10 @@ def test_cli_preview_runs_the_same_config(tmp_path, tiny_model):
 
     model = tmp_path / "models" / "tiny model"  # spaces must survive quoting; a dry run checks the folder is there
     shutil.copytree(tiny_model, model)
-    form = _edited_form(str(model), "/data/my data.jsonl")
+    data = tmp_path / "data" / "my data.jsonl"  # the dry run reads a local file as the run would
+    data.parent.mkdir()
+    data.write_text("".join(f'{{"question": "q{i}?", "answer": "{i}"}}\n' for i in range(20)))
+    form = _edited_form(str(model), str(data))
     preview = h.form_view(form, tmp_path)[0]
     argv = shlex.split(preview)
     assert argv[:2] == ["qlora-app", "train"]

@@ -79,9 +79,11 @@ def test_a_run_refused_before_its_folder_exists_shows_why(tmp_path, monkeypatch)
     d = tmp_path / "never-made"
     jobs.start(d)
     assert _wait(lambda: not jobs.is_running() and jobs.error)
-    assert jobs.error == "error: dataset file not found; pass an existing file" and not d.exists()
+    # the CLI's "error:" label is dropped: the page says "error" once
+    assert jobs.error == "dataset file not found; pass an existing file" and not d.exists()
     live = rv.live_status(jobs, tmp_path)
     assert "did not start" in live["markdown"] and "dataset file not found" in live["markdown"]
+    assert live["markdown"].count("error") == 1
     assert "dataset file not found" in live["log"]
     # the UI is fine and can start the next run
     _fake(monkeypatch, "print('ok')")

@@ -12,6 +12,7 @@ from rich.progress import Progress
 from app.errors import UserError
 from app.eval.compare import run_comparison
 from app.eval.render import page_html, print_result
+from app.run import layout
 
 
 def _write_new(path: Path, text: str) -> None:
@@ -34,6 +35,14 @@ def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **reque
         task = bar.add_task("generating", total=None)
         result = run_comparison(adapter, **request, progress=lambda d, t: bar.update(task, completed=d, total=t))
     print_result(result, console)
+    asked, held = result.config.get("num_samples") or 0, result.config.get("heldout_rows")
+    if held is not None and 0 < asked and held < asked:
+        console.print(f"[yellow]note:[/] {held} held-out rows compared, not {asked}: the data holds no more (its test "
+                      "split, or the rows the run held out: data.heldout_size)", highlight=False)
+    if result.config.get("kept_in"):
+        console.print(f"kept in {escape(result.config['kept_in'])} (an ad-hoc comparison; the run's proof, "
+                      f"{layout.COMPARE_JSON}, is the one training ended with and stays as it is)", highlight=False,
+                      soft_wrap=True)
     cut = result.config.get("prompts_cut")
     if cut:
         console.print(f"[yellow]note:[/] {cut} prompt(s) were longer than the model's context leaves beside "

@@ -27,7 +27,7 @@ from app.cli.inspect import run_inspect
 from app.cli.options import Command, Group, switch
 from app.cli.plan_report import print_plan, print_run_summary, print_runs
 from app.cli.score import run_score
-from app.config.build import build_config, load_yaml_file
+from app.config.build import build_config, load_config_file, load_yaml_file
 from app.config.flags import CLI_FLAGS, flags_layer
 from app.config.presets import list_presets, load_preset, preset_path
 from app.config.resolve import DEFAULT_GRPO_MODEL
@@ -128,14 +128,14 @@ def train(
 
     if resume is not None and (preset or config):
         raise UserError("--resume reuses the run's own config.yaml; drop --preset/--config (use --set to change keys)")
-    base: dict = {}
+    base, source = {}, "the defaults"
     if resume is not None:
-        base = load_yaml_file(lookup.require_run_dir(resume) / layout.CONFIG)
+        base, source = load_yaml_file(lookup.require_run_dir(resume) / layout.CONFIG), "the run's config.yaml"
     elif config is not None:
-        base = load_yaml_file(config)
+        base, source = load_config_file(config), f"config {config}"
     elif preset is not None:
-        base = load_preset(preset)
-    cfg = build_config(base, flags, list(set_ or []))
+        base, source = load_preset(preset), f"preset {preset}"
+    cfg = build_config(base, flags, list(set_ or []), source=source)
     apply_local_only(cfg.runtime.local_only)  # a config or resumed run may say it too; still before any hub import
     if explain_only:
         explain = True
@@ -162,7 +162,8 @@ def train(
 @app.command(cls=Command)
 def inspect(
     dataset: str = typer.Argument(..., help="Hub id, local file or built-in name."),
-    dataset_config: Optional[str] = typer.Option(None, "--config", help="Hub dataset config name."),
+    dataset_config: Optional[str] = typer.Option(None, "--dataset-config", help="Hub dataset config name (as "
+                                                                                "train's --dataset-config)."),
     split: Optional[str] = typer.Option(None, help="Split to inspect (default train)."),
     prompt_field: Optional[str] = typer.Option(None),
     reference_field: Optional[str] = typer.Option(None),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import List, Optional
 
@@ -11,10 +12,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from app.cli.options import switch
-from app.config.build import build_config, load_yaml_file
+from app.config.build import build_config, load_config_file
 from app.config.flags import flags_layer
 from app.config.presets import load_preset
 from app.errors import UserError
+from app.eval.compare import resolve_target
 from app.eval.pairs import PairsRequest, make_pairs
 from app.host.offline import apply_local_only
 
@@ -48,11 +50,13 @@ def pairs(
     no_progress: bool = switch("--no-progress", help="No progress bar."),
 ):
     """Make preference pairs from a reward: sample each prompt, chosen = best-scored answer, rejected = worst."""
-    base = load_yaml_file(config) if config is not None else load_preset(preset) if preset is not None else {}
+    base, source = ((load_config_file(config), f"config {config}") if config is not None else
+                    (load_preset(preset), f"preset {preset}") if preset is not None else
+                    _run_layer(adapter) if adapter else ({}, "the defaults"))
     flags = flags_layer({"dataset": dataset, "model": model, "dataset_config": dataset_config,
                          "prompt_field": prompt_field, "reference_field": reference_field,
                          "local_only": local_only})
-    cfg = build_config(base, flags, list(set_ or []))
+    cfg = build_config(base, flags, list(set_ or []), source=source)
     apply_local_only(cfg.runtime.local_only)  # the flag, or the config's: before any hub import
     if not cfg.data.dataset:
         raise UserError("no prompts: pass --dataset (a hub id, a local file or 'arith') or a --preset that names one")
@@ -77,5 +81,40 @@ def pairs(
                   f"their {samples} answers scored within {min_gap:g} of each other); {te['rows']} held-out rows, "
                   f"{te['pairs']} of them with "
                   f"a pair, in {escape(str(out))}", highlight=False)
-    console.print(f"look: qlora-app inspect {escape(str(out))}\ntrain: qlora-app train --method dpo --dataset "
-                  f"{escape(str(out))}", highlight=False)
+    for line in hand_off(manifest, out, req):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+# One DPO optimizer step at the default batch (4 pairs x 2 accumulation steps): fewer pairs cannot train.
+MIN_PAIRS = 8
+
+
+def hand_off(manifest: dict, out: Path, req: PairsRequest) -> list[str]:
+    """What to do next: the command that trains on the pairs with the model that answered (an online default would
+    be another model), or, when too few prompts made a pair, what to change to get more."""
+    tr = manifest["splits"]["train"]
+    s = manifest["settings"]
+    lines = [f"look: qlora-app inspect {shlex.quote(str(out))}"]
+    if tr["pairs"] < max(MIN_PAIRS, tr["done"] // 5):
+        lines.append(f"only {tr['pairs']} of {tr['done']} prompts made a pair: the {req.samples} answers of the others "
+                     f"scored within --min-gap {req.min_gap:g} of each other. For more: --samples {req.samples * 2}, "
+                     f"a higher --temperature (now {req.temperature:g}), a smaller --min-gap, or a model that gets "
+                     "some of the answers right and some wrong")
+    if tr["pairs"] < MIN_PAIRS:
+        lines.append(f"{tr['pairs']} pairs is less than one DPO step ({MIN_PAIRS} pairs): make more before training")
+        return lines
+    cmd = ["qlora-app", "train", "--method", "dpo", "--dataset", str(out), "--model",
+           s.get("sampled_with") or s["model"]]
+    if s.get("adapter"):  # on-policy: DPO continues the adapter that answered
+        cmd += ["--set", f"lora.init_from={s['adapter']}"]
+    return lines + ["train: " + shlex.join(cmd)]
+
+
+def _run_layer(adapter: str) -> tuple[dict, str]:
+    """`pairs --adapter RUN` without --dataset: the run's own data (its fields, split, seed, reward) and base."""
+    _, run_cfg, _, _ = resolve_target(adapter, None)
+    if run_cfg is None:
+        return {}, "the defaults"
+    data = run_cfg.model_dump(mode="json")
+    return ({"model": data["model"], "data": data["data"], "reward": data["reward"],
+             "training": {"seed": data["training"]["seed"]}}, f"the run of {adapter}")

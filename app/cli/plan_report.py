@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+import typer
 from rich.markup import escape
 from rich.table import Table
 
@@ -15,12 +16,14 @@ from app.config.help import explain_rows
 from app.config.resolve import model_name, resolve, warnings_for
 from app.config.schema import AppConfig
 from app.data import build_splits
+from app.data.loading import source_kind
 from app.errors import UserError
-from app.model.source import check_model_name
+from app.model.source import check_model_source
 from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
-from app.train.plan import decide_machine, make_plan
+from app.train.memory import VERDICTS
+from app.train.plan import card_verdicts, decide_machine, make_plan
 
 
 def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,
@@ -30,25 +33,35 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     stderr: the detected fields, memory estimate, fast paths, what it adjusted and why. ``gpu_gb``: plan for a CUDA
     card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
     local or built in; nothing is downloaded and no weights are loaded."""
-    check_model_name(model_name(cfg))  # one line, exit 2, for a model that is no folder here nor a hub id
+    # one line, exit 2, as the run says it: a model that is no folder here nor a hub id, a folder without weights
+    check_model_source(model_name(cfg), cfg.runtime.local_only, reach=False)  # plans for any machine
+    machine = decide_machine(cfg, card_gb=gpu_gb) if gpu_gb is not None else None  # --gpu-memory -3: exit 2
     rows = det = None
-    try:
-        rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
-    except Exception:  # noqa: BLE001 - a hub dataset not in the cache, or no dataset yet: plan without it
-        pass
     notes: list[str] = []
+    if cfg.data.dataset:
+        try:
+            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
+        except UserError as e:
+            # what the run would refuse, the dry run refuses: a local or built-in dataset is read as the run reads
+            # it; a hub dataset not in the cache is planned without its data, and said so
+            if source_kind(cfg.data.dataset) != "hub":
+                raise
+            notes.append(f"the data was not read ({e}); the plan assumes typical lengths")
     plan, refused = None, None
     try:
-        plan = make_plan(cfg, rows, det, note=notes.append, offline=True,
-                         machine=decide_machine(cfg, card_gb=gpu_gb) if gpu_gb else None)
+        plan = make_plan(cfg, rows, det, note=notes.append, offline=True, machine=machine)
     except UserError as e:
-        refused = str(e)
+        refused = e
     shown = plan.cfg if plan is not None else resolve(cfg)
+    # each card planned as --gpu-memory plans it (the UI's verdicts): when a card is asked about, or for --json
+    cards = card_verdicts(cfg, rows, det)[0] if gpu_gb is not None or as_json else {}
     # a note that became an adjustment is shown once, as the adjustment (plan.describe)
     reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
     said = warnings_for(shown) + [n for n in notes if n not in reasons]
     if as_json:
-        sys.stdout.write(json.dumps(plan_json(plan, shown, refused, said, det), indent=2) + "\n")
+        sys.stdout.write(json.dumps(plan_json(plan, shown, refused, said, det, cards), indent=2) + "\n")
+        if refused is not None:
+            raise typer.Exit(2)  # what the run would refuse, the dry run refuses (exit 2), having shown why
         return
     if explain is not None:
         _print_explained(shown, console, explain)
@@ -58,27 +71,38 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
         err_console.print(f"fields: {det.fields_line()}", highlight=False)
     for w in said:
         err_console.print(f"[yellow]note:[/] {escape(w)}", highlight=False)
+    if cards and "unknown" not in cards.values():
+        err_console.print("per card: " + " · ".join(f"{gb} GB {word}" for gb, word in cards.items()), highlight=False)
     if plan is None:
-        err_console.print(f"[red]would be refused:[/] {escape(refused)}", highlight=False)
-    else:
-        err_console.print(plan.describe(), highlight=False)
+        err_console.print(f"[red]would be refused:[/] {escape(str(refused))}", highlight=False)
+        raise typer.Exit(2)
+    err_console.print(plan.describe(), highlight=False)
 
 
-def plan_json(plan, shown: AppConfig, refused: str | None, notes: list[str], det) -> dict:
-    """`train --dry-run --json`: the memory estimate (torch_peak_gb, total_gb and its terms), the decisions the
-    estimate is made of, what the plan adjusted, and the config that would train."""
-    out: dict = {"refused": refused, "notes": notes, "fields": det.to_dict() if det is not None else None,
-                 "config": shown.model_dump(mode="json")}
+def plan_json(plan, shown: AppConfig, refused: UserError | None, notes: list[str], det, cards: dict) -> dict:
+    """`train --dry-run --json`: the memory estimate (torch_peak_gb, total_gb and its terms), the verdict for the
+    card planned for (``verdict``, in the words of ``verdict_words``; ``verdicts`` per card), the decisions the
+    estimate is made of, what the plan adjusted, and the config that would train. A refused run has the refusal
+    and, where the fit check refused it, the estimate behind it."""
+    out: dict = {"refused": str(refused) if refused is not None else None, "notes": notes,
+                 "fields": det.to_dict() if det is not None else None, "config": shown.model_dump(mode="json"),
+                 "verdict_words": VERDICTS}
     if plan is None:
+        est = getattr(refused, "estimate", None)
+        if est is not None:
+            out.update(torch_peak_gb=est.get("torch_peak_gb"), total_gb=est.get("total_gb"), card_gb=refused.gpu_gb,
+                       verdict="too big", verdicts=est.get("verdicts"),
+                       estimate={k: v for k, v in est.items() if k != "verdicts"})
         return out
     est, f, w = plan.estimate, plan.fast, plan.where
     out.update(torch_peak_gb=est.get("torch_peak_gb"), total_gb=est.get("total_gb"),
-               device=w.gpu or "cpu", compute_dtype=w.compute_dtype, backend=plan.backend,
+               device=w.gpu or "cpu", card_gb=w.vram_gb if w.cuda else None, verdict=plan.verdict,
+               compute_dtype=w.compute_dtype, backend=plan.backend,
                sampler="vllm" if f.vllm else f.sampler if plan.cfg.method == "grpo" else None,
                compiled=f.compiled, generation_batch_size=f.completions_at_once,
                steps_per_generation=f.steps_per_generation, packing=plan.decisions().packing,
                offloading=f.offloading, liger=f.liger, world_size=plan.world_size,
-               adjustments=[a.line() for a in plan.adjustments], verdicts=est.get("verdicts"),
+               adjustments=[a.line() for a in plan.adjustments], verdicts=cards,
                estimate={k: v for k, v in est.items() if k != "verdicts"})
     return out
 
@@ -132,7 +156,8 @@ def print_run_summary(d: Path, console) -> None:
         console.print(f"continue it with: {st['resume_command']}", highlight=False, soft_wrap=True)
 
 
-RUN_COLUMNS = ["name", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+RUN_COLUMNS = ["name", "status", "method", "model", "dataset", "step", "loss", "reward", "pref_accuracy", "date"]
+HEADERS = {"name": "run", "pref_accuracy": "pref. acc."}  # preference accuracy: app.run.layout.PREFERENCE_WORDS
 MEMORY_COLUMNS = ["name", "status", "device", "estimate", "measured", "ratio"]
 
 
@@ -147,10 +172,10 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
     piped = not console.is_terminal and "COLUMNS" not in os.environ
     cols = MEMORY_COLUMNS if memory else list(RUN_COLUMNS)
     if not memory and not piped and console.width < name_width + 90:
-        cols = ["name", "status", "step", "loss", "reward"]
+        cols = ["name", "status", "step", "loss", "reward", "pref_accuracy"]
     t = Table(title=f"runs in {output_dir}")
     for col in cols:
-        t.add_column("run" if col == "name" else col, no_wrap=col in ("name", "status"), overflow="fold",
+        t.add_column(HEADERS.get(col, col), no_wrap=col in ("name", "status"), overflow="fold",
                      min_width=name_width if col == "name" else None)
     hints = []
     for d in runs:

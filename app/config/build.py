@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from app.config.flags import FLAGS
 from app.config.keys import format_validation_error, parse_set
 from app.config.schema import (
     AppConfig,
@@ -45,6 +46,16 @@ def load_yaml_file(path: str | Path) -> dict:
     return data
 
 
+def load_config_file(path: str | Path) -> dict:
+    """``--config FILE``: a full config YAML (as written into run folders). A name that is no file here is most
+    likely a hub dataset's config ('main'), which is --dataset-config."""
+    p = Path(path)
+    if not p.is_file() and p.suffix not in (".yaml", ".yml"):
+        raise UserError(f"config file '{p}' not found; --config takes a config YAML (as written into run folders); "
+                        f"a hub dataset's config is --dataset-config {p}")
+    return load_yaml_file(p)
+
+
 def validate(data: dict) -> AppConfig:
     try:
         return AppConfig.model_validate(data)
@@ -52,15 +63,61 @@ def validate(data: dict) -> AppConfig:
         raise UserError(format_validation_error(e)) from None
 
 
-def build_config(preset: dict | None = None, flags: dict | None = None, sets: list[str] | None = None) -> AppConfig:
-    """Merge the layers and validate once. ``flags`` is a nested dict of explicit CLI options (None = unset)."""
-    data: dict = {}
-    for layer in (preset or {}, _drop_none(flags or {})):
-        data = _deep_merge(data, layer)
+# The data keys that describe one dataset: a preset's eval split 'test' or prompt field 'question' means nothing on
+# another dataset, so a layer's values of these follow its own dataset only.
+DATASET_KEYS = ("config_name", "split", "eval_split", "prompt_field", "reference_field", "chosen_field",
+                "rejected_field", "system_prompt")
+
+
+def build_config(preset: dict | None = None, flags: dict | None = None, sets: list[str] | None = None, *,
+                 source: str = "the preset") -> AppConfig:
+    """Merge the layers and validate once. ``flags`` is a nested dict of explicit CLI options (None = unset);
+    ``source`` names the first layer in messages ("preset demo-grpo", "config my.yaml").
+
+    When the flags or ``--set`` name another dataset than the first layer's, that layer's DATASET_KEYS are left
+    out (the config's ``notes`` say which). Where each data key's value came from is kept on ``cfg.data`` so an
+    error about it names what the user typed, or the preset it came from."""
+    base = _deep_merge({}, preset or {})
+    flags = _drop_none(flags or {})
     # a bare key several sections have ('beta') is the method's own: the method --set gives, else the layers'
     said = [s.split("=", 1)[1].strip() for s in sets or [] if s.split("=", 1)[0].strip() == "method" and "=" in s]
-    method = said[-1] if said else data.get("method") or AppConfig.model_fields["method"].default
-    return validate(_deep_merge(data, parse_set(sets or [], method)))
+    method = said[-1] if said else flags.get("method") or base.get("method") or AppConfig.model_fields["method"].default
+    set_layer = parse_set(sets or [], method)
+    notes = _other_dataset(base, flags, set_layer, source)
+    data = _deep_merge(_deep_merge(base, flags), set_layer)
+    cfg = validate(data)
+    origins = {k: f"data.{k} from {source}" for k in (base.get("data") or {})}
+    origins.update({k: _flag_name(f"data.{k}") for k in (flags.get("data") or {})})
+    origins.update({k: f"--set data.{k}" for k in (set_layer.get("data") or {})})
+    cfg.data._origin = origins
+    cfg._notes = notes
+    return cfg
+
+
+def _other_dataset(base: dict, flags: dict, set_layer: dict, source: str) -> list[str]:
+    """Drop ``base``'s DATASET_KEYS when a later layer names another dataset; the note that says so."""
+    ours = (base.get("data") or {}).get("dataset")
+    theirs = [layer["data"]["dataset"] for layer in (flags, set_layer) if "dataset" in (layer.get("data") or {})]
+    if not ours or not theirs or _same_dataset(ours, theirs[-1]):
+        return []
+    dropped = {k: base["data"].pop(k) for k in DATASET_KEYS if k in base["data"]}
+    if not any(v != getattr(AppConfig.model_fields["data"].default_factory(), k) for k, v in dropped.items()):
+        return []
+    defaults = AppConfig.model_fields["data"].default_factory()
+    said = ", ".join(f"{k}={v!r}" for k, v in dropped.items() if v != getattr(defaults, k))
+    return [f"{source} is set up for dataset '{ours}'; its {said} are not used with '{theirs[-1]}' (they describe "
+            "that dataset): fields are detected, or set them with --prompt-field / --set data.KEY=VALUE"]
+
+
+def _same_dataset(a, b) -> bool:
+    if a == b:
+        return True
+    pa, pb = Path(str(a)).expanduser(), Path(str(b)).expanduser()
+    return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+
+
+def _flag_name(key: str) -> str:
+    return next((f.cli for f in FLAGS if f.key == key and f.cli), f"--set {key}")
 
 
 def with_values(cfg: AppConfig, values: dict) -> AppConfig:
@@ -73,7 +130,15 @@ def with_values(cfg: AppConfig, values: dict) -> AppConfig:
         for part in parents:
             node = node[part]
         node[leaf] = value
-    return validate(data)
+    return revalidate(cfg, data)
+
+
+def revalidate(cfg: AppConfig, data: dict | None = None) -> AppConfig:
+    """``data`` (default: ``cfg`` as it is now) validated again, keeping what building ``cfg`` noted (where its
+    data keys came from, its notes): the checks and messages downstream need them."""
+    out = validate(cfg.model_dump() if data is None else data)
+    out.data._origin, out._notes = dict(cfg.data._origin), list(cfg._notes)
+    return out
 
 
 def _drop_none(d: dict) -> dict:

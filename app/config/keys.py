@@ -76,17 +76,39 @@ def changed_keys(old: AppConfig, new: AppConfig) -> list[str]:
     return [f"{k}: {was} -> {now}" for k, was, now in differences(old, new)]
 
 
+# What people type for a key from other tools' names (Hugging Face's, LLaMA-Factory's, Axolotl's): the leaf it means.
+ALIASES = {"lr": "learning_rate", "rank": "r", "lora_r": "r", "lora_alpha": "alpha", "lora_rank": "r",
+           "epochs": "num_train_epochs", "num_epochs": "num_train_epochs", "steps": "max_steps",
+           "batch_size": "per_device_train_batch_size", "micro_batch_size": "per_device_train_batch_size",
+           "bs": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+           "gradient_accumulation": "gradient_accumulation_steps", "cutoff_len": "max_length",
+           "sequence_len": "max_length", "max_seq_length": "max_length", "model": "name_or_path",
+           "model_name": "name_or_path", "base_model": "name_or_path", "system": "system_prompt",
+           "generations": "num_generations", "kl": "beta", "warmup": "warmup_steps"}
+
+
 def unknown_key_message(dotted: str) -> str:
+    """One line for a key that is no config key, with the key it most likely means: in the section typed first
+    ('training.lr' -> 'training.learning_rate'), then anywhere; a whole key before a bare section name."""
     keys = all_leaf_keys()
-    sections = [k for k in AppConfig.model_fields]
-    candidates = keys + sections
-    close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
+    section, _, leaf = dotted.rpartition(".")
+    by_leaf: dict[str, list[str]] = {}
+    for k in keys:
+        by_leaf.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+
+    def in_section(cands: list[str]) -> list[str]:
+        return [k for k in cands if k.startswith(section + ".")] or cands
+
+    close = in_section(by_leaf.get(ALIASES.get(leaf.lower(), ""), []))
+    if not close:
+        same = [k for k in keys if k.startswith(section + ".")] if section else []
+        close = difflib.get_close_matches(dotted, same or keys, n=1, cutoff=0.5)
     if not close:  # compare on the last part too: 'lora.rank' -> 'lora.r'
-        leaf = dotted.rsplit(".", 1)[-1]
-        by_leaf = {k.rsplit(".", 1)[-1]: k for k in keys}
         hit = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.5)
-        close = [by_leaf[hit[0]]] if hit else []
-    hint = f"; did you mean '{close[0]}'?" if close else "; run 'qlora-app train --dry-run' to see all keys"
+        close = in_section(by_leaf[hit[0]]) if hit else []
+    if not close:
+        close = difflib.get_close_matches(dotted, list(AppConfig.model_fields), n=1, cutoff=0.5)
+    hint = f"; did you mean '{close[0]}'?" if close else "; run 'qlora-app train --dry-run --explain' to see all keys"
     return f"unknown config key '{dotted}'{hint}"
 
 

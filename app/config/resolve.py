@@ -4,9 +4,9 @@ config earns (a large effective batch). ``resolve`` is the one resolution of a r
 
 from __future__ import annotations
 
-from app.config.build import validate
+from app.config.build import revalidate
 from app.config.builtin import BUILTIN_MODEL, builtin_model_path
-from app.config.schema import PREFERENCE_METHODS, AppConfig
+from app.config.schema import EXPERIMENTAL_METHODS, PREFERENCE_METHODS, AppConfig
 
 # A model that fits an 8 GB GPU for GRPO in 4-bit (about 1.2 GB of weights, room for 4-8 generations of
 # 512 tokens) and already follows instructions well enough for GSM8K to give a useful reward signal.
@@ -82,7 +82,7 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
             t.per_device_train_batch_size = 1 if sft_packs(c) else 4
         if t.gradient_accumulation_steps is None:
             t.gradient_accumulation_steps = 4
-    return validate(c.model_dump())  # re-run cross-field checks on the filled values
+    return revalidate(c)  # re-run cross-field checks on the filled values
 
 
 def sft_packs(cfg: AppConfig) -> bool:
@@ -99,14 +99,17 @@ def effective_batch(cfg: AppConfig, processes: int = 1) -> int:
 
 
 def warnings_for(cfg: AppConfig) -> list[str]:
-    """Advice that does not stop a run."""
-    out = []
+    """Advice that does not stop a run (first what building the config decided: a preset's data keys left out)."""
+    out = list(cfg._notes)
     eb = effective_batch(cfg, cfg.runtime.num_processes * cfg.runtime.nnodes)  # every process adds its batch
     if eb >= EFFECTIVE_BATCH_WARN:
         out.append(
             f"effective batch {eb} {'prompts' if cfg.method == 'grpo' else 'examples'} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "
             "fine-tuning (LoRA Without Regret); lower per_device_train_batch_size or gradient_accumulation_steps"
         )
+    if cfg.method in EXPERIMENTAL_METHODS:
+        out.append(f"method {cfg.method} is experimental: it runs TRL's experimental trainer, whose settings and "
+                   "results may change between TRL versions (grpo, sft and dpo are the stable ones)")
     if cfg.lora.target_modules != "all-linear":
         out.append("LoRA on a subset of layers underperforms all-linear even at higher rank (LoRA Without Regret)")
     if cfg.method == "grpo" and cfg.lora.r and cfg.lora.r > 64:

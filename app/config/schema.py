@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
@@ -29,6 +30,10 @@ class StrictModel(BaseModel):
     """Base for every section: unknown keys are errors (a typo must not be silently ignored)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def __eq__(self, other) -> bool:
+        # what a config says, not what building it noted (private attributes: where values came from, notes)
+        return type(self) is type(other) and self.__dict__ == other.__dict__
 
 
 def _auto_is_empty(v):
@@ -99,6 +104,13 @@ class DataConfig(StrictModel):
     heldout_size: int = _d(100, "rows held out when the dataset has no test split", ge=0)
     system_prompt: str | None = _d(None, "system prompt put before every prompt; empty = the method's default "
                                          "(GRPO asks for 'Final answer: ...')")
+    # Where a key's value came from when it was not typed as its own flag ("data.eval_split from preset demo-grpo"):
+    # set by app/config/build.py, not saved; messages about a value name it (said_as).
+    _origin: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def said_as(self, key: str) -> str:
+        """How a message names this key's value: the flag that set it, or the preset or config it came from."""
+        return self._origin.get(key) or f"--{key.replace('_', '-')}"
 
 
 class TrainingConfig(StrictModel):
@@ -348,6 +360,9 @@ class AppConfig(StrictModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output_dir: str = _d("runs", "parent folder; each run gets its own sub-directory")
     run_name: str | None = _d(None, "run folder name; empty = <date>-<method>-<dataset>")
+    # What building this config decided and the user should hear (a preset's data keys left out), not saved;
+    # the run and the dry run say them (app/config/resolve.py warnings_for).
+    _notes: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
     def _check_grpo_batch(self) -> "AppConfig":

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from app.data.detect import CHOICE_WORDS, PASSAGE_WORDS, DataError, Detection
+from app.data.detect import DataError, Detection
 from app.data.preference import answer_text, pair_of, require_pairs, shared_prompt
 from app.data.profile import name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
+from app.data.vocabulary import CHOICE_WORDS, PASSAGE_WORDS
 
 # the cell and turn helpers live in app/data/turns.py; they are part of this module's interface too
 __all__ = ["ROLE_MAP", "normalize_messages", "render_conversation", "value_text", "with_system", "prompt_text",
@@ -77,6 +78,9 @@ def prompt_text(row: dict, det: Detection) -> str:
 def reference_text(row: dict, det: Detection) -> str | None:
     """The reference answer as a string, or None. GSM8K's '... #### 42' is kept whole (the reward extracts it)."""
     if not det.reference_field:
+        if det.format == "preference" and det.pair_fields:  # ranked answers: the better one of this row
+            pair = pair_of(row, det)
+            return pair.chosen if pair else None
         return None
     v = row.get(det.reference_field)
     if det.reference_field in (det.chosen_field, det.rejected_field):  # a preference answer, not its transcript
@@ -219,6 +223,28 @@ def _dpo_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) -
             "rejected": "\n" + pair.rejected}
 
 
+def _no_pairs(ds, det, n: int) -> str:
+    """Why no training row makes a pair, with the fix that can help: other fields only when a side is missing."""
+    held = f" ({det.num_rows - n} more are held out)" if det.num_rows and det.num_rows > n else ""
+    rows = ds.select(range(min(len(ds), 200))).to_list()
+    sides = [(row.get(det.chosen_field or det.pair_fields[0]), row.get(det.rejected_field or det.pair_fields[1]))
+             for row in rows]
+    equal = sum(1 for c, r in sides if answer_text(c) is not None and answer_text(c) == answer_text(r))
+    if equal == len(rows):
+        return (f"none of the {n} training rows{held} makes a preference pair: the chosen and the rejected answer "
+                "are the same in every row, so there is nothing to prefer; check how the file was made (or make "
+                "pairs from a reward: qlora-app pairs)")
+    return (f"none of the {n} training rows{held} makes a preference pair (a side missing or empty, the two answers "
+            "equal, or a tie); check the fields with `qlora-app inspect` and pass --chosen-field / --rejected-field")
+
+
+def require_a_pair(ds, det) -> None:
+    """One line (DataError) when no row of ``ds`` makes a preference pair: checked before any model file is read,
+    so a dry run says it too."""
+    if not any(pair_of(row, det) is not None for row in ds):
+        raise DataError(_no_pairs(ds, det, len(ds)))
+
+
 def to_dpo(ds, det, tokenizer, system_prompt: str | None):
     """TRL's preference format (prompt / chosen / rejected; conversational with a chat template). Rows that make no
     pair are counted and skipped with one line; data with no pair at all is one line (DataError)."""
@@ -227,9 +253,7 @@ def to_dpo(ds, det, tokenizer, system_prompt: str | None):
     before = len(out)
     out = out.filter(lambda row: row["chosen"] is not None, desc="dropping rows that make no pair")
     if len(out) == 0:
-        raise DataError(f"none of the {before} rows makes a preference pair (a side missing, or chosen equal to "
-                        "rejected); check the fields with `qlora-app inspect` and pass --chosen-field / "
-                        "--rejected-field")
+        raise DataError(_no_pairs(ds, det, before))
     if len(out) < before:
         log.warning("skipped %d of %d rows that make no preference pair (a side missing, chosen equal to rejected, "
                     "or a tie)", before - len(out), before)

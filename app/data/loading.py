@@ -20,7 +20,7 @@ from pathlib import Path
 from app.data.arith import arith_dataset
 from app.data.detect import DataError, detect_nested
 from app.data.profile import spread_sample
-from app.host.offline import offline
+from app.host.offline import hub_reachable, offline
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
@@ -225,6 +225,26 @@ def _load_dir(path: Path, config_name: str | None):
                         "a save_to_disk folder or a folder of .jsonl/.csv/.parquet files") from None
 
 
+# A folder `qlora-app pairs` wrote (app/eval/pairs.py owns its format) holds its settings in this hidden file.
+PAIRS_MANIFEST = ".qlora-pairs.json"
+
+
+def sampled_system_prompt(spec: str | None) -> str | None:
+    """The system prompt the answers of a pairs folder (or one of its files) were sampled for, or None: a run on it
+    takes it as its own, so its rows, chat, compare and serve all see the prompt the answers followed."""
+    if not spec:
+        return None
+    p = Path(str(spec)).expanduser()
+    for folder in (p, p.parent):
+        manifest = folder / PAIRS_MANIFEST
+        if manifest.is_file():
+            try:
+                return (json.loads(manifest.read_text()).get("settings") or {}).get("system_prompt") or None
+            except (OSError, ValueError):
+                return None
+    return None
+
+
 def _load_hub(spec: str, config_name: str | None, local_only: bool):
     import datasets
 
@@ -235,13 +255,18 @@ def _load_hub(spec: str, config_name: str | None, local_only: bool):
     import datasets.config as dcfg
 
     offline_now = local_only or dcfg.HF_HUB_OFFLINE
+    unreachable = not offline_now and not hub_reachable()  # then the cache only, at once (no minute of retries)
     try:
-        with offline(local_only):
+        with offline(local_only or unreachable):
             return datasets.load_dataset(spec, config_name)
     except Exception as e:  # noqa: BLE001 - translate the many hub/caching failures into one line each
         msg = _one_line(e)
-        if isinstance(e, ValueError) and ("config" in msg.lower()):
-            raise DataError(f"dataset '{spec}': {msg}; pass --config NAME") from None
+        if isinstance(e, ValueError) and ("config" in msg.lower()) and not unreachable:
+            raise DataError(f"dataset '{spec}': {msg}; pass --dataset-config NAME") from None
+        if unreachable:
+            raise DataError(f"the Hugging Face Hub cannot be reached from here and dataset {spec} is not in the local "
+                            f"cache; pass a local file, or run `qlora-app prefetch --dataset {spec}` on a connected "
+                            "machine") from None
         if offline_now:
             raise DataError(f"dataset {spec} is not in the local cache; run `qlora-app prefetch --dataset {spec}` "
                             "on a connected machine or pass a local file") from None
@@ -257,14 +282,15 @@ def _load_hub(spec: str, config_name: str | None, local_only: bool):
 # ------------------------------------------------------------------------------------------------ splits
 
 
-def pick_split(dd, split: str | None):
-    """The named split; the default 'train' also accepts a dataset whose only split has another name."""
+def pick_split(dd, split: str | None, flag: str = "--split NAME"):
+    """The named split; the default 'train' also accepts a dataset whose only split has another name. ``flag``:
+    how the caller's user names a split (train: --set data.split=NAME)."""
     name = split or "train"
     if name in dd:
         return name
     if split in (None, "train") and len(dd) == 1:
         return next(iter(dd))
-    raise DataError(f"split '{name}' not found; this dataset has: {', '.join(dd)} (pass --split NAME)")
+    raise DataError(f"split '{name}' not found; this dataset has: {', '.join(dd)} (pass {flag})")
 
 
 def detect_dataset(ds, prompt_field: str | None = None, reference_field: str | None = None, sample_rows: int = 64,
@@ -284,15 +310,22 @@ def _like(split, train):
 def build_splits(data_cfg, seed: int, local_only: bool = False):
     """(train rows, held-out rows, Detection). Held-out rows are never in train."""
     dd = resolve_dataset(data_cfg.dataset, data_cfg.config_name, local_only)
-    train_name = pick_split(dd, data_cfg.split)
+    train_name = pick_split(dd, data_cfg.split, "--set data.split=NAME")
     train = dd[train_name]
     if len(train) == 0:
-        raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --split")
+        raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --set "
+                        "data.split=NAME")
+    said = {k: data_cfg.said_as(k) for k in ("prompt_field", "reference_field", "chosen_field", "rejected_field",
+                                              "eval_split")} if hasattr(data_cfg, "said_as") else {}
     train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field,
-                                chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field)
+                                chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field,
+                                said=said)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
-            raise DataError(f"eval split '{data_cfg.eval_split}' not found; this dataset has: {', '.join(dd)}")
+            where = said["eval_split"] if said.get("eval_split", "").startswith("data.") else "data.eval_split"
+            raise DataError(f"eval split '{data_cfg.eval_split}' ({where}) not found; this dataset has: "
+                            f"{', '.join(dd)}; name one of those, or unset it (--set data.eval_split=) to hold out "
+                            "rows automatically")
         if data_cfg.eval_split == train_name:
             raise DataError(f"eval split '{train_name}' is also the training split; pick another, or unset it to "
                             "hold out rows automatically")

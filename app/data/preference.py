@@ -3,8 +3,13 @@ publish:
   - named: prompt + chosen + rejected columns (strings or message lists; UltraFeedback, Argilla, TRL's own);
   - shared prefix: chosen + rejected whole transcripts and no prompt column, the prompt being what both start with
     (Anthropic HH's "\\n\\nHuman: ... \\n\\nAssistant: ...", or message lists sharing their leading turns);
-  - labelled: two answers (response_a / response_b, completion_0 / completion_1, ...) and either a label naming the
-    better one (preference, winner, better_response_id, ...) or a score for each (the higher wins).
+  - labelled: two answers (response_a / response_b, completion_0 / completion_1, human_ref_A / human_ref_B, ...)
+    and either a label naming the better one (preference, winner, better_response_id, labels, ...) or a score for
+    each (the higher wins).
+The general rule: a column whose name marks it as the worse or losing answer is never a prompt or a reference; two
+answer columns to the same prompt ordered by their names (any of the conventions below, in any casing), by a label
+or by scores are a pair, at the top level of a row or nested inside objects; two answers nothing orders are said so,
+with the --chosen-field / --rejected-field that make them a pair.
 A row whose two answers are equal, or that lacks one side, is no pair: it is counted and skipped, with a line.
 
 Owns preference detection and the pairs (``pair_of``; app/data/convert.py's ``to_dpo`` formats them for TRL). Must
@@ -25,9 +30,18 @@ from app.errors import DataError, UserError
 
 log = logging.getLogger("qlora_app")
 
-CHOSEN_WORDS = {"chosen", "preferred", "accepted", "winner", "positive", "good", "better", "win", "pos"}
-REJECTED_WORDS = {"rejected", "dispreferred", "declined", "loser", "negative", "bad", "worse", "lose", "neg"}
-LABEL_WORDS = {"label", "preference", "preferred", "winner", "better", "choice", "chosen", "best", "pick"}
+# How names say which answer is the better one (a pair is one word from each, in any casing).
+CHOSEN_WORDS = {"chosen", "preferred", "accepted", "winner", "winning", "won", "positive", "good", "better", "best",
+                "win", "pos", "correct", "right", "selected", "approved", "liked", "upvoted", "high", "higher",
+                "favored", "favoured"}
+REJECTED_WORDS = {"rejected", "dispreferred", "declined", "loser", "losing", "lost", "negative", "bad", "worse",
+                  "worst", "lose", "loss", "neg", "incorrect", "wrong", "unselected", "disapproved", "disliked",
+                  "downvoted", "low", "lower", "unfavored", "unfavoured", "refused"}
+LABEL_WORDS = {"label", "labels", "preference", "preferences", "preferred", "winner", "better", "choice", "chosen",
+               "best", "pick"}
+# Stems of two columns that hold passages to compare, not answers to one prompt (sentence1 / sentence2 of MRPC).
+NOT_TWIN_ANSWER_WORDS = {"sentence", "sentences", "premise", "hypothesis", "question", "questions", "context",
+                         "passage", "title", "choice", "option", "ending", "candidate"}
 SCORE_WORDS = {"score", "scores", "rating", "ratings", "reward", "rewards", "rank"}
 ANSWER_WORDS = {"response", "responses", "completion", "completions", "answer", "answers", "output", "outputs",
                 "reply", "generation", "text", "conversation", "conversations"}
@@ -48,6 +62,11 @@ def _side(words: list[str]) -> str | None:
     if set(words) & CHOSEN_WORDS:
         return "chosen"
     return None
+
+
+def losing(words: list[str]) -> bool:
+    """Whether a column's name marks it as the worse or losing answer: never a prompt nor a reference."""
+    return bool(set(words) & REJECTED_WORDS)
 
 
 def _answerish(kind: str) -> bool:
@@ -79,36 +98,95 @@ def _twin_key(words: list[str]) -> tuple[tuple[str, ...], str] | None:
 
 
 def find_labelled(profiles: dict) -> dict | None:
-    """{'pair': [a, b], 'label': column} or {'pair': [a, b], 'scores': [sa, sb]}: two answers and what ranks them."""
+    """{'pair': [a, b], 'label': column}, {'pair': [a, b], 'scores': [sa, sb]}, or {'pair': [a, b]} when nothing
+    ranks them: two answers and what ranks them. Two columns are twin answers when their names differ only in a
+    last a/b or digit part and they hold answers: an answer word in the stem (response_a), or longer prose whose stem
+    is no metadata nor passage word (human_ref_A). A label ranks them only when every sampled value names one of
+    them (or is a tie)."""
     twins: dict[tuple, list[tuple[str, str]]] = {}
     for c, p in profiles.items():
         key = _twin_key(p.words)
         if key:
             twins.setdefault(key[0], []).append((key[1], c))
+
+    def answers_ok(stem, cols) -> bool:
+        if not all(_answerish(profiles[c].kind) for c in cols) or set(stem) & NOT_ANSWER_WORDS:
+            return False
+        if set(stem) & ANSWER_WORDS:
+            return True
+        return (not set(stem) & NOT_TWIN_ANSWER_WORDS and all(profiles[c].kind in ("text", "messages")
+                                                               and profiles[c].avg_len >= 20 for c in cols))
+
     answers = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
-                    and set(stem) & ANSWER_WORDS and all(_answerish(profiles[c].kind) for _, c in v)), None)
-    scores = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
-                   and set(stem) & SCORE_WORDS and all(profiles[c].kind == "number" for _, c in v)), None)
+                    and answers_ok(stem, [c for _, c in v])), None)
     if not answers:
         return None
+    scores = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
+                   and set(stem) & SCORE_WORDS and all(profiles[c].kind == "number" for _, c in v)), None)
     if scores:
         return {"pair": answers, "scores": scores}
-    label = next((c for c, p in profiles.items() if c not in answers and set(p.words) & LABEL_WORDS
-                  and p.kind in ("text", "number", "bool")), None)
-    return {"pair": answers, "label": label} if label else None
+    labels = [c for c, p in profiles.items() if c not in answers and set(p.words) & LABEL_WORDS
+              and p.kind in ("text", "number", "bool")]
+    label = next((c for c in labels if all(_names_one(v, answers) is not None for v in profiles[c].sample
+                                           if v is not None and value_text(v).strip())), None)
+    return {"pair": answers, "label": label} if label else {"pair": answers}
+
+
+def _names_one(value, pair: list[str]) -> str | None:
+    """The answer column of ``pair`` a label value names ("a", "response_b", "model_a", 1 of a/b, 0 / 1 of
+    response_0 / response_1), "tie" for a tie, or None when it names neither."""
+    text = "" if isinstance(value, bool) else value_text(value).strip().lower()
+    a, b = pair
+    parts = {a: _twin_key(name_words(a))[1], b: _twin_key(name_words(b))[1]}
+    for col in (a, b):
+        part = parts[col]
+        if text in (col.lower(), part) or text.endswith(("_" + part, " " + part, "-" + part)):
+            return col
+    if parts[a].isalpha():
+        # A / B ranked by a number: 1 / 2 count the answers; 1 / 0 say whether A is the better one (Stanford SHP's
+        # labels: 1 if A is preferred to B)
+        if text in ("1", "1.0"):
+            return a
+        if text in ("2", "2.0", "0", "0.0"):
+            return b
+    if text in ("tie", "both", "equal", "same", "draw", "tie (bothbad)", "neither"):
+        return "tie"
+    return None
 
 
 def with_preference(det, d, chosen: str | None = None, rejected: str | None = None, prompt_set: bool = False,
-                    reference_set: bool = False):
+                    reference_set: bool = False, said: dict | None = None):
     """``det`` as preference data when its columns hold a chosen and a rejected answer (or two answers and what
     ranks them); else ``det`` as it was. ``d``: the detector that made it (app.data.detect: profiles, reasons,
     named_reference); ``chosen`` / ``rejected``: overrides (already resolved to columns); ``prompt_set`` /
     ``reference_set``: whether those were overridden."""
+    said = said or {}
+    labelled = find_labelled(d.prof)
+    if labelled and (chosen or rejected) and not (chosen and rejected):
+        # an override on a ranked file is obeyed (the other answer is the other twin) or refused, never ignored
+        given = chosen or rejected
+        if given not in labelled["pair"]:
+            flag = said.get("chosen_field" if chosen else "rejected_field")
+            raise DataError(f"{flag} '{given}' is not one of the two answers '{labelled['pair'][0]}' / "
+                            f"'{labelled['pair'][1]}'; name one of them, or drop it to rank them by "
+                            f"{labelled.get('label') or ' / '.join(labelled.get('scores') or []) or 'name'}")
+        other = next(c for c in labelled["pair"] if c != given)
+        chosen, rejected = (given, other) if chosen else (other, given)
+        ranker = labelled.get("label") or " / ".join(labelled.get("scores") or [])
+        if ranker:
+            d.reasons["preference_field"] = f"'{ranker}' not used: the override names the preferred answer of every row"
     named = find_named(d.prof, chosen, rejected)
-    labelled = None if named else find_labelled(d.prof)
+    if named is None and labelled is not None and len(labelled) == 1:  # two answers, nothing says which is better
+        a, b = labelled["pair"]
+        d.reasons["format"] = (d.reasons.get("format", "") + f"; '{a}' and '{b}' look like two answers to the same "
+                               f"prompt, but no label or score says which is better: pass --chosen-field NAME "
+                               f"--rejected-field NAME to train on them as preference pairs")
+        labelled = None
+    labelled = None if named else labelled
     if named is None and labelled is None:
         if chosen or rejected:
-            given, other = ("--chosen-field", "--rejected-field") if chosen else ("--rejected-field", "--chosen-field")
+            given, other = ("chosen_field", "rejected_field") if chosen else ("rejected_field", "chosen_field")
+            given, other = said.get(given, f"--{given.replace('_', '-')}"), f"--{other.replace('_', '-')}"
             raise DataError(f"{given} is set but no column holds the other answer of the pair; pass {other} NAME")
         return det
     rankers = [] if named else ([labelled["label"]] if "label" in labelled else list(labelled["scores"]))
@@ -118,21 +196,25 @@ def with_preference(det, d, chosen: str | None = None, rejected: str | None = No
     r.pop("messages_field", None)
     det.context_fields = [c for c in det.context_fields if c not in taken]
     if det.prompt_field in taken and not prompt_set:
-        det.prompt_field = None
+        det.prompt_field = d.named_prompt(exclude=taken) or d.prose_prompt(exclude=taken)
     if det.prompt_field is None:
         r["prompt_field"] = ("no prompt column: the prompt is what both answers start with (the turns before their "
                              "last assistant turn)")
-    if not reference_set and (det.reference_field is None or det.reference_field in taken):
-        det.reference_field = d.named_reference(exclude=taken | {det.prompt_field})
+    # what ranks the answers (a label, scores) is no reference either, used or not
+    rankish = {c for c, p in d.prof.items() if set(p.words) & (LABEL_WORDS | SCORE_WORDS)
+               and p.kind in ("text", "number", "bool")} if labelled else set()
+    if not reference_set and (det.reference_field is None or det.reference_field in taken | rankish):
+        det.reference_field = d.named_reference(exclude=taken | rankish | {det.prompt_field})
         if det.reference_field is None and named:
             det.reference_field = named[0]
             r["reference_field"] = ("the preferred answer (no separate reference column): SFT learns it, GRPO and "
                                     "compare score against it")
         elif det.reference_field is None:
-            r["reference_field"] = "no reference column: compare shows answers side by side, unscored by reference"
+            r["reference_field"] = ("the better answer of each row, as its label or scores rank them (no separate "
+                                    "reference column): SFT learns it, GRPO and compare score against it")
     if named:
         det.chosen_field, det.rejected_field = named
-        set_by = "set by override" if chosen and rejected else "named so"
+        set_by = "set by override" if chosen or rejected else "named so"
         r["chosen_field"], r["rejected_field"] = (f"{set_by}: the preferred answer", f"{set_by}: the answer that lost")
         r["format"] = f"preference pairs: '{named[0]}' (preferred) and '{named[1]}' (rejected) answers"
     else:
@@ -191,16 +273,8 @@ def _better(row: dict, det) -> tuple[str, str] | None:
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (sa, sb)) or sa == sb:
             return None
         return (a, b) if sa > sb else (b, a)
-    label = row.get(det.preference_field)
-    text = "" if isinstance(label, bool) else value_text(label).strip().lower()
-    parts = {a: _twin_key(name_words(a))[1], b: _twin_key(name_words(b))[1]}
-    for col, other in ((a, b), (b, a)):
-        part = parts[col]
-        if text in (col.lower(), part) or text.endswith(("_" + part, " " + part, "-" + part)):
-            return col, other
-    if parts[a].isalpha() and text in ("1", "2"):  # response_a / response_b, the better one numbered 1 / 2
-        return (a, b) if text == "1" else (b, a)
-    return None
+    better = _names_one(row.get(det.preference_field), [a, b])
+    return None if better in (None, "tie") else (better, b if better == a else a)
 
 
 def pair_of(row: dict, det) -> Pair | None:

@@ -65,6 +65,8 @@ def render_conversation(msgs: list[dict]) -> str:
 def with_system(msgs: list[dict], system_prompt: str | None) -> list[dict]:
     if not system_prompt:
         return msgs
+    if msgs and msgs[0]["role"] == "system" and msgs[0]["content"] == system_prompt:  # already there (older
+        return msgs  # pairs folders kept the system turn in each row)
     if msgs and msgs[0]["role"] == "system":  # keep the data's own system turn, after ours
         return [{"role": "system", "content": f"{system_prompt}\n\n{msgs[0]['content']}"}, *msgs[1:]]
     return [{"role": "system", "content": system_prompt}, *msgs]

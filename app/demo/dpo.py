@@ -69,7 +69,8 @@ def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: 
     t = time.time()
     sets = [f"training.seed={seed}", f"training.proof_rows={n_eval}"] + (
         [f"training.max_steps={QUICK['steps']}"] if quick else [])
-    cfg = build_config({**demo_config(base, dataset=str(pairs_dir), system_prompt=None),
+    # the system prompt the pairs were sampled with is the preset's: said here, so the plan has nothing to adopt
+    cfg = build_config({**demo_config(base, dataset=str(pairs_dir)),
                         "output_dir": str(output_dir), "run_name": "demo-dpo"}, sets=sets)
     run = Session(cfg, progress=show, console=console).run()
     timings["dpo_s"] = time.time() - t
@@ -102,7 +103,7 @@ def _pairs(base: Path, folder: Path, quick: bool, seed: int, console) -> Path:
 
 def _show_curves(run: Path, console) -> None:
     recs = store.read_metrics(run)
-    for key, label in ((layout.DPO_ACCURACY, "pairs won"), (layout.DPO_MARGIN, "margin")):
+    for key, label in ((layout.DPO_ACCURACY, "pref. acc."), (layout.DPO_MARGIN, "margin")):
         _, ys = series(recs, key)
         if ys:
             console.print(f"   {label:<11} {sparkline(ys, 40)}  {ys[0]:.3f} -> {ys[-1]:.3f} (training batches)")
@@ -119,8 +120,9 @@ def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, qu
     s, p = result.summary, result.preference or {}
     result.config["demo"] = {
         "method": "dpo", "quick": quick, "seed": seed, "pairs": str(pairs_dir), "dpo_run": str(run),
-        "stages": {"base": {"accuracy": s.base.accuracy, "preference_accuracy": p.get("base_accuracy")},
-                   "dpo": {"accuracy": s.adapter.accuracy, "preference_accuracy": p.get("adapter_accuracy")}},
+        "stages": {"base": {"accuracy": s.base.accuracy, "chosen_more_likely": p.get("base_likelier")},
+                   "dpo": {"accuracy": s.adapter.accuracy, "chosen_more_likely": p.get("adapter_likelier"),
+                           "preference_accuracy": p.get("accuracy")}},
         "dpo_lift": s.adapter.accuracy - s.base.accuracy,
         "timings": {k: round(v, 1) for k, v in timings.items()}}
     out = output_dir / layout.DEMO_DPO_JSON

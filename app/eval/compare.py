@@ -212,12 +212,14 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
               "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
+    # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)
+    config["heldout_rows"] = sum(it["source"] == "heldout" for it in items)
     result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)
     run = lookup.run_of_adapter(adapter_dir)
     if run is not None and record == "proof":
-        proof.write_proof(run, result.to_dict())
+        result.config["kept_in"] = str(proof.write_proof(run, result.to_dict()))
     elif run is not None and record == "adhoc":
-        proof.add_comparison(run, result.to_dict())
+        result.config["kept_in"] = str(proof.add_comparison(run, result.to_dict()))
     return result
 
 

@@ -10,8 +10,9 @@ train on with ``qlora-app train --method dpo --dataset OUT``:
                   seed), with its pair where sampling made one ("" where not): a DPO run on the folder proves itself
                   on the rows the source held out, greedy accuracy and preference accuracy alike;
     .qlora-pairs.json  the settings and progress (a hidden file: dataset loaders skip it).
-Each row: prompt (the conversation the answers follow, system prompt included, so a DPO run on the folder sees the
-prompt the answers were sampled for), chosen, rejected, chosen_score, rejected_score, reference.
+Each row: prompt (the conversation the answers follow, without the system prompt: that is the folder's setting, which
+a run on the folder takes as its own, so training, chat, compare and serve all see the prompt the answers were
+sampled for), chosen, rejected, chosen_score, rejected_score, reference.
 
 Resumable: rows are appended a batch at a time and the progress file records the prompts done and the bytes
 written, fsync'd in that order; --resume cuts a torn last batch and goes on with the same seeds, so a resumed run
@@ -31,6 +32,8 @@ from app.config.resolve import resolve
 from app.config.schema import AppConfig
 from app.data import build_splits
 from app.data.convert import prompt_messages, reference_text, render_conversation
+from app.data.loading import PAIRS_MANIFEST
+from app.data.turns import with_system
 from app.errors import UserError
 from app.eval.compare import load_pair, resolve_target
 from app.model.generation import format_prompt, generate
@@ -39,7 +42,7 @@ from app.model.source import check_model_source
 from app.rewards import load_custom, score_completion
 from app.run.store import write_atomic
 
-MANIFEST = ".qlora-pairs.json"
+MANIFEST = PAIRS_MANIFEST
 SPLITS = (("train", "train.jsonl"), ("test", "test.jsonl"))
 
 
@@ -70,8 +73,10 @@ class PairsRequest:
 def _settings(cfg: AppConfig, req: PairsRequest, adapter: str | None) -> dict:
     """What decides the pairs: a resume must ask for the same."""
     d = cfg.data
+    sampled_with = resolve_target(adapter, None)[2].name_or_path if adapter else cfg.model.name_or_path
     return {"dataset": d.dataset, "config_name": d.config_name, "prompt_field": d.prompt_field,
             "reference_field": d.reference_field, "model": cfg.model.name_or_path, "adapter": adapter,
+            "sampled_with": sampled_with,  # the base that answered (the adapter's own, with one)
             "system_prompt": d.system_prompt, "seed": cfg.training.seed, "reward": cfg.reward.model_dump(mode="json"),
             **asdict(req)}
 
@@ -86,7 +91,7 @@ def _open_folder(out: Path, settings: dict, resume: bool) -> dict:
         except (OSError, ValueError):
             raise UserError(f"'{out}' holds no pairs to resume ({MANIFEST} missing or unreadable); drop --resume to "
                             "start there, or pass the folder an earlier `qlora-app pairs` wrote") from None
-        changed = [k for k in settings if manifest["settings"].get(k) != settings[k]]
+        changed = [k for k in settings if manifest["settings"].get(k, settings[k]) != settings[k]]
         if changed:
             raise UserError(f"--resume asks for other settings than '{out}' was made with ({', '.join(changed)}); "
                             "pass the same options, or a new --out folder")
@@ -155,9 +160,12 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
             f.truncate(prog["bytes"])  # a batch torn by a crash after its last complete record goes
         for start in range(prog["done"], len(ds), req.batch_prompts):
             rows = ds.select(range(start, min(start + req.batch_prompts, len(ds)))).to_list()
-            msgs = [prompt_messages(r, det, cfg.data.system_prompt) for r in rows]
-            # the prompt exactly as a DPO run on the folder renders this row (its system turn included)
-            texts = [format_prompt(tok, {"messages": m, "plain": render_conversation(m)}) for m in msgs]
+            # the rows keep the conversation without the system turn: the system prompt is the folder's setting
+            # (.qlora-pairs.json), which a run on the folder takes as its own (app.data.loading.sampled_system_prompt)
+            msgs = [prompt_messages(r, det, None) for r in rows]
+            sampled = [with_system(m, cfg.data.system_prompt) for m in msgs]
+            # the prompt exactly as a DPO run on the folder renders this row (its system prompt included)
+            texts = [format_prompt(tok, {"messages": m, "plain": render_conversation(m)}) for m in sampled]
             # every batch has its own seed: a resumed run samples what an uninterrupted one would have
             outs = generate(model, tok, [t for t in texts for _ in range(req.samples)], req.max_new_tokens,
                             req.temperature, batch_size=len(texts) * req.samples,

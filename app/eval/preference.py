@@ -3,10 +3,12 @@ off) vs adapter?
 
 For each held-out pair, the summed log-probability of the chosen and of the rejected answer after the prompt (the
 prompt as training built it: the run's system prompt and chat template; the answer as TRL's DPO tokenizes it: the
-assistant turn as the template closes it, or the text and the end-of-sequence token without one). Then:
-  - accuracy (per side): the share of pairs where chosen is more likely than rejected;
+assistant turn as the template closes it, or the text and the end-of-sequence token without one). Then, in the
+words of app.run.layout.PREFERENCE_WORDS (one definition per name, as TRL's are during training):
   - reward margin: DPO's implicit reward of chosen minus rejected, beta x ((adapter - base) of chosen - (adapter -
-    base) of rejected), as TRL's rewards/margins is during training; reward accuracy: the share of pairs above 0.
+    base) of rejected), as TRL's rewards/margins; preference accuracy: the share of pairs above 0, as TRL's
+    rewards/accuracies;
+  - chosen more likely (per side): the share of pairs where chosen is more likely than rejected.
 Used by the held-out evaluation during training (app/train/heldout_eval.py) and by the proof at the end
 (app/eval/compare.py). torch is imported inside the functions.
 """
@@ -74,10 +76,10 @@ def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
 @dataclass
 class PreferenceSummary:
     n: int  # held-out pairs
-    base_accuracy: float  # share of pairs where the base (adapter off) finds chosen more likely than rejected
-    adapter_accuracy: float
-    reward_accuracy: float  # share of pairs with a positive implicit reward margin (DPO's rewards/accuracies)
-    margin: float  # mean implicit reward margin (DPO's rewards/margins)
+    accuracy: float  # preference accuracy: share of pairs with a positive implicit reward margin (rewards/accuracies)
+    margin: float  # reward margin: the mean implicit reward margin (rewards/margins)
+    base_likelier: float  # chosen more likely: share of pairs where the base (adapter off) finds chosen more likely
+    adapter_likelier: float  # the same for the adapter
     beta: float
 
     def to_dict(self) -> dict:
@@ -87,9 +89,9 @@ class PreferenceSummary:
 def summarize(base: list[tuple[float, float]], adapter: list[tuple[float, float]], beta: float) -> PreferenceSummary:
     margins = [beta * ((ac - bc) - (ar - br)) for (bc, br), (ac, ar) in zip(base, adapter)]
     n = len(margins)
-    return PreferenceSummary(n=n, base_accuracy=sum(c > r for c, r in base) / n,
-                             adapter_accuracy=sum(c > r for c, r in adapter) / n,
-                             reward_accuracy=sum(m > 0 for m in margins) / n, margin=sum(margins) / n, beta=beta)
+    return PreferenceSummary(n=n, accuracy=sum(m > 0 for m in margins) / n, margin=sum(margins) / n,
+                             base_likelier=sum(c > r for c, r in base) / n,
+                             adapter_likelier=sum(c > r for c, r in adapter) / n, beta=beta)
 
 
 def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | None = None):

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from app.run import integrity, layout, proof, store
+from app.run.layout import PREFERENCE_WORDS
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "ollama": "gguf"}
 
@@ -58,12 +59,13 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
                      f"{_num(x.get('mean_tokens'))} |")
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
     p = cmp.get("preference")
-    if p:  # preference data: which answer of each held-out pair each side finds more likely
-        lines += ["", f"On {p['n']} held-out preference pairs (chosen vs rejected answer, summed log-probability):", "",
-                  "| | prefers the chosen answer |", "|---|---:|", f"| base | {_pct(p['base_accuracy'])} |",
-                  f"| adapter | {_pct(p['adapter_accuracy'])} |", "",
-                  f"DPO's implicit reward margin (beta {p['beta']:g}): {p['margin']:+.3g} on average, above 0 on "
-                  f"{_pct(p['reward_accuracy'])} of the pairs."]
+    if p:  # preference data, in the words of app.run.layout.PREFERENCE_WORDS
+        f = proof.preference_figures(p)
+        lines += ["", f"On {f['n']} held-out preference pairs:", "",
+                  f"- preference accuracy: {_pct(f['accuracy'])}, reward margin {f['margin']:+.3g} (beta "
+                  f"{f['beta']:g}): " + PREFERENCE_WORDS["preference accuracy"],
+                  f"- chosen more likely: base {_pct(f['base_likelier'])}, adapter {_pct(f['adapter_likelier'])}: "
+                  + PREFERENCE_WORDS["chosen more likely"]]
     return lines
 
 

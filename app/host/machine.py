@@ -42,12 +42,18 @@ def use_cuda(setting: str, cuda_available: bool) -> bool:
     return cuda_available
 
 
+def an(gb: float) -> str:
+    """'an 8', 'a 12' (GB): the article as the number is spoken (eight, eleven, eighteen, eighty)."""
+    n = f"{gb:g}"
+    return f"{'an' if n.startswith('8') or n.split('.')[0] in ('11', '18') else 'a'} {n}"
+
+
 def planned_card(gb: float) -> dict:
     """The device facts of a CUDA card of ``gb`` GB that this machine may not have (bf16-capable, as every card
     since Ampere): what `--gpu-memory` plans for."""
     if gb <= 0:
         raise UserError(f"--gpu-memory {gb:g} is not a card size; pass the GPU's memory in GB, e.g. 24")
-    return {"cuda": True, "bf16": True, "gpu": f"a {gb:g} GB CUDA GPU (planned)", "vram_gb": float(gb),
+    return {"cuda": True, "bf16": True, "gpu": f"{an(gb)} GB CUDA GPU (planned)", "vram_gb": float(gb),
             "planned": True}
 
 

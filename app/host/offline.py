@@ -9,7 +9,10 @@ time). The libraries' noise settings are app/host/process.py's.
 
 from __future__ import annotations
 
+import functools
 import os
+import socket
+import urllib.parse
 from contextlib import contextmanager
 
 # Everything that keeps the HF stack, Gradio and friends off the network and from reporting usage.
@@ -33,6 +36,19 @@ def no_telemetry() -> None:
     """The UI's process: Gradio reports no usage (it reads these when it is imported), online or not."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ.setdefault("DO_NOT_TRACK", "1")
+
+
+@functools.lru_cache(maxsize=1)
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host (HF_ENDPOINT, default huggingface.co) takes a TCP connection within ``timeout``: one
+    quick probe per process, so an unreachable hub is one line in seconds, not a minute of the libraries' retries."""
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def hub_offline() -> bool:

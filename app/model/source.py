@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from app.errors import UserError
+from app.host.offline import hub_offline, hub_reachable
 
 
 def looks_local(name: str) -> bool:
@@ -62,17 +63,35 @@ def check_model_name(name: str) -> None:
                         "Qwen/Qwen2.5-1.5B-Instruct, or --model arith-base (the tiny model shipped for offline use)")
 
 
-def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads") -> None:
+# What transformers loads weights from (sharded ones come with an index).
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.gguf")
+
+
+def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads",
+                       reach: bool = True) -> None:
     """Fail fast and clearly before transformers produces a long hub traceback. ``offline_because``: why downloads
-    are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE)."""
+    are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE). ``reach``: a hub model not on
+    disk must be downloadable from here (a dry run plans for another machine and passes False)."""
     if looks_local(name):
         p = Path(name).expanduser()
         if not p.is_dir():
             raise UserError(f"model path '{name}' not found; pass an existing local model folder or a hub id")
+        if (p / "adapter_config.json").is_file() and not (p / "config.json").is_file():
+            raise UserError(f"'{name}' is a LoRA adapter, not a model; pass its base as --model and the adapter as "
+                            f"--set lora.init_from={name} (or compare / chat / export it as a run)")
         if not (p / "config.json").is_file():
             raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
+        if not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
+            raise UserError(f"'{name}' has a config.json but no weights (model.safetensors or pytorch_model.bin); "
+                            "copy the weight files in, or pass the hub id it came from")
         return
     check_model_name(name)
-    if local_only and not model_on_disk(name):
+    if model_on_disk(name):
+        return
+    if local_only:
         raise UserError(f"model '{name}' is not in the local HF cache and {offline_because}; "
                         f"{unavailable_model_hint(name)}")
+    if reach and (hub_offline() or not hub_reachable()):  # one line now, not a minute of download retries
+        why = ("this machine is offline (HF_HUB_OFFLINE=1)" if hub_offline() else
+               "the Hugging Face Hub cannot be reached from here")
+        raise UserError(f"model '{name}' is not in the local HF cache and {why}; {unavailable_model_hint(name)}")

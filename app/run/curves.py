@@ -54,7 +54,7 @@ def curve_keys(records: list[dict]) -> list[str]:
     present = lambda keys: [k for k in keys if any(r.get(k) is not None for r in records)]  # noqa: E731
     return (present(("loss", "reward")) + layout.component_keys(records)
             + present((layout.DPO_ACCURACY, layout.DPO_MARGIN, layout.EVAL_ACCURACY, layout.EVAL_REWARD,
-                       layout.EVAL_PREF_ACCURACY, layout.EVAL_PREF_MARGIN)))
+                       layout.EVAL_PREF_ACCURACY, layout.EVAL_PREF_MARGIN, layout.EVAL_PREF_LIKELIER)))
 
 
 def ema(values: list[float], span: int) -> list[float]:
@@ -157,21 +157,24 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
 
 
 def _preference_panels(records: list[dict]) -> list[Panel]:
-    """DPO: the share of pairs the adapter wins (training batches, and held-out pairs) on a 0-100% panel, and the
-    implicit reward margin (training and held-out)."""
+    """DPO: preference accuracy (training batches and held-out pairs, one definition: app.run.layout.PREFERENCE_WORDS)
+    on a 0-100% panel beside the held-out share where the adapter finds the chosen answer more likely, and the reward
+    margin (training and held-out)."""
     out = []
-    for key, title, train_key, held_key, colour in (
-            ("pairs", "pairs the chosen answer wins", layout.DPO_ACCURACY,
-             layout.EVAL_PREF_ACCURACY, "#9467bd"),
-            ("margin", "reward margin (chosen - rejected)", layout.DPO_MARGIN, layout.EVAL_PREF_MARGIN, "#17becf")):
+    for key, title, train_key, held_keys, colour in (
+            ("pairs", "preference accuracy (implicit reward of chosen > rejected)", layout.DPO_ACCURACY,
+             ((layout.EVAL_PREF_ACCURACY, "held-out pairs", "#2ca02c"),
+              (layout.EVAL_PREF_LIKELIER, "held-out, chosen more likely (adapter)", "#7f7f7f")), "#9467bd"),
+            ("margin", "reward margin (chosen - rejected)", layout.DPO_MARGIN,
+             ((layout.EVAL_PREF_MARGIN, "held-out pairs", "#2ca02c"),), "#17becf")):
         shown = []
         tx, ty = series(records, train_key)
         if tx:
             shown.append(Series(train_key, tx, ty, colour, label="training batches"))
-        hx, hy = series(records, held_key)
-        if hx:
-            held_label = ("held-out pairs, chosen more likely" if key == "pairs" else "held-out pairs")
-            shown.append(Series(held_key, hx, hy, "#2ca02c", smooth=False, label=held_label))
+        for held_key, held_label, held_colour in held_keys:
+            hx, hy = series(records, held_key)
+            if hx:
+                shown.append(Series(held_key, hx, hy, held_colour, smooth=False, label=held_label))
         if shown:
             every = [y for s in shown for y in s.ys]
             limits = (-0.02, 1.02) if key == "pairs" else readable_limits(every, _min_span(every, 0.05))
@@ -229,10 +232,10 @@ def figure(records: list[dict], title: str = "", max_steps: int | None = None):
 def _draw(ax, s: Series) -> None:
     n = len(s.xs)
     marker = "o" if n <= _MARKERS_UP_TO else None
-    if not s.smooth or n < 3:  # nothing to smooth: the points themselves, in full
+    span = smoothing_span(n)
+    if not s.smooth or n < 3 or span < 2:  # nothing to smooth (an EMA over one point is the points): them, in full
         ax.plot(s.xs, s.ys, marker="o", markersize=4, color=s.colour, linewidth=1.5, label=s.label)
         return
-    span = smoothing_span(n)
     ax.plot(s.xs, s.ys, marker=marker, markersize=2.5, color=s.colour, alpha=0.3, linewidth=0.8,
             label=None if s.label else "per logged step")
     ax.plot(s.xs, ema(s.ys, span), color=s.colour, linewidth=2.0,

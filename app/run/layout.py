@@ -43,16 +43,24 @@ COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
 EVAL_PREFIX = "eval/"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_REWARD = "eval/reward"
-# Preference data: held-out pairs the adapter finds chosen more likely than rejected, and DPO's implicit reward
-# margin on them (app/eval/preference.py); the base's accuracy is one number (status.json), not a curve.
-EVAL_PREF_ACCURACY = "eval/pref_accuracy"
-EVAL_PREF_MARGIN = "eval/pref_margin"
-PREF_BASE_ACCURACY = "pref_base_accuracy"
+# Preference figures: one definition per name, the same on training batches (TRL's names) and on held-out pairs
+# (app/eval/preference.py measures them), in the words PREFERENCE_WORDS gives every place that shows them.
+DPO_ACCURACY = "rewards/accuracies"  # preference accuracy, training batches
+DPO_MARGIN = "rewards/margins"  # reward margin, training batches
+EVAL_PREF_ACCURACY = "eval/pref_accuracy"  # preference accuracy, held-out pairs
+EVAL_PREF_MARGIN = "eval/pref_margin"  # reward margin, held-out pairs
+EVAL_PREF_LIKELIER = "eval/pref_likelier"  # chosen more likely (the adapter), held-out pairs
+PREF_BASE_LIKELIER = "pref_base_likelier"  # chosen more likely (the base): one number (status.json), not a curve
 PREF_ROWS = "pref_rows"  # held-out pairs each preference evaluation scored
-# What DPO logs during training (TRL's names): on the training batch, the share of pairs with chosen's implicit reward
-# above rejected's, and the mean margin between them.
-DPO_ACCURACY = "rewards/accuracies"
-DPO_MARGIN = "rewards/margins"
+PREFERENCE_WORDS = {
+    "preference accuracy": "the share of pairs whose DPO implicit reward is higher for the chosen answer: training "
+                           "raised the chosen answer's log-probability more (or lowered it less) than the rejected "
+                           "one's, against the base (TRL's rewards/accuracies); the base itself is at 0%",
+    "reward margin": "the mean of that implicit reward difference, beta x the change in (chosen - rejected) "
+                     "log-probability (TRL's rewards/margins)",
+    "chosen more likely": "the share of pairs where the model gives the chosen answer the higher summed "
+                          "log-probability: base and adapter each (long chosen answers can be less likely on both)",
+}
 BEST_STEP = "best_step"
 BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
 EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total

@@ -39,7 +39,15 @@ def list_runs(output_dir: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     runs = [p for p in root.iterdir() if p.is_dir() and is_run_dir(p)]
-    return sorted(runs, key=lambda p: p.stat().st_mtime, reverse=True)
+    return sorted(runs, key=created, reverse=True)
+
+
+def created(run: Path) -> float:
+    """When a run was made: status.json's ``created`` (older runs: its first ``started``, else config.yaml's time).
+    Newest first, whatever touched a run since (a compare, a resume, an export)."""
+    st = read_status(run) or {}
+    when = st.get("created") or st.get("started")
+    return float(when) if isinstance(when, (int, float)) else (Path(run) / CONFIG).stat().st_mtime
 
 
 def has_adapter(run_dir: Path) -> bool:

@@ -60,3 +60,14 @@ def comparisons(run_dir: Path) -> list[Path]:
     folder = Path(run_dir) / COMPARISONS
     return sorted(folder.glob("compare-*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() \
         else []
+
+
+def preference_figures(p: dict | None) -> dict | None:
+    """A comparison's preference figures by their names today (app.run.layout.PREFERENCE_WORDS): accuracy, margin,
+    base_likelier, adapter_likelier, n, beta. Older files named them reward_accuracy (preference accuracy) and
+    base_accuracy / adapter_accuracy (chosen more likely)."""
+    if not p:
+        return None
+    old = {"accuracy": "reward_accuracy", "base_likelier": "base_accuracy", "adapter_likelier": "adapter_accuracy"}
+    return {**{k: p.get(k, p.get(was)) for k, was in old.items()}, "margin": p.get("margin"), "n": p.get("n"),
+            "beta": p.get("beta")}

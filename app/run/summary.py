@@ -25,6 +25,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
     # polled by the UI: check the checkpoint's structure, not every byte of its optimizer state
     resumable = integrity.last_checkpoint(d, verify_data=False) is not None
     recs = store.read_metrics(d) if records is None else records
+    cmp = proof.latest_proof(d)
     last = {}
     for r in recs:  # last non-null value of each key
         last.update({k: v for k, v in r.items() if v is not None})
@@ -39,8 +40,8 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "step": st.get("step"),
         "max_steps": st.get("max_steps"),
         "loss": _fmt(last.get("loss")),
-        # GRPO's mean reward; a DPO run's reward is its implicit one: the margin of chosen over rejected
-        "reward": _fmt(last.get("reward", last.get(layout.DPO_MARGIN))),
+        "reward": _fmt(last.get("reward")),  # GRPO's mean reward; preference runs have their own column
+        "pref_accuracy": _pct(preference_accuracy(recs, cmp)),
         "date": datetime.fromtimestamp(started).strftime("%Y-%m-%d %H:%M") if started else "",
         "error": st.get("error"),
         "fast_paths": st.get("fast_paths"),
@@ -50,13 +51,17 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         # the running peak status.json holds, or the last logged one for a crashed run
         "peak_memory": peak_memory_text({**last, **st}),
         "adapter": str(d / layout.ADAPTER) if lookup.has_adapter(d) else None,
-        "comparison": comparison_text(proof.latest_proof(d)),
+        "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (layout.CRASHED, layout.INTERRUPTED, layout.FAILED) else None),
     }
+
+
+def _pct(x: float | None) -> str | None:
+    return None if x is None else f"{x:.1%}"
 
 
 def heldout_text(records: list[dict], st: dict) -> str | None:
@@ -76,9 +81,7 @@ def heldout_text(records: list[dict], st: dict) -> str | None:
         parts.append(f"accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}{best if points else ''}{rows}")
     if pairs:
         (s0, a0), (s1, a1) = pairs[0], pairs[-1]
-        base = st.get(layout.PREF_BASE_ACCURACY)
-        parts.append("preference accuracy " + (f"base {base:.1%}, " if base is not None else "")
-                     + f"{a0:.1%} at step {s0} -> {a1:.1%} at step {s1}" + ("" if points else best)
+        parts.append(f"preference accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}" + ("" if points else best)
                      + (f" ({st[layout.PREF_ROWS]} pairs)" if st.get(layout.PREF_ROWS) else ""))
     return "; ".join(parts)
 
@@ -101,12 +104,26 @@ def comparison_text(cmp: dict | None) -> str | None:
 
 
 def preference_text(p: dict | None) -> str | None:
-    """'preference accuracy base 48.0% -> adapter 81.0%, reward margin +0.41 (79% of pairs above 0), on 100 held-out
-    pairs'."""
-    if not p:
+    """'preference accuracy 79.0%, reward margin +0.41; chosen more likely base 48.0% -> adapter 81.0%; on 100
+    held-out pairs' (the names of app.run.layout.PREFERENCE_WORDS)."""
+    f = proof.preference_figures(p)
+    if not f:
         return None
-    return (f"preference accuracy base {p['base_accuracy']:.1%} -> adapter {p['adapter_accuracy']:.1%}, reward margin "
-            f"{p['margin']:+.3g} ({p['reward_accuracy']:.0%} of pairs above 0), on {p['n']} held-out pairs")
+    return (f"preference accuracy {f['accuracy']:.1%}, reward margin {f['margin']:+.3g}; chosen more likely base "
+            f"{f['base_likelier']:.1%} -> adapter {f['adapter_likelier']:.1%}; on {f['n']} held-out pairs")
+
+
+def preference_accuracy(recs: list[dict], cmp: dict | None) -> float | None:
+    """A DPO run's preference accuracy: on its held-out pairs (the proof, else the last evaluation), else on its
+    last training batch; None for a run without pairs."""
+    p = proof.preference_figures((cmp or {}).get("preference"))
+    if p:
+        return p["accuracy"]
+    for key in (layout.EVAL_PREF_ACCURACY, layout.DPO_ACCURACY):
+        last = next((r[key] for r in reversed(recs) if r.get(key) is not None), None)
+        if last is not None:
+            return last
+    return None
 
 
 def memory_check(estimate: dict, peak: dict) -> dict:

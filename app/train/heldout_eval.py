@@ -3,10 +3,10 @@ rows, scored with the run's shaped reward, through compare's own generate / scor
 
 Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>, on the line of their step (every
 ``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
-`compare` measures). Preference data adds eval/pref_accuracy and eval/pref_margin on the same rows' pairs
-(app/eval/preference.py; the base's accuracy goes to status.json once). status.json keeps the best point
-(best_step / best_score: accuracy; for data without references the preference accuracy of its pairs, else the mean
-reward); with training.keep_best its
+`compare` measures). Preference data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
+rows' pairs (app/eval/preference.py; the base's "chosen more likely" goes to status.json once). status.json keeps the
+best point (best_step / best_score: accuracy; for data without references the preference accuracy of its pairs,
+else the mean reward); with training.keep_best its
 adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
 """
 
@@ -93,13 +93,14 @@ class HeldoutEval(TrainerCallback):
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{layout.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
         if pref:
-            rec.update({layout.EVAL_PREF_ACCURACY: pref.adapter_accuracy, layout.EVAL_PREF_MARGIN: pref.margin})
-            self.record(None, **{layout.PREF_BASE_ACCURACY: pref.base_accuracy, layout.PREF_ROWS: pref.n})
+            rec.update({layout.EVAL_PREF_ACCURACY: pref.accuracy, layout.EVAL_PREF_MARGIN: pref.margin,
+                        layout.EVAL_PREF_LIKELIER: pref.adapter_likelier})
+            self.record(None, **{layout.PREF_BASE_LIKELIER: pref.base_likelier, layout.PREF_ROWS: pref.n})
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
         self.record(None, **{layout.EVAL_SECONDS: round(self.seconds, 2), layout.EVAL_ROWS: len(outs)})
         # the answers' accuracy where the data has references, else the preference accuracy of its pairs
-        score = next((x for x in (summary.accuracy, pref.adapter_accuracy if pref else None, summary.mean_reward)
+        score = next((x for x in (summary.accuracy, pref.accuracy if pref else None, summary.mean_reward)
                       if x is not None), None)
         if score is not None and (self.best[1] is None or score > self.best[1]):
             self.best = (step, score)
@@ -109,6 +110,7 @@ class HeldoutEval(TrainerCallback):
         acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"
         reward = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
         log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)%s", step, acc, reward, len(outs),
-                 f"; preference accuracy {pref.adapter_accuracy:.1%} (base {pref.base_accuracy:.1%}), margin "
-                 f"{pref.margin:+.3g} ({pref.n} pairs)" if pref else "")
+                 f"; preference accuracy {pref.accuracy:.1%}, reward margin {pref.margin:+.3g}, chosen more likely "
+                 f"base {pref.base_likelier:.1%} -> adapter {pref.adapter_likelier:.1%} ({pref.n} pairs)"
+                 if pref else "")
         return rec

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.host.machine import an
 from app.model.shape import embed_params, linear_sizes, model_shape
 from app.train.batching import PROMPT_MULTIPLE, steps_per_generation
 
@@ -47,6 +48,14 @@ CARDS_GB = (8, 12, 16, 24, 48, 80)  # the verdicts the UI and --dry-run show
 CUDA_CONTEXT_GB = 0.5
 ALLOCATOR_RESERVE_GB = 0.25
 FIT_MARGIN = 0.90  # above 90 % of the card is "tight": other processes and spikes need room
+# One vocabulary for a card's verdict, the same words in the text, `train --dry-run --json` and the UI.
+VERDICTS = {
+    "fits": "fits, with at least 10% of the card to spare",
+    "tight": "fits, but above 90% of the card: another program on the GPU or a spike can push it over",
+    "fits with changes": "fits once the plan changes a setting or drops a fast path, as its notes say",
+    "too big": "does not fit",
+    "unknown": "the model's size is unknown",
+}
 GRPO_PROMPT_TOKENS = 256  # a typical chat-templated GSM8K prompt, when the data's lengths are not known
 LOGIT_TILE_TOKENS, LOGIT_TILE_VOCAB = 4096, 32768  # TRL's fused LM head tile (trl/kernels/chunked_logprob.py)
 SAVED_PER_HIDDEN, SAVED_PER_INTERMEDIATE = 17.3, 8.1  # bytes saved per token of one decoder layer at 2-byte dtype
@@ -195,7 +204,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
                                sampler == "merged", d)
     torch_peak = (weights + adapter + copy + max(train, gen)) / GB + ALLOCATOR_RESERVE_GB
     total = torch_peak + paged / GB + CUDA_CONTEXT_GB
-    verdicts = {g: "fits" if total <= FIT_MARGIN * g else "tight" if total <= g else "too big" for g in CARDS_GB}
+    verdicts = {g: verdict(total, g) for g in CARDS_GB}
     out.update(
         params=params, weights_gb=weights / GB, lora_params=lora_param_count(s, cfg.lora.r or 16,
                                                                               cfg.lora.target_modules),
@@ -206,39 +215,73 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     smallest = next((g for g in CARDS_GB if verdicts[g] == "fits"), None)
     size = f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
     out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} params from "
-                      f"{source}): " + (f"fits a {smallest} GB GPU" if smallest else
-                                         f"does not fit {CARDS_GB[-1]} GB comfortably; lower batch size / lengths, "
-                                         "enable gradient checkpointing, or pick a smaller model"))
+                      f"{source}); " + (f"the smallest card it fits with room to spare: {smallest} GB" if smallest else
+                                         f"it does not fit {an(CARDS_GB[-1])} GB card with room to spare; lower the "
+                                         "batch size or lengths, or pick a smaller model"))
     return out
 
 
-def fit_problem(est: dict, cfg, gpu_gb: float | None) -> str | None:
-    """None when the estimate fits ``gpu_gb`` (or either is unknown), else the one-line refusal: the numbers, the
-    changes that would make it fit, and the override."""
+def verdict(total_gb: float | None, gb: float) -> str:
+    """The estimate's verdict for a card of ``gb`` GB (a word of VERDICTS)."""
+    if total_gb is None:
+        return "unknown"
+    return "fits" if total_gb <= FIT_MARGIN * gb else "tight" if total_gb <= gb else "too big"
+
+
+def card_answer(est: dict, gb: float, word: str | None = None) -> str:
+    """The verdict for the card asked about, in VERDICTS' words: what the plan's text says first."""
+    word = word or verdict(est.get("total_gb"), gb)
+    return f"{word} ({VERDICTS[word]})"
+
+
+def fit_changes(est: dict, cfg) -> dict:
+    """The settings that lower this run's memory, {dotted key: value}, most effective first."""
+    t, out = cfg.training, {}
+    if (t.per_device_train_batch_size or 1) > 1:
+        out["training.per_device_train_batch_size"] = max(1, (t.per_device_train_batch_size or 1) // 2)
+        out["training.gradient_accumulation_steps"] = (t.gradient_accumulation_steps or 1) * 2
+    if not t.gradient_checkpointing:
+        out["training.gradient_checkpointing"] = True
+    if cfg.method == "grpo":
+        out["grpo.max_completion_length"] = max(16, cfg.grpo.max_completion_length // 2)
+        if cfg.grpo.num_generations > 2:
+            out["grpo.num_generations"] = max(2, cfg.grpo.num_generations // 2)
+        if est.get("generation_gb", 0) > est.get("activations_gb", 0):
+            out["grpo.generation_batch_size"] = out.get("training.per_device_train_batch_size",
+                                                        t.per_device_train_batch_size or 1)
+        if est.get("sampler_copy_gb"):
+            out["grpo.sampler"] = "plain"
+    else:
+        out["training.max_length"] = max(128, t.max_length // 2)
+        if not t.activation_offloading:
+            out["training.activation_offloading"] = True
+    return out
+
+
+def fit_problem(est: dict, cfg, gpu_gb: float | None, floor_gb: float | None = None) -> str | None:
+    """None when the estimate fits ``gpu_gb`` (or either is unknown), else the one-line refusal: the numbers, what
+    can help (fit_changes) and what cannot: weights that alone fill the card, or ``floor_gb`` (the estimate with
+    every change of fit_changes) still above it."""
     total = est.get("total_gb")
     if total is None or not gpu_gb or total <= gpu_gb:
         return None
-    t = cfg.training
-    knobs = []
-    if (t.per_device_train_batch_size or 1) > 1:
-        knobs.append(f"training.per_device_train_batch_size={max(1, (t.per_device_train_batch_size or 1) // 2)} "
-                     f"(with gradient_accumulation_steps={(t.gradient_accumulation_steps or 1) * 2})")
-    if not t.gradient_checkpointing:
-        knobs.append("training.gradient_checkpointing=true")
-    if cfg.method == "grpo":
-        knobs.append(f"grpo.max_completion_length={max(16, cfg.grpo.max_completion_length // 2)}")
-        if cfg.grpo.num_generations > 2:
-            knobs.append(f"grpo.num_generations={max(2, cfg.grpo.num_generations // 2)}")
-        if est.get("generation_gb", 0) > est.get("activations_gb", 0):
-            knobs.append(f"grpo.generation_batch_size={(t.per_device_train_batch_size or 1)}")
-        if est.get("sampler_copy_gb"):
-            knobs.append("grpo.sampler=plain")
-    else:
-        knobs.append(f"training.max_length={max(128, t.max_length // 2)}")
-        if not t.activation_offloading:
-            knobs.append("training.activation_offloading=true")
-    return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:.1f} GB; try "
-            + ", ".join(f"--set {k}" for k in knobs) + ", or a smaller model; --no-fit-check tries anyway")
+    fixed = est["weights_gb"] + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB
+    if fixed > gpu_gb:
+        most = est["params"] * (gpu_gb / 2) / max(est["weights_gb"], 1e-9) / 1e9  # half the card for the weights
+        return (f"the model's weights alone take {est['weights_gb']:.1f} GB ({est['params'] / 1e9:.1f}B params; "
+                f"{fixed:.1f} GB with the CUDA context) and this GPU has {gpu_gb:g} GB: no setting makes it fit; "
+                f"use a smaller model (about {most:.1f}B params or fewer leaves room to train) or a larger GPU")
+    changes = fit_changes(est, cfg)
+    said = ", ".join(f"--set {k}={_word(v)}" for k, v in changes.items())
+    if floor_gb is not None and floor_gb > gpu_gb:
+        return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB; even with {said} it is "
+                f"{floor_gb:.1f} GB: use a smaller model or a larger GPU; --no-fit-check tries anyway")
+    return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB; try {said}, or a smaller "
+            "model; --no-fit-check tries anyway")
+
+
+def _word(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def format_estimate(est: dict, verdicts: dict | None = None) -> str:

@@ -5,8 +5,10 @@ The ladder keeps the effective batch (per-device batch x gradient accumulation) 
 rung that still changes something:
   GRPO: sample one optimizer step's completions at a time (a smaller generation batch), then sample with the 4-bit
         model instead of the merged 16-bit copy, then half the per-device batch with twice the accumulation (again,
-        down to one);
-  SFT:  half the per-device batch with twice the accumulation (down to one), then activation offloading (CUDA).
+        down to one), then the same settings once more after freeing memory (a passing spike);
+  SFT, DPO: half the per-device batch with twice the accumulation (down to one), then activation offloading (CUDA),
+        then once more after freeing memory, then shorter examples (training.max_length halved, down to
+        MIN_MAX_LENGTH: the change is recorded; longer examples are cut). The last two exist on every device.
 transformers' auto_find_batch_size (accelerate's find_executable_batch_size) is not this: it restarts from step 0
 with the batch times 0.9, which changes the effective batch and breaks GRPO's rule that the batch is a multiple of
 num_generations.
@@ -27,6 +29,8 @@ from app.errors import RunFailed, UserError
 from app.run import integrity
 
 FAULT_ENV = "QLORA_APP_FAULT"
+RETRY = "the same settings once more after freeing memory"  # the rung's words, and how a plan tells it was taken
+MIN_MAX_LENGTH = 128  # the shortest examples the ladder cuts to
 OOM_TEXT = ("out of memory", "OutOfMemoryError")  # torch's message, and older / wrapped reports of it
 
 
@@ -91,6 +95,13 @@ def next_rung(plan) -> tuple[dict, str] | None:
                      "training.gradient_accumulation_steps": accumulation},
                     f"per-device batch {half} with {accumulation} accumulation steps (was "
                     f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps})")
+    if not any(RETRY in note for note in plan.notes):
+        return {}, f"{RETRY} (a passing spike)"
+    if cfg.method != "grpo" and t.max_length > MIN_MAX_LENGTH:
+        shorter = max(MIN_MAX_LENGTH, t.max_length // 2)
+        return ({"training.max_length": shorter},
+                f"examples cut at {shorter} tokens, not {t.max_length} (training.max_length): longer ones lose "
+                "their end")
     return None
 
 
@@ -111,11 +122,17 @@ def spent_message(plan, step: int, error: str, run_dir) -> str:
     ckpt = integrity.last_checkpoint(run_dir)
     keep = (f"checkpoints are kept (newest {ckpt.name}): after a change, qlora-app train --resume {run_dir} --set ..."
             if ckpt else "no checkpoint was saved yet")
-    what = (f"grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations (now "
-            f"{cfg.grpo.num_generations})" if cfg.method == "grpo" else
-            f"training.max_length (now {cfg.training.max_length})")
-    return (f"out of GPU memory at step {step} ({error}) with per-device batch 1 and every other step of the ladder "
-            f"taken; lower {what}, or use a smaller model or a bigger GPU; {keep}")
+    gpu = "GPU " if plan.where.cuda else ""
+    if cfg.method == "grpo":
+        least = "per-device batch 1 and a retry"
+        what = (f"lower grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations "
+                f"(now {cfg.grpo.num_generations}), ")
+    else:
+        least = (f"per-device batch 1, a retry and examples of at most {cfg.training.max_length} tokens"
+                 + (", activation offloading" if plan.fast.offloading else ""))
+        what = ""
+    return (f"out of {gpu}memory at step {step} ({error}), even at the least qlora-app can choose by itself "
+            f"({least}); to go on: {what}use a smaller model, or a machine with more {gpu}memory; {keep}")
 
 
 def free_memory(cuda: bool) -> None:

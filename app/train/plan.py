@@ -29,7 +29,8 @@ from app.config.keys import differences
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
-from app.data.convert import to_dpo
+from app.data.convert import require_a_pair, to_dpo
+from app.data.loading import sampled_system_prompt
 from app.data.preference import require_pairs
 from app.errors import UserError
 from app.host import machine as this_machine
@@ -47,7 +48,7 @@ from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
-from app.train.memory import CARDS_GB, FIT_MARGIN, Decisions, estimate_memory
+from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, verdict
 from app.train.preflight import fit_memory, token_lengths
 from app.train.torchrun import world_size
 
@@ -78,6 +79,7 @@ class RunPlan:
     packing: bool | None = None  # SFT, after decide_packing
     adjustments: tuple[Adjustment, ...] = ()
     notes: tuple[str, ...] = ()  # every line the plan said, adjustments' reasons included
+    fitted: bool = False  # fitting the card changed a setting or dropped a fast path
     # What planning prepared on the way (None where not at hand); not part of the plan's identity.
     train_ds: Any = field(default=None, compare=False, repr=False)  # the rows in TRL's format, fitted to the context
     tokenizer: Any = field(default=None, compare=False, repr=False)
@@ -96,13 +98,21 @@ class RunPlan:
         """This plan with its memory estimate made of its own decisions."""
         return replace(self, estimate=estimate_memory(self.cfg, self.lengths, self.decisions()))
 
+    @property
+    def verdict(self) -> str | None:
+        """The verdict (a word of app.train.memory.VERDICTS) for the card this plan is for; None on the CPU."""
+        if not self.where.cuda:
+            return None
+        return "fits with changes" if self.fitted else verdict(self.estimate.get("total_gb"), self.where.vram_gb)
+
     def describe(self) -> str:
-        """A few short lines for --dry-run and the run log."""
+        """A few short lines for --dry-run and the run log: the card asked about answered first."""
         est = self.estimate
         where = (f"on this {self.where.vram_gb:.0f} GB GPU" if self.where.vram_gb and not self.where.planned
                  else f"on {self.where.gpu}" if self.where.planned else "for a GPU (this run is on the CPU)")
         basis = "the data's token lengths" if self.lengths_known else "max_length (data not read)"
-        lines = [f"memory estimate {where}: {est['summary']} (from {basis})",
+        answer = f"{card_answer(est, self.where.vram_gb, self.verdict)}; " if self.where.cuda else ""
+        lines = [f"memory estimate {where}: {answer}{est['summary']} (from {basis})",
                  f"fast paths: {self.fast.describe()}",
                  f"runs on {self.where.gpu or 'the CPU'}, {self.where.compute_dtype}, backend {self.backend}, "
                  f"{self.world_size} process(es)"]
@@ -198,7 +208,13 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     doctor); ``files``: the model's (tokenizer, context) when the caller read them already. Raises UserError for a
     run that cannot go ahead there."""
     steps = _Steps(note)
+    asked_system = cfg.data.system_prompt
     cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
+    sampled = sampled_system_prompt(cfg.data.dataset) if asked_system is None else None
+    if sampled and sampled != cfg.data.system_prompt:
+        steps.say("the answers in this pairs folder were sampled for prompts with this system prompt (its "
+                  ".qlora-pairs.json): the run trains, chats and compares with it")
+        cfg = steps.apply(cfg, {"data.system_prompt": sampled})
     where, backend = machine or decide_machine(cfg)
     check_fsdp(cfg.runtime, where.cuda)
     stack = stack_problem(cfg.method, where.cuda)
@@ -207,6 +223,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     world = world_size()
     if cfg.method in PREFERENCE_METHODS and det is not None:
         require_pairs(det)  # before any model file is read
+        if rows is not None:
+            require_a_pair(rows, det)
     lengths = token_lengths(cfg, rows, det)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
@@ -238,7 +256,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
             fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
-                   notes=tuple(steps.said), train_ds=train_ds, tokenizer=tok, lengths=lengths).estimated()
+                   notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
+                   lengths=lengths).estimated()
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
@@ -313,12 +332,5 @@ def card_verdicts(cfg: AppConfig, rows=None, det=None) -> tuple[dict, RunPlan | 
         except UserError:
             plans[gb] = None
     roomy = plans[CARDS_GB[-1]]
-    out = {}
-    for gb, plan in plans.items():
-        if plan is None:
-            out[gb] = "too big"
-        elif plan.adjustments != roomy.adjustments or plan.fast != roomy.fast:
-            out[gb] = "fits with changes"
-        else:
-            out[gb] = "tight" if (plan.estimate.get("total_gb") or 0) > FIT_MARGIN * gb else "fits"
+    out = {gb: plan.verdict if plan is not None else "too big" for gb, plan in plans.items()}
     return out, roomy

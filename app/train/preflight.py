@@ -22,7 +22,7 @@ from app.data.preference import pair_of
 from app.errors import UserError
 from app.train.batching import steps_per_generation
 from app.train.fastpaths import Env
-from app.train.memory import Decisions, estimate_memory, fit_problem
+from app.train.memory import Decisions, an, estimate_memory, fit_changes, fit_problem
 from app.train.sampler import cpu_copy_fits
 
 log = logging.getLogger("qlora_app")
@@ -71,6 +71,7 @@ class MemoryFit:
     env: Env  # vLLM dropped where its copy would not fit
     needs_room: bool  # SFT: only activation offloading makes it fit
     copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
+    fitted: bool = False  # fitting this card changed a setting or dropped a fast path (its verdict: fits with changes)
 
 
 def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decisions) -> MemoryFit:
@@ -98,7 +99,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
             changes["grpo.generation_batch_size"] = smaller
             cfg, problem = with_values(cfg, {"grpo.generation_batch_size": smaller}), None
     if problem and cfg.runtime.fit_check:
-        raise UserError(problem)
+        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base)), est, gpu_gb)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
         if cuda and env.vllm and cfg.grpo.use_vllm is None:
@@ -106,15 +107,35 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
             if fit_problem(with_vllm, cfg, gpu_gb):
                 env = dataclasses.replace(env, vllm=False)
                 say(f"vLLM is installed but its 16-bit copy of the weights would not fit "
-                    f"({with_vllm['total_gb']:.1f} GB estimated on a {gpu_gb:.0f} GB GPU): not using it")
+                    f"({with_vllm['total_gb']:.1f} GB estimated on {an(gpu_gb)} GB GPU): not using it")
         with_copy = estimate_memory(cfg, lengths, replace(base, sampler="merged"))
         copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
         if cuda and not copy_fits and cfg.grpo.sampler == "auto" and not env.vllm:
             say(f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
-                f"estimated on a {gpu_gb:.0f} GB GPU): sampling with the 4-bit model instead")
+                f"estimated on {an(gpu_gb)} GB GPU): sampling with the 4-bit model instead")
     if problem:
         say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
-    return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits)
+    dropped = cuda and cfg.method == "grpo" and cfg.grpo.sampler == "auto" and not copy_fits
+    return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits,
+                     fitted=bool(changes) or needs_room or dropped)
+
+
+class DoesNotFit(UserError):
+    """The fit check's refusal: the one line, and the estimate behind it (`train --dry-run --json` shows it)."""
+
+    def __init__(self, line: str, estimate: dict, gpu_gb: float):
+        super().__init__(line)
+        self.estimate, self.gpu_gb = estimate, gpu_gb
+
+
+def _floor(cfg, est: dict, lengths, base: Decisions) -> float | None:
+    """The estimate with every change fit_changes lists (the least this run can take short of another model), or
+    None when those changes do not make a valid config together."""
+    try:
+        low = with_values(cfg, fit_changes(est, cfg))
+    except UserError:
+        return None
+    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=cfg.method != "grpo"))["total_gb"]
 
 
 def generation_batch_that_fits(cfg, lengths, gpu_gb: float, base: Decisions) -> int | None:

@@ -62,7 +62,16 @@ def resumable_dir(path: Path, main: bool = True) -> Path:
     st = store.read_status(d) or {}
     if main and st.get("status") == layout.RUNNING and pid_alive(st.get("pid")):
         raise UserError(f"run '{d.name}' is still running; stop it before resuming")
+    if integrity.last_checkpoint(d, verify_data=False) is None:  # said first: before the model or the data
+        raise _nothing_to_resume(d)
     return d
+
+
+def _nothing_to_resume(d: Path) -> UserError:
+    torn = [p.name for p in integrity.checkpoints(d)]
+    return UserError(f"'{d}' has no complete checkpoint to resume from"
+                     + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
+                     + "; start a new run instead")
 
 
 def check_work_left(ckpt: Path, cfg: AppConfig, d: Path) -> None:
@@ -86,13 +95,12 @@ def resume_point(d: Path, note=None, cfg: AppConfig | None = None, main: bool = 
     error. metrics.jsonl is cut back to that step (by rank 0), so the steps trained again are logged once."""
     ckpt = integrity.last_checkpoint(d, note=note)
     if ckpt is None:
-        torn = [p.name for p in integrity.checkpoints(d)]
-        raise UserError(f"'{d}' has no complete checkpoint to resume from"
-                        + (f" ({', '.join(torn)} torn)" if torn else " (checkpoints/ is empty)")
-                        + "; start a new run instead")
+        raise _nothing_to_resume(d)
     if cfg is not None:
         check_work_left(ckpt, cfg, d)
     step = integrity.checkpoint_step(ckpt)
+    if note is not None:  # which checkpoint, said where the user looks (the terminal and train.log)
+        note(f"resuming from {ckpt.name} (step {step})")
     dropped = store.truncate_metrics(d, step) if main else 0
     if dropped:
         log.info("resuming from %s: dropped %d metrics rows logged after step %d", ckpt.name, dropped, step)

@@ -208,9 +208,10 @@ class Session:
         train.log, recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
         changes, what, self.ckpt, start = next_attempt(self.plan, step, error, self.dir)
         free_memory(self.plan.where.cuda)
-        self.note(f"out of GPU memory at step {step} ({error}); {what}; training again from "
-                          f"{self.ckpt.name if self.ckpt else 'the start'}")
-        self.plan = replan(self.plan, changes, f"out of GPU memory at step {step}; so from step {start}")
+        memory = "GPU memory" if self.plan.where.cuda else "memory"
+        self.note(f"out of {memory} at step {step} ({error}); {what}; training again from "
+                  f"{self.ckpt.name if self.ckpt else 'the start'}")
+        self.plan = replan(self.plan, changes, f"out of {memory} at step {step} ({what}); so from step {start}")
         self.oom_changes.append({"step": step, "from_step": start, "change": what, "error": error})
         if self.main:
             store.truncate_metrics(self.dir, start)  # the steps trained again are logged once
@@ -285,7 +286,9 @@ class Session:
         fields = plan.status_fields()
         if resumed and not plan.adjustments:
             fields.pop("adjustments")  # the first start's reasons stay on record
-        self.record(layout.RUNNING, pid=os.getpid(), started=time.time(), method=plan.cfg.method,
+        now = time.time()  # a new run's creation time is the order runs are listed in (app.run.lookup.created)
+        self.record(layout.RUNNING, pid=os.getpid(), started=now, **({} if resumed else {"created": now}),
+                    method=plan.cfg.method,
                     model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
                     step=integrity.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
         for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:

@@ -15,8 +15,10 @@ from app.ui.tabs import train as train_tab
 from app.ui.widgets import Context
 
 # The log box shows tables and aligned columns (the end-of-run summary): a monospace font that does not wrap them.
+# A run's name in the Runs table is what people copy into --resume / compare: it wraps (at its dashes), never cut.
 CSS = ("#train-log textarea {font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; "
-       "white-space: pre; overflow-x: auto}")
+       "white-space: pre; overflow-x: auto} "
+       "#runs-table td:first-child .cell-wrap {white-space: normal; overflow-wrap: anywhere}")
 
 
 def build_app(runs_dir: str | Path, local_only: bool = False, jobs: JobManager | None = None):

@@ -14,6 +14,7 @@ from app.run import layout, lookup
 from app.ui.compare_view import compare_choices, wait_for_gpu
 from app.ui.folders import run_path
 
+EMPTY_REPLY = "_(no text: the model ended its reply at once)_"
 WHO = {"adapter and base": ("adapter", "base"), "adapter": ("adapter",), "base": ("base",)}
 
 

@@ -9,6 +9,8 @@ from app.eval.compare import run_comparison
 from app.run import layout, lookup, store
 from app.ui.folders import run_path, shown_runs
 
+DEFAULT_ROWS = 16  # held-out rows the Compare tab starts with: enough to read, quick on a CPU
+
 
 def compare_choices(runs_dir: str | Path) -> list[str]:
     """Runs that have an adapter to compare, newest first (demo-runs/ beside the runs folder too)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from app.config.build import build_config, with_absolute_paths
 from app.config.flags import WIDGETS, flags_layer
-from app.config.presets import load_preset, presets_dir
+from app.config.presets import list_presets, load_preset, presets_dir
 from app.config.resolve import model_name
 from app.config.reward_components import NAMES as REWARD_COMPONENTS
 from app.config.schema import AppConfig, RewardConfig
@@ -105,14 +105,54 @@ def _load_preset(preset: str | None) -> dict:
     return load_preset(preset)
 
 
+def preset_info(preset: str | None) -> str:
+    """The preset's one-line description (its file's second comment line), shown under the dropdown."""
+    if not preset or preset == NO_PRESET:
+        return "no preset: the built-in defaults of the method picked"
+    found = {p["name"]: p for p in list_presets()}.get(preset)
+    return found["description"] if found else ""
+
+
+def switch_method(form: dict, method: str, local_only: bool = False) -> dict:
+    """The form after picking ``method``: a preset made for another method gives way to the one for this method on
+    the same model and data (demo-grpo -> demo-dpo), else to none; every value the user changed from the old
+    preset's stays, the rest follows the new preset."""
+    old = form.get("preset") or NO_PRESET
+    dataset = form.get("dataset")
+    old_values = widget_values(form_defaults(old, local_only, dataset))
+    if old_values.get("method") == method:
+        return dict(form)
+    new = _preset_for(old, method)
+    new_values = widget_values(form_defaults(new, local_only, dataset))
+    own = widget_values(form_defaults(old, local_only))  # the old preset on its own dataset: its fields too
+    kept = {k: v for k, v in form.items() if k not in ("preset", "method")
+            and not any(_same(_clean(v), _clean(d.get(k))) for d in (old_values, own))}
+    return {**new_values, **kept, "preset": new, "method": method}
+
+
+def _preset_for(preset: str, method: str) -> str:
+    """The preset for ``method`` on the same model and dataset as ``preset``, else none."""
+    if preset == NO_PRESET:
+        return NO_PRESET
+    by_name = {p["name"]: p for p in list_presets()}
+    mine = by_name.get(preset)
+    if mine is None:
+        return NO_PRESET
+    return next((p["name"] for p in by_name.values() if p["method"] == method and p["model"] == mine["model"]
+                 and p["dataset"] == mine["dataset"]), NO_PRESET)
+
+
 def preset_choices() -> list[str]:
     return [NO_PRESET, *sorted(p.stem for p in presets_dir().glob("*.yaml"))]
 
 
-def form_defaults(preset: str | None = None, local_only: bool = False) -> dict:
+def form_defaults(preset: str | None = None, local_only: bool = False, dataset: str | None = None) -> dict:
     """Widget values for a preset (or the built-in defaults): what the form shows before the user edits it.
-    Auto values stay empty so that an untouched field keeps meaning "auto"."""
-    data = build_config(_load_preset(preset)).model_dump(mode="json")
+    Auto values stay empty so that an untouched field keeps meaning "auto". ``dataset``: the preset as it applies
+    to this dataset (its split and fields belong to its own: app.config.build.DATASET_KEYS)."""
+    dataset = _clean(dataset)
+    data = build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None).model_dump(
+        mode="json")
     out = {"preset": preset or NO_PRESET}
     for name, flag in WIDGETS.items():
         out[name] = _get(data, flag.key)
@@ -143,7 +183,11 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     dict app/cli/main.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
     preset = form.get("preset")
     preset = None if not preset or preset == NO_PRESET else preset
-    base = build_config(_load_preset(preset)).model_dump(mode="json")
+    # the preset as it applies to the form's dataset: its split and fields belong to its own (app.config.build)
+    dataset = _clean(form.get("dataset"))
+    base = build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None).model_dump(
+        mode="json")
+    base["data"]["dataset"] = build_config(_load_preset(preset)).data.dataset  # the dataset itself is passed
     given: dict = {"output_dir": str(runs_dir)}  # option values by parameter name, as the CLI's train gets them
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
     sets: list[str] = []

@@ -12,6 +12,7 @@ dies without closing its run (killed), its exit is reported to the run record's 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -140,7 +141,9 @@ class JobManager:
         line = last_line(console_path(self.runs_dir, run_dir))
         if store.read_status(run_dir) is None:
             if rc != 0 and not self.stop_requested:
-                self.error = line or f"the training process ended with exit code {rc}"
+                # the CLI's "error: ..." line, without its label: the page labels it once
+                self.error = (re.sub(r"^(error:\s*)+", "", line or "")
+                              or f"the training process ended with exit code {rc}")
             return
         record_exit(run_dir, rc, self.stop_requested, self.killed, line)
 

@@ -16,7 +16,7 @@ from app.ui.jobs import console_tail, running_elsewhere
 LOG_TAIL_BYTES = 64 * 1024
 
 
-RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "date"]
+RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "pref. acc.", "date"]
 
 
 def runs_rows(runs_dir: str | Path) -> list[list]:
@@ -26,7 +26,8 @@ def runs_rows(runs_dir: str | Path) -> list[list]:
         step = f"{s['step']}/{s['max_steps']}" if s.get("max_steps") else (s.get("step") or "")
         rows.append([label, s["status"], s["method"] or "", _short_source(s["model"]),
                      _short_source(s["dataset"]), str(step),
-                     "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"], s["date"]])
+                     "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"],
+                     s["pref_accuracy"] or "", s["date"]])
     return rows
 
 

@@ -21,7 +21,9 @@ def build(ctx: Context, tab) -> None:
     with gr.Row():
         adapter_box = gr.Chatbot([], label="adapter", elem_id="chat-adapter", height=360)
         base_box = gr.Chatbot([], label="base (adapter off)", elem_id="chat-base", height=360)
-    message = gr.Textbox(label="Message", lines=2, elem_id="chat-msg")
+    # one line that grows: Enter sends, Shift+Enter starts a new line (Gradio's rule for lines=1, max_lines > 1)
+    message = gr.Textbox(label="Message", lines=1, max_lines=6, elem_id="chat-msg",
+                         placeholder="Enter sends · Shift+Enter: a new line")
     with gr.Row():
         send = gr.Button("Send", variant="primary", elem_id="chat-send")
         stop = gr.Button("Stop", elem_id="chat-stop")
@@ -54,6 +56,10 @@ def build(ctx: Context, tab) -> None:
                 for s, reply in shown.items():
                     hists[s][-1] = {"role": "assistant", "content": reply}
                 yield hists["adapter"], hists["base"], "", ""
+            for s in sides:  # a reply with no text is said so, not shown as a blank bubble
+                if not hists[s][-1]["content"].strip():
+                    hists[s][-1] = {"role": "assistant", "content": cv.EMPTY_REPLY}
+            yield hists["adapter"], hists["base"], "", ""
         except Exception as e:  # noqa: BLE001
             for s in sides:  # the unanswered message leaves the view, as it left the conversation
                 if hists[s] and hists[s][-1]["content"] == "":

@@ -11,7 +11,8 @@ def build(ctx: Context, tab) -> None:
     runs_dir, jobs = ctx.runs_dir, ctx.jobs
     with gr.Row():
         cmp_run = gr.Dropdown([], label="Run (with an adapter)", elem_id="cmp-run", scale=3)
-        cmp_n = gr.Number(0, label="Held-out rows to sample", precision=0, elem_id="cmp-n")
+        cmp_n = gr.Number(cv.DEFAULT_ROWS, label="Held-out rows to sample (0: only the prompt below)", precision=0,
+                          minimum=0, elem_id="cmp-n")
         cmp_tokens = gr.Number(128, label="Max new tokens", precision=0, elem_id="cmp-tokens")
         cmp_local = gr.Checkbox(ctx.local_only, label="Local only", elem_id="cmp-local")
     cmp_prompt = gr.Textbox(label="Prompt (optional when sampling rows)", lines=2, elem_id="cmp-prompt")

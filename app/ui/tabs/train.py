@@ -12,6 +12,7 @@ from app.ui.jobs import BUSY_MESSAGE
 from app.ui.widgets import Context, config_help, err, plots
 
 POLL_SECONDS = 2.0
+STARTED = "started"  # the message Start leaves, until the run's own status takes over
 FOLLOW_LOG_JS = ("() => { const t = document.querySelector('#train-log textarea'); "
                  "if (t) t.scrollTop = t.scrollHeight; }")
 
@@ -32,8 +33,7 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     w = {}
     with gr.Row():
         w["preset"] = gr.Dropdown(h.preset_choices(), value=h.DEFAULT_PRESET, label="Preset", elem_id="preset",
-                                  info="demo-grpo: the offline demo's recipe (the tiny shipped model learns arith in "
-                                       "about a minute on a CPU); gsm8k-grpo and gpu-* are for a GPU")
+                                  info=h.preset_info(h.DEFAULT_PRESET))
         w["method"] = gr.Radio(list(METHODS), value=dflt["method"], label=_label("method"), elem_id="method",
                                info=_info("method"))
     w["model"] = gr.Textbox(dflt["model"], label=f"{_label('model')}: hub id or local folder", elem_id="model",
@@ -120,13 +120,13 @@ def build(ctx: Context) -> None:
 
     dflt = h.widget_values(h.form_defaults(h.DEFAULT_PRESET, ctx.local_only))
     with gr.Row():
-        with gr.Column(scale=3):
+        with gr.Column(scale=4):
             w, parts = _form(dflt)
-        with gr.Column(scale=2):
+        with gr.Column(scale=3):  # beside Start: what a run does is in view while it runs, not a page below
             panel = _panel(dflt, ctx.runs_dir)
-    panel["curves"] = plots("train")
-    panel["log"] = gr.Textbox(label="train.log (live tail)", lines=12, max_lines=12, autoscroll=True,
-                              interactive=False, elem_id="train-log")
+            panel["curves"] = plots("train")
+            panel["log"] = gr.Textbox(label="train.log (live tail)", lines=10, max_lines=10, autoscroll=True,
+                                      interactive=False, elem_id="train-log")
     _wire_form(ctx, w, parts, panel)
     _wire_run(ctx, w, panel)
 
@@ -162,14 +162,33 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     gr.on([c.change for c in inputs], on_form, inputs, [panel["preview"], panel["memory"]], show_progress="hidden")
 
-    def on_preset(preset):
+    # The preset whose values the form holds: a preset set by picking a method (below) has its values in the form
+    # already, with the user's edits kept; only a preset the user picks resets the form to it.
+    shown_preset = gr.State(h.DEFAULT_PRESET)
+
+    def on_preset(preset, shown):
+        if preset == shown:
+            return [gr.update() for _ in names] + [gr.update(), shown]
         try:
             d = h.widget_values(h.form_defaults(preset, ctx.local_only))
         except UserError as e:
-            return [gr.update() for _ in names] + [err(e)]
-        return [gr.update(value=d[n]) if n != "preset" else gr.update() for n in names] + [""]
+            return [gr.update() for _ in names] + [err(e), shown]
+        return [gr.update(value=d[n]) if n != "preset" else gr.update(info=h.preset_info(preset))
+                for n in names] + ["", preset]
 
-    w["preset"].change(on_preset, w["preset"], inputs + [panel["message"]])
+    w["preset"].change(on_preset, [w["preset"], shown_preset], inputs + [panel["message"], shown_preset])
+
+    def on_method_picked(*values):
+        form = dict(zip(names, values))
+        try:
+            d = h.switch_method(form, form["method"], ctx.local_only)
+        except UserError as e:
+            return [gr.update() for _ in names] + [err(e), gr.update()]
+        return [gr.update(value=d[n], info=h.preset_info(d[n])) if n == "preset" else gr.update(value=d[n])
+                for n in names] + ["", d["preset"]]
+
+    # .input: the method the user picks (a preset's method set by on_preset is not a pick)
+    w["method"].input(on_method_picked, inputs, inputs + [panel["message"], shown_preset])
 
     def on_upload(path):
         try:
@@ -222,7 +241,7 @@ def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
             d = h.start_run(ctx.jobs, ctx.runs_dir, dict(zip(names, values)))
         except Exception as e:  # noqa: BLE001
             return err(e)
-        return f"started **{d.name}**"
+        return f"{STARTED} **{d.name}**"
 
     panel["start"].click(on_start, inputs, panel["message"])
     panel["stop"].click(lambda: ctx.jobs.stop(), None, panel["message"])
@@ -234,8 +253,10 @@ def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
             curves = gr.update()
         else:
             curves = rv.curves(s["run_dir"], s["records"], (s["summary"] or {}).get("max_steps"))
-        # A refusal ("already in progress") stops being true when the run ends: do not leave it on the page.
-        stale = bool(shown_message) and BUSY_MESSAGE in shown_message and not ctx.jobs.is_running()
+        # A refusal ("already in progress") stops being true when the run ends, and "started X" when X did not
+        # start (the status says why): do not leave them on the page.
+        stale = bool(shown_message) and not ctx.jobs.is_running() and (
+            BUSY_MESSAGE in shown_message or (shown_message.startswith(STARTED) and bool(ctx.jobs.error)))
         return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], curves, key)
 
     timer.tick(on_tick, [panel["message"], shown_curves],
