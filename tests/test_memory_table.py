@@ -51,7 +51,7 @@ def _dry_run(model, method, extra=()):
 @pytest.mark.parametrize("shape, method, measured, extra", MEASURED, ids=[f"{s}-{m}" for s, m, *_ in MEASURED])
 def test_the_estimate_is_within_20_percent_of_the_measured_peak(models, shape, method, measured, extra):
     plan = _dry_run(models[shape], method, extra)
-    assert plan["refused"] is None and plan["device"] == "a 80 GB CUDA GPU (planned)"
+    assert plan["refused"] is None and plan["device"] == "an 80 GB CUDA GPU (planned)"
     assert 0.8 <= plan["torch_peak_gb"] / measured <= 1.2, (plan["torch_peak_gb"], measured)
     # the card holds the CUDA context and the paged optimizer states beside torch's pool
     est = plan["estimate"]

@@ -348,11 +348,14 @@ def test_a_model_folder_without_weights_is_one_line_and_makes_no_run(tmp_path):
     shutil.copytree(base_model_path(), model)
     for f in model.glob("*.safetensors"):
         f.unlink()
-    for args in ([], ["--dry-run"]):
-        r = cli("train", "--dataset", "arith", "--model", str(model), "--max-steps", "1", "--output-dir",
-                str(tmp_path / "runs"), *args)
-        assert r.returncode == 2 and "no weights" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = cli("train", "--dataset", "arith", "--model", str(model), "--max-steps", "1", "--output-dir",
+            str(tmp_path / "runs"))
+    assert r.returncode == 2 and "no weights" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
+    # a dry run plans from config.json alone (for any machine), and says the run would stop there
+    r = cli("train", "--dataset", "arith", "--model", str(model), "--dry-run")
+    assert r.returncode == 0 and "no weights" in r.stderr and "a run from it would stop here" in " ".join(
+        r.stderr.split())
 
 
 @pytest.mark.parametrize("typed, meant", [("training.lr", "training.learning_rate"), ("lr", "training.learning_rate"),

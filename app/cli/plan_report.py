@@ -18,7 +18,7 @@ from app.config.schema import AppConfig
 from app.data import build_splits
 from app.data.loading import source_kind
 from app.errors import UserError
-from app.model.source import check_model_source
+from app.model.source import check_model_source, weights_problem
 from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
@@ -34,10 +34,12 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
     local or built in; nothing is downloaded and no weights are loaded."""
     # one line, exit 2, as the run says it: a model that is no folder here nor a hub id, a folder without weights
-    check_model_source(model_name(cfg), cfg.runtime.local_only, reach=False)  # plans for any machine
+    check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False)  # plans for any machine
+    no_weights = weights_problem(model_name(cfg))
     machine = decide_machine(cfg, card_gb=gpu_gb) if gpu_gb is not None else None  # --gpu-memory -3: exit 2
     rows = det = None
-    notes: list[str] = []
+    # a folder without weights plans (the plan reads config.json), but the run would stop there: said first
+    notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []
     if cfg.data.dataset:
         try:
             rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)

@@ -67,11 +67,23 @@ def check_model_name(name: str) -> None:
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.bin.index.json", "*.gguf")
 
 
+def weights_problem(name: str) -> str | None:
+    """The line for a local model folder with a config.json but no weight files, else None."""
+    p = Path(name).expanduser()
+    if not looks_local(name) or not (p / "config.json").is_file():
+        return None
+    if any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
+        return None
+    return (f"'{name}' has a config.json but no weights (model.safetensors or pytorch_model.bin); copy the weight "
+            "files in, or pass the hub id it came from")
+
+
 def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads",
-                       reach: bool = True) -> None:
+                       loads: bool = True) -> None:
     """Fail fast and clearly before transformers produces a long hub traceback. ``offline_because``: why downloads
-    are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE). ``reach``: a hub model not on
-    disk must be downloadable from here (a dry run plans for another machine and passes False)."""
+    are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE). ``loads``: the caller loads the
+    model here, so a folder needs its weights and a hub model not on disk must be downloadable from here (a dry run
+    reads only config.json, for any machine, and passes False: weights_problem is its note)."""
     if looks_local(name):
         p = Path(name).expanduser()
         if not p.is_dir():
@@ -81,9 +93,8 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
                             f"--set lora.init_from={name} (or compare / chat / export it as a run)")
         if not (p / "config.json").is_file():
             raise UserError(f"'{name}' has no config.json; pass a folder saved with save_pretrained()")
-        if not any(next(p.glob(pattern), None) for pattern in WEIGHT_FILES):
-            raise UserError(f"'{name}' has a config.json but no weights (model.safetensors or pytorch_model.bin); "
-                            "copy the weight files in, or pass the hub id it came from")
+        if loads and (problem := weights_problem(name)):
+            raise UserError(problem)
         return
     check_model_name(name)
     if model_on_disk(name):
@@ -91,7 +102,7 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
     if local_only:
         raise UserError(f"model '{name}' is not in the local HF cache and {offline_because}; "
                         f"{unavailable_model_hint(name)}")
-    if reach and (hub_offline() or not hub_reachable()):  # one line now, not a minute of download retries
+    if loads and (hub_offline() or not hub_reachable()):  # one line now, not a minute of download retries
         why = ("this machine is offline (HF_HUB_OFFLINE=1)" if hub_offline() else
                "the Hugging Face Hub cannot be reached from here")
         raise UserError(f"model '{name}' is not in the local HF cache and {why}; {unavailable_model_hint(name)}")

@@ -62,9 +62,13 @@ def resumable_dir(path: Path, main: bool = True) -> Path:
     st = store.read_status(d) or {}
     if main and st.get("status") == layout.RUNNING and pid_alive(st.get("pid")):
         raise UserError(f"run '{d.name}' is still running; stop it before resuming")
-    if integrity.last_checkpoint(d, verify_data=False) is None:  # said first: before the model or the data
-        raise _nothing_to_resume(d)
     return d
+
+
+def require_checkpoint(d: Path) -> None:
+    """A run with no complete checkpoint has nothing to resume: said before the model or the data are checked."""
+    if integrity.last_checkpoint(d, verify_data=False) is None:
+        raise _nothing_to_resume(d)
 
 
 def _nothing_to_resume(d: Path) -> UserError:

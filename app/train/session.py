@@ -57,7 +57,7 @@ from app.train.build import attach_callbacks, build_trainer, load_model
 from app.train.checkpoints import save_adapter
 from app.train.oom import Faults, free_memory, is_oom, next_attempt
 from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
-from app.train.request import check_request, check_same_world, resumable_dir, resume_point
+from app.train.request import check_request, check_same_world, require_checkpoint, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
 from app.train.torchrun import is_main
 
@@ -134,6 +134,7 @@ class Session:
         if self.resume_from is not None:
             self.dir = resumable_dir(self.resume_from, self.main)
             check_same_world(validate(load_yaml_file(self.dir / layout.CONFIG)).runtime, cfg.runtime)
+            require_checkpoint(self.dir)
         check_request(cfg)
         for entry in cfg.reward.custom:  # a reward that cannot be loaded is said before any folder is made
             load_custom(entry)
