@@ -475,3 +475,29 @@ def test_compare_says_where_it_kept_the_comparison_and_how_many_rows_it_had(tmp_
     assert "6 held-out rows compared, not 20" in said  # 30 rows, a fifth held out
     (kept,) = (run / "comparisons").glob("compare-*.json")
     assert f"kept in {kept}" in said and not (run / "compare.json").exists()  # never over the proof
+
+
+@pytest.mark.parametrize("layout", ["stack-exchange-paired", "messages-as-objects", "signed-strength"])
+def test_more_public_preference_layouts(layout):
+    rows = []
+    for i in range(16):
+        good, bad = _answers(i)
+        if layout == "stack-exchange-paired":  # response_j is the better answer by the dataset's convention
+            rows.append({"qid": i, "question": f"How do I do task {i} well?", "date": "2020-01-01",
+                         "response_j": good, "response_k": bad})
+        elif layout == "messages-as-objects":
+            rows.append({"prompt": f"Do task {i}.", "chosen": {"role": "assistant", "content": good},
+                         "rejected": {"role": "assistant", "content": bad}})
+        else:  # HelpSteer2-style: a signed strength (-3..3) names neither answer by itself
+            rows.append({"prompt": f"Do task {i}.", "response_1": good, "response_2": bad,
+                         "preference_strength": -2})
+    det, _ = _detect(rows)
+    if layout == "stack-exchange-paired":
+        assert (det.format, det.chosen_field, det.rejected_field) == ("preference", "response_j", "response_k")
+        assert det.reference_field == "response_j"
+    elif layout == "messages-as-objects":
+        assert (det.chosen_field, det.rejected_field, det.reference_field) == (
+            "chosen.content", "rejected.content", "chosen.content")
+    else:  # not read as "-2 names response_2": unordered, said so, and neither answer is learnt
+        assert det.format != "preference" and det.reference_field is None
+        assert "--chosen-field NAME --rejected-field NAME" in det.reasons["format"]

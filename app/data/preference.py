@@ -45,7 +45,9 @@ NOT_TWIN_ANSWER_WORDS = {"sentence", "sentences", "premise", "hypothesis", "ques
 SCORE_WORDS = {"score", "scores", "rating", "ratings", "reward", "rewards", "rank"}
 ANSWER_WORDS = {"response", "responses", "completion", "completions", "answer", "answers", "output", "outputs",
                 "reply", "generation", "text", "conversation", "conversations"}
-NOT_ANSWER_WORDS = METADATA_WORDS | SCORE_WORDS
+NOT_ANSWER_WORDS = METADATA_WORDS | SCORE_WORDS | {"role"}
+# Twins whose last parts say which is better by convention: Stack Exchange paired's response_j (better) / response_k.
+ORDERED_PARTS = {("j", "k")}
 _TURN = re.compile(r"\n*(Human|Assistant|User):\s*", re.IGNORECASE)
 
 
@@ -85,14 +87,17 @@ def find_named(profiles: dict, chosen: str | None = None, rejected: str | None =
         side = _side(p.words)
         if side and _answerish(p.kind) and not (set(p.words) - CHOSEN_WORDS - REJECTED_WORDS) & NOT_ANSWER_WORDS:
             sides[side].append(c)
-    plainest = {side: min(cols, key=lambda c: len(profiles[c].words)) if cols else None for side, cols in sides.items()}
+    # the plainest name, then the longer values: 'chosen.content' over 'chosen.role' of a message read as columns
+    plainest = {side: min(cols, key=lambda c: (len(profiles[c].words), -profiles[c].avg_len)) if cols else None
+                for side, cols in sides.items()}
     chosen, rejected = chosen or plainest["chosen"], rejected or plainest["rejected"]
     return (chosen, rejected) if chosen and rejected and chosen != rejected else None
 
 
 def _twin_key(words: list[str]) -> tuple[tuple[str, ...], str] | None:
-    """('response', 'a') for response_a / responseA / response_0: the stem and the one distinguishing part."""
-    if len(words) < 2 or not re.fullmatch(r"[ab]|[0-9]", words[-1]):
+    """('response', 'a') for response_a / responseA / response_0 / response_j: the stem and the one distinguishing
+    part."""
+    if len(words) < 2 or not re.fullmatch(r"[abjk]|[0-9]", words[-1]):
         return None
     return tuple(words[:-1]), words[-1]
 
@@ -121,6 +126,9 @@ def find_labelled(profiles: dict) -> dict | None:
                     and answers_ok(stem, [c for _, c in v])), None)
     if not answers:
         return None
+    parts = tuple(_twin_key(profiles[c].words)[1] for c in answers)
+    if parts in ORDERED_PARTS:  # ordered by the convention its names follow
+        return {"pair": answers, "named": True}
     scores = next(([c for _, c in sorted(v)] for stem, v in twins.items() if len(v) == 2
                    and set(stem) & SCORE_WORDS and all(profiles[c].kind == "number" for _, c in v)), None)
     if scores:
@@ -138,9 +146,10 @@ def _names_one(value, pair: list[str]) -> str | None:
     text = "" if isinstance(value, bool) else value_text(value).strip().lower()
     a, b = pair
     parts = {a: _twin_key(name_words(a))[1], b: _twin_key(name_words(b))[1]}
+    worded = any(ch.isalpha() for ch in text)  # 'model_b' names b by its end; '-2' (a signed strength) does not
     for col in (a, b):
         part = parts[col]
-        if text in (col.lower(), part) or text.endswith(("_" + part, " " + part, "-" + part)):
+        if text in (col.lower(), part) or (worded and text.endswith(("_" + part, " " + part, "-" + part))):
             return col
     if parts[a].isalpha():
         # A / B ranked by a number: 1 / 2 count the answers; 1 / 0 say whether A is the better one (Stanford SHP's
@@ -176,11 +185,17 @@ def with_preference(det, d, chosen: str | None = None, rejected: str | None = No
         if ranker:
             d.reasons["preference_field"] = f"'{ranker}' not used: the override names the preferred answer of every row"
     named = find_named(d.prof, chosen, rejected)
+    if named is None and labelled is not None and labelled.get("named"):
+        named = tuple(labelled["pair"])
     if named is None and labelled is not None and len(labelled) == 1:  # two answers, nothing says which is better
         a, b = labelled["pair"]
         d.reasons["format"] = (d.reasons.get("format", "") + f"; '{a}' and '{b}' look like two answers to the same "
                                f"prompt, but no label or score says which is better: pass --chosen-field NAME "
                                f"--rejected-field NAME to train on them as preference pairs")
+        if det.reference_field in (a, b) and not reference_set:  # either may be the worse: neither is learnt
+            det.reference_field = None
+            d.reasons["reference_field"] = (f"none: '{a}' / '{b}' are two answers nothing orders (name the better "
+                                            "one with --chosen-field, or a reference with --reference-field)")
         labelled = None
     labelled = None if named else labelled
     if named is None and labelled is None:
@@ -200,9 +215,11 @@ def with_preference(det, d, chosen: str | None = None, rejected: str | None = No
     if det.prompt_field is None:
         r["prompt_field"] = ("no prompt column: the prompt is what both answers start with (the turns before their "
                              "last assistant turn)")
-    # what ranks the answers (a label, scores) is no reference either, used or not
+    # what ranks the answers (a label, scores) is no reference either, used or not; nor is any other column of a
+    # side ('chosen.role' beside 'chosen.content')
     rankish = {c for c, p in d.prof.items() if set(p.words) & (LABEL_WORDS | SCORE_WORDS)
                and p.kind in ("text", "number", "bool")} if labelled else set()
+    rankish |= {c for c, p in d.prof.items() if _side(p.words) and c not in (named or ())[:1]}
     if not reference_set and (det.reference_field is None or det.reference_field in taken | rankish):
         det.reference_field = d.named_reference(exclude=taken | rankish | {det.prompt_field})
         if det.reference_field is None and named:

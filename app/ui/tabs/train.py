@@ -176,7 +176,8 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
         return [gr.update(value=d[n]) if n != "preset" else gr.update(info=h.preset_info(preset))
                 for n in names] + ["", preset]
 
-    w["preset"].change(on_preset, [w["preset"], shown_preset], inputs + [panel["message"], shown_preset])
+    # .input: a preset the user picks (the one picking a method sets is not a pick; the state guards it too)
+    w["preset"].input(on_preset, [w["preset"], shown_preset], inputs + [panel["message"], shown_preset])
 
     def on_method_picked(*values):
         form = dict(zip(names, values))
