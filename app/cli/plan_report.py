@@ -33,8 +33,9 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     stderr: the detected fields, memory estimate, fast paths, what it adjusted and why. ``gpu_gb``: plan for a CUDA
     card of that size (--gpu-memory) instead of this machine. The data's token lengths are used when the dataset is
     local or built in; nothing is downloaded and no weights are loaded."""
-    # one line, exit 2, as the run says it: a model that is no folder here nor a hub id, a folder without weights
-    check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False)  # plans for any machine
+    # one line, exit 2, as the run says it: a model that is no folder here nor a hub id (the plan is for any machine,
+    # so a hub model need not be downloadable from here)
+    check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False)
     no_weights = weights_problem(model_name(cfg))
     machine = decide_machine(cfg, card_gb=gpu_gb) if gpu_gb is not None else None  # --gpu-memory -3: exit 2
     rows = det = None
