@@ -155,7 +155,8 @@ def test_to_dict_has_exactly_the_json_keys():
     det = _detect(_rows(question=[_prose(i) for i in R], answer=[str(i) for i in R]))
     d = det.to_dict()
     assert list(d) == ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns",
-                       "num_rows", "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field"]
+                       "num_rows", "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field",
+                       "desirable_field"]
     json.dumps(d)
     assert isinstance(det, Detection) and d["num_rows"] == 20
 

@@ -12,7 +12,7 @@ from app.data import DataError, loading
 
 CORPUS = Path(__file__).parent / "data_schemas"
 KEYS = ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns", "num_rows",
-        "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field"]
+        "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field", "desirable_field"]
 
 
 def test_json_is_one_object_with_exact_keys(capsys):

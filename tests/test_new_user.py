@@ -501,3 +501,23 @@ def test_more_public_preference_layouts(layout):
     else:  # not read as "-2 names response_2": unordered, said so, and neither answer is learnt
         assert det.format != "preference" and det.reference_field is None
         assert "--chosen-field NAME --rejected-field NAME" in det.reasons["format"]
+
+
+def test_unpaired_preference_data_learns_only_the_answers_labelled_good(tmp_path):
+    """TRL's unpaired format (prompt / completion / label, as KTO trains on): a false label marks an answer to
+    avoid, so it is never a reference nor an SFT target, and DPO says the data has no pairs."""
+    from app.config.schema import DataConfig
+    from app.data import build_splits
+    from app.data.convert import completion_text
+    from app.data.preference import require_pairs
+    from app.errors import UserError
+
+    rows = [{"prompt": f"Do task {i}.", "completion": _answers(i)[i % 2], "label": i % 2 == 0} for i in range(40)]
+    data = tmp_path / "kto.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train, held, det = build_splits(DataConfig(dataset=str(data), heldout_size=4), seed=1)
+    assert det.desirable_field == "label" and det.reference_field == "completion"
+    assert len(train) + len(held) == 20 and all(r["label"] for r in train) and all(r["label"] for r in held)
+    assert all(completion_text(r, det).startswith("Start with") for r in train)
+    with pytest.raises(UserError, match="unpaired"):
+        require_pairs(det)

@@ -40,6 +40,9 @@ class Detection:
     rejected_field: str | None = None
     pair_fields: list[str] | None = None
     preference_field: str | list[str] | None = None
+    # Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): the true/false column that says
+    # whether a row's answer is one to learn; rows labelled false are answers to avoid, so they are left out.
+    desirable_field: str | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -55,6 +58,8 @@ class Detection:
             parts.append(f"answers {' / '.join(self.pair_fields)} ranked by {self.preference_field}")
         if self.context_fields:
             parts.append("context " + ", ".join(self.context_fields))
+        if self.desirable_field:
+            parts.append(f"only rows whose {self.desirable_field} is true")
         return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
 
 

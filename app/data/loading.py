@@ -12,6 +12,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import logging
 import lzma
 import random
 import re
@@ -21,6 +22,8 @@ from app.data.arith import arith_dataset
 from app.data.detect import DataError, detect_nested
 from app.data.profile import spread_sample
 from app.host.offline import hub_reachable, offline
+
+log = logging.getLogger("app.data")
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
@@ -302,6 +305,19 @@ def detect_dataset(ds, prompt_field: str | None = None, reference_field: str | N
     return (ds.flatten() if flattened else ds), det
 
 
+def _desirable(ds, det):
+    """Unpaired preference data: only the rows whose answer is one to learn (app.data.preference.with_desirable)."""
+    if not det.desirable_field or det.desirable_field not in ds.column_names:
+        return ds
+    kept = ds.filter(lambda v: v is True, input_columns=det.desirable_field, desc="keeping the answers to learn")
+    if len(kept) == 0:
+        raise DataError(f"no row has '{det.desirable_field}' true: there is no answer to learn; pass a file with good "
+                        "answers, or pairs for DPO")
+    log.info("kept %d of %d rows whose %s is true (the others are answers to avoid)", len(kept), len(ds),
+             det.desirable_field)
+    return kept
+
+
 def _like(split, train):
     """Another split in the train split's shape (flattened when train was)."""
     return split.flatten() if set(split.column_names) != set(train.column_names) else split
@@ -320,6 +336,7 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field,
                                 chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field,
                                 said=said)
+    train = _desirable(train, det)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
             where = said["eval_split"] if said.get("eval_split", "").startswith("data.") else "data.eval_split"
@@ -341,6 +358,7 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
         heldout = train.select(sorted(held))
         train = train.select([i for i in range(len(train)) if i not in held])
         det.reasons["heldout"] = f"{k} rows drawn from '{train_name}' with seed {seed} (removed from training)"
+    heldout = _desirable(heldout, det)
     missing = [c for c in (det.prompt_field, det.messages_field, det.chosen_field, det.rejected_field,
                            *(det.pair_fields or ())) if c and c not in heldout.column_names]
     if missing:

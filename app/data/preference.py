@@ -198,6 +198,8 @@ def with_preference(det, d, chosen: str | None = None, rejected: str | None = No
                                             "one with --chosen-field, or a reference with --reference-field)")
         labelled = None
     labelled = None if named else labelled
+    if named is None and labelled is None and not (chosen or rejected):
+        return with_desirable(det, d)
     if named is None and labelled is None:
         if chosen or rejected:
             given, other = ("chosen_field", "rejected_field") if chosen else ("rejected_field", "chosen_field")
@@ -240,6 +242,26 @@ def with_preference(det, d, chosen: str | None = None, rejected: str | None = No
         by = f"the label in '{rankers[0]}'" if "label" in labelled else f"the higher score of {' / '.join(rankers)}"
         r["preference_field"] = f"{by} names the better of '{labelled['pair'][0]}' and '{labelled['pair'][1]}'"
         r["format"] = f"preference pairs: two answers ({', '.join(labelled['pair'])}) ranked by {by}"
+    return det
+
+
+DESIRABLE_WORDS = LABEL_WORDS | {"desirable", "good", "accepted", "preferred", "kto", "positive"}
+
+
+def with_desirable(det, d):
+    """Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): a true/false column beside
+    the answer says whether the answer is one to learn. The rows labelled false are answers to avoid, so they are
+    never a reference nor an SFT target: app.data.loading keeps only the rows labelled true."""
+    if det.reference_field is None:
+        return det
+    found = next((c for c, p in d.prof.items() if p.kind == "bool" and c != det.reference_field
+                  and set(p.words) & DESIRABLE_WORDS), None)
+    if found:
+        det.desirable_field = found
+        d.reasons["desirable_field"] = (f"'{found}' says whether each row's '{det.reference_field}' is an answer to "
+                                        "learn (unpaired preference data, as KTO trains on): rows labelled false are "
+                                        "answers to avoid, so SFT, GRPO and compare use only the rows labelled true; "
+                                        "DPO needs pairs")
     return det
 
 
@@ -318,6 +340,10 @@ def pair_of(row: dict, det) -> Pair | None:
 
 def require_pairs(det) -> None:
     """Method dpo needs preference data: one line naming the fix otherwise."""
+    if det.format != "preference" and getattr(det, "desirable_field", None):
+        raise UserError(f"method dpo trains on preference pairs and this data is unpaired (one answer per row, "
+                        f"'{det.desirable_field}' saying whether it is good, as KTO trains on); pass pairs, or make "
+                        "them from a reward: qlora-app pairs --dataset DATA --out FOLDER")
     if det.format != "preference":
         raise UserError("method dpo trains on preference pairs and this data has none (no chosen / rejected answers, "
                         "nor two ranked answers; qlora-app inspect shows its fields); pass pairs, or make them from a "
