@@ -31,7 +31,9 @@ def own_file(tmp_path) -> Path:
 
 @pytest.mark.parametrize("preset", ["demo-grpo", "demo-dpo"])
 def test_a_presets_data_settings_do_not_follow_another_dataset(preset, own_file):
-    cfg = build_config(load_preset(preset), {"data": {"dataset": str(own_file)}}, source=f"preset {preset}")
+    layer = load_preset(preset)
+    cfg = build_config(layer, {"data": {"dataset": str(own_file)}}, source=f"preset {preset}")
+    assert layer == load_preset(preset)  # the caller's layer is left as it was
     d = cfg.data
     assert (d.eval_split, d.prompt_field, d.reference_field, d.system_prompt) == (None, None, None, None)
     assert d.dataset == str(own_file)
@@ -521,3 +523,26 @@ def test_unpaired_preference_data_learns_only_the_answers_labelled_good(tmp_path
     assert all(completion_text(r, det).startswith("Start with") for r in train)
     with pytest.raises(UserError, match="unpaired"):
         require_pairs(det)
+
+
+# ------------------------------------------------------------------------------------------------------ 9. UI
+
+
+def test_the_form_from_the_default_preset_with_your_own_file(own_file, tmp_path):
+    from app.ui import handlers as h
+
+    form = h.widget_values(h.form_defaults(h.DEFAULT_PRESET))
+    form.update(dataset=str(own_file), prompt_field=h.AUTO, reference_field=h.AUTO)
+    _, _, sets, argv = h.form_to_cli(form, tmp_path)
+    assert "--dataset" in argv and not any(s.startswith("data.") for s in sets)  # no unsetting of preset keys
+    cfg = h.config_from_form(form, tmp_path)
+    assert cfg.data.eval_split is None and cfg.data.prompt_field is None
+    # picking DPO: the DPO preset on the same model and data, what the user typed kept; back again
+    dpo = h.switch_method(form, "dpo")
+    assert (dpo["preset"], dpo["method"], dpo["dataset"], dpo["prompt_field"]) == ("demo-dpo", "dpo",
+                                                                                  str(own_file), h.AUTO)
+    assert h.preset_info("demo-dpo") != h.preset_info("demo-grpo")
+    back = h.switch_method(dpo, "grpo")
+    assert (back["preset"], back["dataset"]) == ("demo-grpo", str(own_file))
+    none = h.switch_method({**h.widget_values(h.form_defaults(h.NO_PRESET)), "dataset": "arith"}, "sft")
+    assert none["preset"] == h.NO_PRESET and none["method"] == "sft"

@@ -5,6 +5,7 @@ Only pydantic and yaml are imported at module level: the CLI loads this for ``--
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
@@ -77,7 +78,7 @@ def build_config(preset: dict | None = None, flags: dict | None = None, sets: li
     When the flags or ``--set`` name another dataset than the first layer's, that layer's DATASET_KEYS are left
     out (the config's ``notes`` say which). Where each data key's value came from is kept on ``cfg.data`` so an
     error about it names what the user typed, or the preset it came from."""
-    base = _deep_merge({}, preset or {})
+    base = copy.deepcopy(preset or {})  # its dataset keys may be left out below: never the caller's dict
     flags = _drop_none(flags or {})
     # a bare key several sections have ('beta') is the method's own: the method --set gives, else the layers'
     said = [s.split("=", 1)[1].strip() for s in sets or [] if s.split("=", 1)[0].strip() == "method" and "=" in s]
@@ -101,10 +102,10 @@ def _other_dataset(base: dict, flags: dict, set_layer: dict, source: str) -> lis
     if not ours or not theirs or _same_dataset(ours, theirs[-1]):
         return []
     dropped = {k: base["data"].pop(k) for k in DATASET_KEYS if k in base["data"]}
-    if not any(v != getattr(AppConfig.model_fields["data"].default_factory(), k) for k, v in dropped.items()):
-        return []
     defaults = AppConfig.model_fields["data"].default_factory()
     said = ", ".join(f"{k}={v!r}" for k, v in dropped.items() if v != getattr(defaults, k))
+    if not said:  # only values that are the defaults anyway (split 'train'): nothing worth a note
+        return []
     return [f"{source} is set up for dataset '{ours}'; its {said} are not used with '{theirs[-1]}' (they describe "
             "that dataset): fields are detected, or set them with --prompt-field / --set data.KEY=VALUE"]
 

@@ -142,6 +142,13 @@ def _preset_for(preset: str, method: str) -> str:
                  and p["dataset"] == mine["dataset"]), NO_PRESET)
 
 
+def _preset_on(preset: str | None, dataset: str | None) -> AppConfig:
+    """The preset as it applies to ``dataset`` (None: its own): its split and fields belong to its own dataset
+    (app.config.build.DATASET_KEYS)."""
+    dataset = _clean(dataset)
+    return build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None)
+
+
 def preset_choices() -> list[str]:
     return [NO_PRESET, *sorted(p.stem for p in presets_dir().glob("*.yaml"))]
 
@@ -150,9 +157,7 @@ def form_defaults(preset: str | None = None, local_only: bool = False, dataset: 
     """Widget values for a preset (or the built-in defaults): what the form shows before the user edits it.
     Auto values stay empty so that an untouched field keeps meaning "auto". ``dataset``: the preset as it applies
     to this dataset (its split and fields belong to its own: app.config.build.DATASET_KEYS)."""
-    dataset = _clean(dataset)
-    data = build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None).model_dump(
-        mode="json")
+    data = _preset_on(preset, dataset).model_dump(mode="json")
     out = {"preset": preset or NO_PRESET}
     for name, flag in WIDGETS.items():
         out[name] = _get(data, flag.key)
@@ -183,11 +188,8 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     dict app/cli/main.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
     preset = form.get("preset")
     preset = None if not preset or preset == NO_PRESET else preset
-    # the preset as it applies to the form's dataset: its split and fields belong to its own (app.config.build)
-    dataset = _clean(form.get("dataset"))
-    base = build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None).model_dump(
-        mode="json")
-    base["data"]["dataset"] = build_config(_load_preset(preset)).data.dataset  # the dataset itself is passed
+    base = _preset_on(preset, form.get("dataset")).model_dump(mode="json")
+    base["data"]["dataset"] = _preset_on(preset, None).data.dataset  # the dataset itself is passed when it differs
     given: dict = {"output_dir": str(runs_dir)}  # option values by parameter name, as the CLI's train gets them
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
     sets: list[str] = []
