@@ -63,13 +63,18 @@ def test_the_governor_steps_down_when_another_job_starts_and_back_up(monkeypatch
     assert g.adjust() == 2 and torch.get_num_threads() == 2  # it ended: both cores again
 
 
-def test_a_busy_machine_at_start_is_said_once(monkeypatch):
+def _busy_two_cores(monkeypatch) -> None:
+    """A 2-core machine whose one look finds 1.9 cores busy, none of it ours; no OMP_NUM_THREADS."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(ct, "usable_cores", lambda: 2)
     monkeypatch.setattr(ct.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(ct, "PROBE_SECONDS", 0.0)
     snaps = iter([(0.0, 0.0, 0.0), (200.0, 10.0, 0.0)])  # 1.9 cores busy, none of it ours
     monkeypatch.setattr(ct, "_snapshot", lambda: next(snaps))
+
+
+def test_a_busy_machine_at_start_is_said_once(monkeypatch):
+    _busy_two_cores(monkeypatch)
     said = []
     assert ct.ThreadGovernor(note=said.append).threads == 1
     assert len(said) == 1 and "the machine is busy" in said[0] and "runtime.threads" in said[0]
@@ -79,12 +84,7 @@ def test_a_command_takes_the_free_cores_once(monkeypatch):
     """compare and chat: one look, torch's threads set to the fair share, the user's own number never overridden."""
     import torch
 
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(ct, "usable_cores", lambda: 2)
-    monkeypatch.setattr(ct.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(ct, "PROBE_SECONDS", 0.0)
-    snaps = iter([(0.0, 0.0, 0.0), (200.0, 10.0, 0.0)])  # 1.9 cores busy, none of it ours
-    monkeypatch.setattr(ct, "_snapshot", lambda: next(snaps))
+    _busy_two_cores(monkeypatch)
     before = torch.get_num_threads()
     said = []
     try:

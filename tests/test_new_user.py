@@ -207,15 +207,21 @@ def test_pairs_hands_off_the_model_that_answered_or_says_how_to_get_more():
     assert "--min-gap" in few and "train:" not in few and "less than one DPO step" in few
 
 
-@pytest.mark.slow
-def test_pairs_from_a_runs_adapter_use_the_runs_own_data(tmp_path, tiny_models):
+def _apples_run(tmp_path: Path, tiny_models, n: int) -> tuple[Path, Path]:
+    """(run, its data): a GRPO run folder on a tiny Qwen3 with a random adapter, trained on ``n`` apple sums."""
     from test_compare import make_adapter, write_run
 
     rows = [{"question": f"Tom has {a} apples and buys {b} more. How many apples?", "answer": str(a + b)}
-            for a in range(6) for b in range(4)]
+            for a in range(6) for b in range(n // 6)]
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = write_run(tmp_path / "run", tiny_models["qwen3"], make_adapter(tiny_models["qwen3"], tmp_path / "a"), data)
+    model = tiny_models["qwen3"]
+    return write_run(tmp_path / "run", model, make_adapter(model, tmp_path / "a"), data), data
+
+
+@pytest.mark.slow
+def test_pairs_from_a_runs_adapter_use_the_runs_own_data(tmp_path, tiny_models):
+    run, data = _apples_run(tmp_path, tiny_models, 24)
     out = tmp_path / "pairs"
     r = cli("pairs", "--adapter", str(run), "--out", str(out), "--max-prompts", "4", "--max-heldout", "2",
             "--samples", "2", "--max-new-tokens", "6", "--local-only", "--no-progress", cwd=tmp_path)
@@ -464,13 +470,7 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
 
 @pytest.mark.slow
 def test_compare_says_where_it_kept_the_comparison_and_how_many_rows_it_had(tmp_path, tiny_models):
-    from test_compare import make_adapter, write_run
-
-    rows = [{"question": f"Tom has {a} apples and buys {b} more. How many apples?", "answer": str(a + b)}
-            for a in range(6) for b in range(5)]
-    data = tmp_path / "math.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = write_run(tmp_path / "run", tiny_models["qwen3"], make_adapter(tiny_models["qwen3"], tmp_path / "a"), data)
+    run, _ = _apples_run(tmp_path, tiny_models, 30)
     r = cli("compare", "--adapter", str(run), "--num-samples", "20", "--max-new-tokens", "4", "--local-only")
     said = " ".join(r.stdout.split())
     assert r.returncode == 0, r.stderr[-2000:]

@@ -116,13 +116,18 @@ def next_attempt(plan, step: int, error: str, run_dir):
     return (*rung, ckpt, integrity.checkpoint_step(ckpt) if ckpt else 0)
 
 
+def memory_word(cuda: bool) -> str:
+    """What runs out: "GPU memory" on a GPU, the process's "memory" on a CPU."""
+    return "GPU memory" if cuda else "memory"
+
+
 def spent_message(plan, step: int, error: str, run_dir) -> str:
     """One line for a run out of memory with no rung left: what ran out, where, what to change, what is kept."""
     cfg = plan.cfg
     ckpt = integrity.last_checkpoint(run_dir)
     keep = (f"checkpoints are kept (newest {ckpt.name}): after a change, qlora-app train --resume {run_dir} --set ..."
             if ckpt else "no checkpoint was saved yet")
-    gpu = "GPU " if plan.where.cuda else ""
+    memory = memory_word(plan.where.cuda)
     if cfg.method == "grpo":
         least = "per-device batch 1 and a retry"
         what = (f"lower grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations "
@@ -131,8 +136,8 @@ def spent_message(plan, step: int, error: str, run_dir) -> str:
         least = (f"per-device batch 1, a retry and examples of at most {cfg.training.max_length} tokens"
                  + (", activation offloading" if plan.fast.offloading else ""))
         what = ""
-    return (f"out of {gpu}memory at step {step} ({error}), even at the least qlora-app can choose by itself "
-            f"({least}); to go on: {what}use a smaller model, or a machine with more {gpu}memory; {keep}")
+    return (f"out of {memory} at step {step} ({error}), even at the least qlora-app can choose by itself "
+            f"({least}); to go on: {what}use a smaller model, or a machine with more {memory}; {keep}")
 
 
 def free_memory(cuda: bool) -> None:

@@ -55,7 +55,7 @@ from app.run.summary import comparison_text, memory_check, peak_memory_text
 from app.train import peakmem
 from app.train.build import attach_callbacks, build_trainer, load_model
 from app.train.checkpoints import save_adapter
-from app.train.oom import Faults, free_memory, is_oom, next_attempt
+from app.train.oom import Faults, free_memory, is_oom, memory_word, next_attempt
 from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
 from app.train.request import check_request, check_same_world, require_checkpoint, resumable_dir, resume_point
 from app.train.runlog import close_logging, setup_logging
@@ -209,7 +209,7 @@ class Session:
         train.log, recorded in status.json (oom_changes) and config.yaml (what trains, from which step)."""
         changes, what, self.ckpt, start = next_attempt(self.plan, step, error, self.dir)
         free_memory(self.plan.where.cuda)
-        memory = "GPU memory" if self.plan.where.cuda else "memory"
+        memory = memory_word(self.plan.where.cuda)
         self.note(f"out of {memory} at step {step} ({error}); {what}; training again from "
                   f"{self.ckpt.name if self.ckpt else 'the start'}")
         self.plan = replan(self.plan, changes, f"out of {memory} at step {step} ({what}); so from step {start}")
