@@ -63,11 +63,17 @@ def main(spec_path: str) -> None:
         ds = Dataset.from_list([{"prompt": [{"role": "system", "content": spec["system_prompt"]},
                                             {"role": "user", "content": r["question"]}],
                                  "reference": r["answer"]} for r in rows])
+        tools = {}  # bench_tools: the same built-in tools, as a user hands them to TRL (no guard)
+        if spec.get("tools"):
+            from app.tools.builtin import BUILTIN_TOOLS
+
+            tools = {"tools": [BUILTIN_TOOLS[n] for n in spec["tools"]]}
+            common["max_tool_calling_iterations"] = spec.get("max_tool_calls", 1)
         args = GRPOConfig(num_generations=spec["num_generations"], max_completion_length=spec["completion"],
                           temperature=1.0, beta=0.0, loss_type="dapo", reward_weights=weights,
                           generation_batch_size=spec.get("generation_batch_size"), **common)
         trainer = GRPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, reward_funcs=funcs,
-                              peft_config=lora)
+                              peft_config=lora, **tools)
     # TRL casts a quantized model's LoRA weights to bf16; qlora-app keeps them in the fp32 compute dtype on CPU.
     # Same adapter dtype on both sides, or the comparison would time bf16 matmuls against fp32 ones.
     for p in trainer.model.parameters():

@@ -22,7 +22,7 @@ LAYERS = (
     ("app.errors", "app.host"),
     ("app.config",),
     ("app.run",),
-    ("app.data", "app.rewards", "app.model"),
+    ("app.data", "app.rewards", "app.model", "app.tools"),
     ("app.train", "app.eval", "app.export"),
     ("app.demo", "app.ui"),
     ("app.cli",),
@@ -223,7 +223,7 @@ def process_wide_effects(path: Path) -> list[str]:
         if isinstance(n, ast.Delete):
             targets = n.targets
         for t in targets:
-            # sys.modules[name] = module is how a user's file is imported (app.rewards.load_custom), not a patch
+            # sys.modules[name] = module is how a user's file is imported (app.host.usercode), not a patch
             if (isinstance(t, (ast.Attribute, ast.Subscript)) and _root(t) in libs
                     and not ast.unparse(t).startswith("sys.modules[")):
                 found.append(f"{n.lineno}: sets {ast.unparse(t)}")

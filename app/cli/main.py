@@ -103,6 +103,12 @@ def train(
     local_only: bool = switch("--local-only", help="Air-gapped: local paths and HF cache only."),
     resume: Optional[Path] = typer.Option(None, help="Continue RUN_DIR from its last checkpoint."),
     reward: Optional[List[str]] = typer.Option(None, help="Extra reward 'module:function' or 'file.py:function'."),
+    tools: Optional[List[str]] = typer.Option(None, help="GRPO with tools: a built-in tool (calculator), FILE.py "
+                                                         "(its typed, documented functions) or FILE.py:fn1,fn2."),
+    environment: Optional[str] = typer.Option(None, help="GRPO in a multi-turn environment: FILE.py:Class (its "
+                                                         "methods are the tools; reset() starts each rollout)."),
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="A chat template TRL ships, by name "
+                                                                              "(qwen2_5, qwen3, llama3_1, ...)."),
     set_: Optional[List[str]] = SetOpt,
     dry_run: bool = switch("--dry-run", help="Print the resolved config and exit; loads no weights."),
     explain: bool = switch("--explain", help="With --dry-run: every key, its value and what it does; "
@@ -233,16 +239,20 @@ def demo(
     seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
     method: str = typer.Option("grpo", help="grpo (learn from the reward) or dpo (pairs made with the reward, "
                                             "then DPO)."),
+    tools: bool = switch("--tools", help="GRPO with the built-in calculator tool: a tiny tool-calling model learns "
+                                         "to call it right on three-digit word problems (arith-calc)."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try
     if method not in ("grpo", "dpo"):
         raise UserError(f"--method {method} has no demo; pass grpo or dpo")
+    if tools and method != "grpo":
+        raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
     try:
         if method == "dpo":
             run_dpo_demo(output_dir, quick=quick, console=console, seed=seed)
         else:
-            run_demo(output_dir, quick=quick, console=console, seed=seed)
+            run_demo(output_dir, quick=quick, console=console, seed=seed, tools=tools)
     except KeyboardInterrupt as e:  # Ctrl-C: stopped, not a success (130 = 128 + SIGINT, what shells report)
         if not isinstance(e, DemoInterrupted):
             err_console.print("demo interrupted")

@@ -145,6 +145,8 @@ def print_run_summary(d: Path, console) -> None:
         t.add_row("fast paths", escape(st["fast_paths"]), "")
     for line in st.get("adjustments") or []:
         t.add_row("adjusted", escape(line), "")
+    if st.get("tools"):
+        t.add_row("tool calls", escape(st["tools"]), "")
     if st.get("heldout"):
         t.add_row("held-out during training", escape(st["heldout"]), "")
     if st.get("comparison"):
@@ -174,6 +176,9 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
     name_width = min(max((len(d.name) for d in runs), default=3), 44)
     piped = not console.is_terminal and "COLUMNS" not in os.environ
     cols = MEMORY_COLUMNS if memory else list(RUN_COLUMNS)
+    summaries = {d: run_summary(d) for d in runs}
+    if not memory and any(s.get("tools") for s in summaries.values()):  # tool runs: their calls, beside the rest
+        cols.insert(cols.index("date"), "tools")
     if not memory and not piped and console.width < name_width + 90:
         cols = ["name", "status", "step", "loss", "reward", "pref_accuracy"]
     t = Table(title=f"runs in {output_dir}")
@@ -182,7 +187,7 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
                      min_width=name_width if col == "name" else None)
     hints = []
     for d in runs:
-        s = run_summary(d)
+        s = summaries[d]
         st = store.read_status(d) or {}
         check = st.get("memory_check") or {}
         # a local path's last part is what tells runs apart; a hub id stays whole

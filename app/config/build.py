@@ -155,9 +155,9 @@ def _drop_none(d: dict) -> dict:
 
 
 def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
-    """The config with every local path it holds (model, dataset, init_from, custom reward files, output_dir)
-    made absolute against ``base``, the folder the user typed them in. A value that does not name an existing
-    path under ``base`` (a hub id, a built-in dataset name) is left as typed."""
+    """The config with every local path it holds (model, dataset, init_from, custom reward files, tool files, the
+    environment's file, output_dir) made absolute against ``base``, the folder the user typed them in. A value that
+    does not name an existing path under ``base`` (a hub id, a built-in dataset name) is left as typed."""
     base = Path(base)
 
     def absolute(value: str | None) -> str | None:
@@ -179,5 +179,14 @@ def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
     c.reward.custom = list(renamed.values())
     # A custom function's weight is keyed by its entry string: it moves with the entry.
     c.reward.weights = {renamed.get(k, k): v for k, v in c.reward.weights.items()}
+
+    def absolute_entry(entry: str) -> str:  # FILE.py or FILE.py:names (a built-in or module:names stays)
+        if entry.endswith(".py"):
+            return absolute(entry)
+        target, _, names = entry.rpartition(":")
+        return f"{absolute(target)}:{names}" if target.endswith(".py") else entry
+
+    c.tools.use = [absolute_entry(e) for e in c.tools.use]
+    c.tools.environment = absolute_entry(c.tools.environment) if c.tools.environment else None
     c.output_dir = str((base / Path(c.output_dir).expanduser()).resolve())
     return c

@@ -5,7 +5,7 @@ config earns (a large effective batch). ``resolve`` is the one resolution of a r
 from __future__ import annotations
 
 from app.config.build import revalidate
-from app.config.builtin import BUILTIN_MODEL, builtin_model_path
+from app.config.builtin import BUILTIN_MODELS, builtin_model_path
 from app.config.schema import EXPERIMENTAL_METHODS, PREFERENCE_METHODS, AppConfig
 
 # A model that fits an 8 GB GPU for GRPO in 4-bit (about 1.2 GB of weights, room for 4-8 generations of
@@ -47,8 +47,8 @@ def model_name(cfg: AppConfig) -> str:
     one rule, read by resolve and by the checks that must fail before anything is resolved or loaded."""
     if cfg.model.name_or_path is None:
         return DEFAULT_GRPO_MODEL if cfg.method == "grpo" else DEFAULT_SFT_MODEL
-    if cfg.model.name_or_path == BUILTIN_MODEL:  # the tiny model shipped for the offline demo
-        return str(builtin_model_path())
+    if cfg.model.name_or_path in BUILTIN_MODELS:  # the tiny models shipped for the offline demos
+        return str(builtin_model_path(cfg.model.name_or_path))
     return cfg.model.name_or_path
 
 

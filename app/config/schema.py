@@ -13,45 +13,23 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     PrivateAttr,
     field_validator,
     model_validator,
 )
 
+from app.config.fields import AutoBool, StrictModel, _d, _one_is_a_list
+from app.config.method_sections import (  # noqa: F401 - re-exported: the sections live with their method
+    DPO_LOSS_TYPES,
+    LOSS_TYPES,
+    DPOSection,
+    GRPOConfig,
+    ToolsConfig,
+)
 from app.config.reward_components import NAMES as COMPONENT_NAMES
 from app.config.reward_components import default_weights
-
-
-class StrictModel(BaseModel):
-    """Base for every section: unknown keys are errors (a typo must not be silently ignored)."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    def __eq__(self, other) -> bool:
-        # what a config says, not what building it noted (private attributes: where values came from, notes)
-        return type(self) is type(other) and self.__dict__ == other.__dict__
-
-
-def _auto_is_empty(v):
-    return None if isinstance(v, str) and v.strip().lower() == "auto" else v
-
-
-def _one_is_a_list(v):
-    """--set reward.custom=file.py:fn means a list of that one entry."""
-    return [v] if isinstance(v, str) else v
-
-
-# A switch whose empty value means auto; `auto` itself is accepted too (--set grpo.use_vllm=auto).
-AutoBool = Annotated[bool | None, BeforeValidator(_auto_is_empty)]
-
-
-def _d(default, description: str, **kw):
-    """A field with the help text `train --dry-run --explain` and the UI's tooltips show."""
-    return Field(default, description=description, **kw)
 
 
 class ModelConfig(StrictModel):
@@ -65,6 +43,8 @@ class ModelConfig(StrictModel):
         "auto", "attention kernels: auto = flash_attention_2 on a CUDA GPU when flash-attn is installed, else sdpa")
     revision: str | None = _d(None, "hub revision (branch, tag or commit) of the model")
     trust_remote_code: bool = _d(False, "allow the model repository's own Python code to run")
+    chat_template: str | None = _d(None, "use one of the chat templates TRL ships instead of the model's own, by name "
+                                         "(qwen2_5, qwen3, llama3_1, ...): a tool run needs one TRL can parse calls of")
 
 
 class LoraConfig(StrictModel):
@@ -90,7 +70,7 @@ class LoraConfig(StrictModel):
 
 class DataConfig(StrictModel):
     dataset: str | None = _d(None, "hub id, local .jsonl/.json/.csv/.parquet file or folder, or a built-in name "
-                                   "(arith, arith-sft)")
+                                   "(arith, arith-sft, arith-calc)")
     config_name: str | None = _d(None, "hub dataset config, e.g. 'main' for openai/gsm8k")
     split: str = _d("train", "split to train on")
     eval_split: str | None = _d(None, "held-out split; empty = the dataset's test split if any, else a seeded "
@@ -155,115 +135,6 @@ class TrainingConfig(StrictModel):
         if v == 0:  # Hugging Face's Trainer reads 0 as "unset" and would run a whole epoch
             raise ValueError("0 steps trains nothing; pass a number of steps >= 1, or -1 to run num_train_epochs")
         return v
-
-
-# TRL's GRPO losses (trl 1.16, GRPOConfig.loss_type), checked here so a typo is one line before anything loads;
-# tests/test_config.py keeps this list equal to the names the installed TRL documents.
-LOSS_TYPES = {
-    "dapo": "token-level, normalised by the tokens in the whole batch (TRL's default)",
-    "grpo": "per-sequence mean (length bias: prefers short right and long wrong answers)",
-    "dr_grpo": "normalised by a constant (max_completion_length): no length bias",
-    "bnpo": "token-level, normalised by the tokens in the local batch",
-    "cispo": "clipped importance weights on a REINFORCE loss (ScaleRL; epsilon_high ~5)",
-    "sapo": "soft gates instead of hard clipping (SAPO)",
-    "luspo": "length-unbiased sequence-level loss (needs importance_sampling_level=sequence)",
-    "vespo": "variance-reduced sequence-level weights (importance_sampling_level=token)",
-}
-
-
-class GRPOConfig(StrictModel):
-    num_generations: int = _d(4, "completions sampled per prompt (the group GRPO compares within)", ge=2)
-    max_completion_length: int = _d(256, "tokens a completion may take", gt=0)
-    temperature: float = _d(1.0, "sampling temperature; groups need spread, so keep it near 1", gt=0)
-    top_p: float = _d(1.0, "nucleus sampling", gt=0, le=1.0)
-    beta: float = _d(0.0, "KL coefficient; 0 = no reference model (saves memory)", ge=0)
-    loss_type: str = _d("dapo", "TRL's GRPO loss: " + "; ".join(f"{k} = {v}" for k, v in LOSS_TYPES.items()))
-    importance_sampling_level: Literal["token", "sequence"] = _d(
-        "token", "importance ratio per token, or one per sequence (sequence = GSPO, often steadier)")
-    scale_rewards: Literal["group", "batch", "none"] = _d(
-        "group", "divide advantages by the reward spread of each group, of the whole batch, or not at all (none: "
-                 "Dr. GRPO's advice against a difficulty bias)")
-    mask_truncated_completions: bool = _d(False, "leave completions cut at max_completion_length out of the loss "
-                                                 "(DAPO: they are not wrong, only unfinished)")
-    epsilon: float = _d(0.2, "lower clip range of the importance ratio", gt=0)
-    epsilon_high: float | None = _d(None, "upper clip range; empty = epsilon (DAPO's clip-higher uses 0.28; cispo "
-                                          "reads it as its max, ~5)", gt=0)
-
-    @field_validator("loss_type")
-    @classmethod
-    def _known_loss(cls, v: str) -> str:
-        if v not in LOSS_TYPES:
-            hint = difflib.get_close_matches(v, LOSS_TYPES, n=1)
-            raise ValueError(f"unknown GRPO loss '{v}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
-                             + f"; TRL's losses: {', '.join(LOSS_TYPES)}")
-        return v
-    generation_batch_size: int | None = _d(None, "completions sampled at once (they serve several optimizer steps); "
-                                                 "empty = auto: about 64, at most 4 optimizer steps' worth", gt=0)
-    sampler: Literal["auto", "merged", "plain"] = _d(
-        "auto", "where completions are sampled: merged = a dense copy of the base with the current LoRA merged in "
-                "(refreshed every step; compiled with a static cache on CUDA); plain = the 4-bit training model; "
-                "auto = merged where the copy fits")
-    use_vllm: AutoBool = _d(None, "sample with vLLM in colocate mode (same GPU); empty = auto: on on CUDA when "
-                                     "vllm is installed")
-    vllm_gpu_memory_utilization: float = _d(0.3, "share of the GPU vLLM may take for weights and KV cache",
-                                            gt=0, le=1.0)
-
-
-# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/test_dpo.py keeps this list equal to the names the installed
-# TRL documents.
-DPO_LOSS_TYPES = {
-    "sigmoid": "DPO's logistic loss on the chosen-rejected reward difference (the original)",
-    "hinge": "hinge loss on it (SLiC)",
-    "ipo": "squared loss toward 1/(2 beta) (IPO: does not overfit to deterministic preferences)",
-    "exo_pair": "reverse-KL to the preference distribution (EXO)",
-    "nca_pair": "absolute rewards, not only their difference (NCA)",
-    "robust": "DPO that expects some labels to be flipped (label_smoothing is the flip rate)",
-    "bco_pair": "a binary classifier of chosen vs rejected (BCO)",
-    "sppo_hard": "self-play preference optimization, hard labels (SPPO)",
-    "aot": "alignment via optimal transport, paired (AOT)",
-    "aot_unpaired": "alignment via optimal transport, unpaired",
-    "apo_zero": "anchored: push chosen up and rejected down (APO-zero, for chosen better than the model)",
-    "apo_down": "anchored: push both down, rejected more (APO-down, for chosen worse than the model)",
-    "discopop": "log-ratio modulated loss (DiscoPOP)",
-    "sft": "the chosen answer's negative log-likelihood: mixed in with loss_weights it is RPO",
-    "sigmoid_norm": "DPO on length-normalized log-probabilities",
-}
-
-
-def _known_dpo_loss(v):
-    if v is None:  # `--set dpo.loss_type=`: back to the default, as an empty value means for every key
-        return ["sigmoid"]
-    names = [v] if isinstance(v, str) else list(v)
-    names = [n.strip() for name in names for n in str(name).split(",") if n.strip()]
-    for name in names:
-        if name not in DPO_LOSS_TYPES:
-            hint = difflib.get_close_matches(name, DPO_LOSS_TYPES, n=1)
-            raise ValueError(f"unknown DPO loss '{name}'" + (f"; did you mean '{hint[0]}'?" if hint else "")
-                             + f"; TRL's losses: {', '.join(DPO_LOSS_TYPES)}")
-    if not names:
-        raise ValueError("name at least one DPO loss, e.g. sigmoid")
-    return names
-
-
-class DPOSection(StrictModel):
-    loss_type: list[str] = _d(["sigmoid"], "TRL's DPO loss, or several mixed by loss_weights (sigmoid,sft is RPO): "
-                              + "; ".join(f"{k} = {v}" for k, v in DPO_LOSS_TYPES.items()))
-    loss_weights: list[float] | None = _d(None, "one weight per loss in loss_type; empty = 1 each")
-    beta: float = _d(0.1, "DPO: how far the adapter may move from the base (the reference, the adapter switched "
-                          "off): higher stays closer; ORPO: the weight of its odds-ratio term (lambda)", gt=0)
-    label_smoothing: float = _d(0.0, "robust / exo_pair: the share of labels taken to be flipped", ge=0, lt=0.5)
-
-    @field_validator("loss_type", mode="before")
-    @classmethod
-    def _losses(cls, v):
-        return _known_dpo_loss(v)
-
-    @model_validator(mode="after")
-    def _weights_match(self) -> "DPOSection":
-        if self.loss_weights is not None and len(self.loss_weights) != len(self.loss_type):
-            raise ValueError(f"dpo.loss_weights has {len(self.loss_weights)} weight(s) for {len(self.loss_type)} "
-                             f"loss(es) ({', '.join(self.loss_type)}); give one weight per loss")
-        return self
 
 
 class RewardConfig(StrictModel):
@@ -357,6 +228,7 @@ class AppConfig(StrictModel):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     dpo: DPOSection = Field(default_factory=DPOSection)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     output_dir: str = _d("runs", "parent folder; each run gets its own sub-directory")
     run_name: str | None = _d(None, "run folder name; empty = <date>-<method>-<dataset>")
@@ -389,6 +261,13 @@ class AppConfig(StrictModel):
         if self.method == "orpo" and (self.dpo.loss_type != ["sigmoid"] or self.dpo.loss_weights):
             raise ValueError(f"dpo.loss_type={','.join(self.dpo.loss_type)} is a DPO setting and ORPO has one loss of "
                              "its own; drop it, or train with --method dpo")
+        return self
+
+    @model_validator(mode="after")
+    def _tools_are_grpo(self) -> "AppConfig":
+        if self.tools.enabled and self.method != "grpo":
+            raise ValueError(f"tools and environments train with GRPO (the model learns from the rewards of its "
+                             f"rollouts); use --method grpo, or drop --tools / --environment for {self.method.upper()}")
         return self
 
     def to_yaml(self) -> str:

@@ -16,6 +16,9 @@ import random
 import re
 
 MAX_OPERAND = 20
+# ``arith-calc``: the same problems with three-digit operands, which a ~1M-parameter model cannot add in its head:
+# the built-in task of the tools demo (``qlora-app demo --tools``), where the calculator tool does the arithmetic.
+CALC_OPERANDS = (100, 999)
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
 TRAIN_SEED = 1234
@@ -57,11 +60,11 @@ _ANSWER_RE = re.compile(r"####\s*(-?\d+)\s*$")
 _EQ_RE = re.compile(r"(\d+) ([+-]) (\d+) = (-?\d+)\.")
 
 
-def _one(rng: random.Random) -> dict:
+def _one(rng: random.Random, operands: tuple[int, int] = (0, MAX_OPERAND)) -> dict:
     op, q_tpl, s_tpl = rng.choice(TEMPLATES)
     name = rng.choice(NAMES)
     obj, more, less = rng.choice(OBJECTS)
-    a, b = rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND)
+    a, b = rng.randint(*operands), rng.randint(*operands)
     if op == "-" and b > a:  # keep answers non-negative, like counting real objects
         a, b = b, a
     c = a + b if op == "+" else a - b
@@ -69,8 +72,10 @@ def _one(rng: random.Random) -> dict:
     return {"question": q_tpl.format(**fields), "answer": s_tpl.format(**fields) + f"\n#### {c}"}
 
 
-def generate_arith(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
-    """``n`` distinct problems for ``seed`` (same seed, same list). Questions in ``exclude`` are skipped."""
+def generate_arith(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset(),
+                   operands: tuple[int, int] = (0, MAX_OPERAND)) -> list[dict]:
+    """``n`` distinct problems for ``seed`` (same seed, same list), operands in the closed range ``operands``.
+    Questions in ``exclude`` are skipped."""
     if n < 0:
         raise ValueError("n must be >= 0")
     rng = random.Random(seed)
@@ -81,7 +86,7 @@ def generate_arith(n: int, seed: int, exclude: set[str] | frozenset[str] = froze
     for _ in range(n * 50 + 1000):
         if len(out) == n:
             break
-        row = _one(rng)
+        row = _one(rng, operands)
         if row["question"] not in seen:
             seen.add(row["question"])
             out.append(row)
@@ -108,21 +113,21 @@ def solution_with_final_answer(answer: str) -> str:
     return f"{body}\nFinal answer: {n}"
 
 
-def split_rows() -> tuple[list[dict], list[dict]]:
+def split_rows(operands: tuple[int, int] = (0, MAX_OPERAND)) -> tuple[list[dict], list[dict]]:
     """(train, test) as plain lists; test is drawn first so train can exclude its questions."""
-    test = generate_arith(TEST_SIZE, TEST_SEED)
-    train = generate_arith(TRAIN_SIZE, TRAIN_SEED, exclude={r["question"] for r in test})
+    test = generate_arith(TEST_SIZE, TEST_SEED, operands=operands)
+    train = generate_arith(TRAIN_SIZE, TRAIN_SEED, exclude={r["question"] for r in test}, operands=operands)
     return train, test
 
 
-def arith_dataset(final_answer: bool = False):
+def arith_dataset(final_answer: bool = False, operands: tuple[int, int] = (0, MAX_OPERAND)):
     """``DatasetDict({'train': 2000 rows, 'test': 200 rows})`` with columns question, answer. Deterministic.
 
     ``final_answer=True`` is the built-in ``arith-sft``: the same rows with answers written the way the shaped
     reward wants them ('Final answer: N'), for SFT on the built-in data (the demo itself runs GRPO alone)."""
     from datasets import Dataset, DatasetDict
 
-    train, test = split_rows()
+    train, test = split_rows(operands)
     if final_answer:
         train, test = ([{**r, "answer": solution_with_final_answer(r["answer"])} for r in rows] for rows in (train, test))
     return DatasetDict({"train": Dataset.from_list(train), "test": Dataset.from_list(test)})

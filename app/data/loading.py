@@ -18,7 +18,7 @@ import random
 import re
 from pathlib import Path
 
-from app.data.arith import arith_dataset
+from app.data.arith import CALC_OPERANDS, arith_dataset
 from app.data.detect import DataError, detect_nested
 from app.data.profile import spread_sample
 from app.host.offline import hub_reachable, offline
@@ -27,7 +27,7 @@ log = logging.getLogger("app.data")
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
-BUILTINS = ("arith", "arith-sft")
+BUILTINS = ("arith", "arith-sft", "arith-calc")
 LOADERS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".txt": "text"}
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -106,6 +106,8 @@ def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool 
     spec = str(spec).strip()
     kind = source_kind(spec)
     if kind == "builtin":
+        if spec == "arith-calc":
+            return arith_dataset(operands=CALC_OPERANDS)
         return arith_dataset(final_answer=spec == "arith-sft")
     if kind == "file":
         return _load_file(Path(spec).expanduser())

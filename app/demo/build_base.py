@@ -118,17 +118,27 @@ def encode(tok, docs: list) -> list[list[int]]:
 def build(out: Path, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, n_chats: int = 6000,
           seed: int = PRETRAIN_SEED, log_every: int = 100) -> Path:
     """Train and save model + tokenizer into ``out``. Returns ``out``."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
-    t0 = time.time()
-    torch.manual_seed(seed)
     docs = build_corpus(n_chats=n_chats, seed=seed)
     tok = build_tokenizer(docs)
     ids = encode(tok, docs)
     cfg = LlamaConfig(vocab_size=len(tok), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **MODEL_SHAPE)
-    model = LlamaForCausalLM(cfg)
+    return pretrain(LlamaForCausalLM, cfg, tok, ids, out, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                    log_every=log_every)
+
+
+def pretrain(model_cls, cfg, tok, ids: list[list[int]], out: Path, steps: int, batch_size: int, lr: float, seed: int,
+             log_every: int) -> Path:
+    """A model of ``model_cls(cfg)`` trained from scratch on the token lists ``ids`` (next-token loss on every
+    token), saved with ``tok`` into ``out`` (the tools demo's base shares this loop: app/demo/build_tools_base.py)."""
+    import torch
+    from transformers import GenerationConfig
+
+    t0 = time.time()
+    torch.manual_seed(seed)
+    model = model_cls(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     warm = max(1, steps // 20)
     # Linear warm-up then cosine decay: from scratch, a tiny model at a high lr needs both to settle.

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.config.builtin import builtin_model_path, cache_dir
+from app.config.builtin import BUILTIN_MODEL, TOOLS_MODEL, builtin_model_path, cache_dir
 from app.config.presets import load_preset
 from app.demo.build_base import build
+from app.demo.build_tools_base import build as build_tools_base
 
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
 
@@ -26,16 +27,24 @@ def grpo_preset(model_path: str | Path | None = None) -> dict:
     return d
 
 
-def base_model_path(build_if_missing: bool = True) -> Path:
-    """The shipped tiny base model; if the package was installed without it, build it once into the user cache.
+def base_model_path(build_if_missing: bool = True, name: str = BUILTIN_MODEL) -> Path:
+    """The shipped tiny base model ``name``; if the package was installed without it, build it once into the user
+    cache.
 
-    Building takes ~3 minutes on 2 CPU cores. It is written to a temporary sibling and renamed, so an interrupted
-    build never leaves a half-written model that a later run would trust."""
-    found = builtin_model_path()
+    Building takes ~3 (arith-base) or ~5 (arith-tools-base) minutes on 2 CPU cores. It is written to a temporary
+    sibling and renamed, so an interrupted build never leaves a half-written model that a later run would trust."""
+    found = builtin_model_path(name)
     if (found / "model.safetensors").is_file() or not build_if_missing:
         return found
-    cached = cache_dir()
+    cached = cache_dir(name)
     tmp = cached.with_name(cached.name + f".tmp-{os.getpid()}")
-    build(tmp, log_every=0)
+    (build_tools_base if name == TOOLS_MODEL else build)(tmp, log_every=0)
     tmp.rename(cached)
     return cached
+
+
+def tools_preset(model_path: str | Path | None = None) -> dict:
+    """The tools demo's GRPO run (presets/demo-tools.yaml) as an AppConfig-shaped dict."""
+    d = load_preset("demo-tools")
+    d["model"]["name_or_path"] = str(model_path or base_model_path(name=TOOLS_MODEL))
+    return d

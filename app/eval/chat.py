@@ -15,11 +15,13 @@ import threading
 from typing import Callable
 
 from app.errors import UserError
+from app.eval.answers import item_tools, uses_tools
 from app.eval.compare import load_pair, resolve_target
 from app.host.threads import use_free_cores
-from app.model.generation import adds_special_tokens, format_prompt, generate_one
+from app.model.generation import adds_special_tokens, format_prompt, generate_ids, generate_one
 from app.model.placement import context_length
 from app.model.source import check_model_source
+from app.tools.loop import call_lines, run_tool_loop
 
 SIDES = ("adapter", "base")
 
@@ -38,16 +40,26 @@ class Chat:
         check_model_source(mc.name_or_path, local_only)
         use_free_cores()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
         self.adapter_dir, self.base_name = adapter_dir, mc.name_or_path
+        self.run_cfg = run_cfg
         self.default_system = run_cfg.data.system_prompt if run_cfg else None
         self.system = self.default_system
         self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
                                          device=run_cfg.runtime.device if run_cfg else "auto")
         self.context = context_length(self.model.config)
         self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
+        self._tools: dict[str, list] = {}
         self.dropped = 0  # turns left out because the conversation outgrew the context
 
     def reset(self) -> None:
         self.history = {s: [] for s in SIDES}
+        self._tools = {}
+
+    def tools(self, side: str) -> list:
+        """A tool run's guarded tools for ``side`` (an environment: one instance per side and conversation)."""
+        if side not in self._tools:
+            tools, _ = item_tools(self.run_cfg, [{"messages": [], "reference": None}])
+            self._tools[side] = tools[0]
+        return self._tools[side]
 
     def messages(self, side: str, message: str) -> list[dict]:
         sys = [{"role": "system", "content": self.system}] if self.system else []
@@ -82,8 +94,29 @@ class Chat:
             raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
         if not message or not message.strip():
             raise UserError("the message is empty; type something to send")
+        if uses_tools(self.run_cfg):
+            return self._reply_with_tools(side, message, temperature, max_new_tokens, seed, on_text)
         ids = self._fit(side, message, max_new_tokens)
         with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
             text = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
         self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
         return text
+
+    def _reply_with_tools(self, side: str, message: str, temperature: float, max_new_tokens: int, seed: int,
+                          on_text) -> str:
+        """A tool run's reply: the tool loop of compare and training (app/tools/loop.py), each call and its result
+        shown before the answer ("> calculator(expression='1 + 2') -> 3"); the history keeps the calls."""
+        self._fit(side, message, max_new_tokens)  # a conversation that outgrew the context loses its oldest turns
+        msgs = self.messages(side, message)
+        with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+            rollout = run_tool_loop(self.model, self.tok, [msgs], [self.tools(side)], self.run_cfg.grpo.max_tool_calls,
+                                    max_new_tokens,
+                                    lambda ids, n: generate_ids(self.model, self.tok, ids, n, temperature, seed))[0]
+        if on_text:
+            for line in call_lines(rollout.turns):
+                on_text(line + "\n")
+            on_text(rollout.text)
+        self.history[side] += [{"role": "user", "content": message}, *rollout.turns[:-1],
+                               {"role": "assistant", "content": rollout.text}]
+        self.last_turns = rollout.turns
+        return rollout.text

@@ -20,11 +20,11 @@ from pathlib import Path
 from app.config.build import load_yaml_file, validate
 from app.config.schema import DataConfig, DPOSection, ModelConfig, TrainingConfig
 from app.errors import UserError
+from app.eval.answers import answer_items, tool_names
 from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.host.threads import use_free_cores
-from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
 from app.model.source import check_model_source
 from app.rewards import is_correct, score_completion
@@ -153,7 +153,9 @@ def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
     # A component that failed on this text scores None (as in training); keep it None, the means skip it.
     comps = {k: None if v is None else float(v) for k, v in s["components"].items()}
     return Cell(text=out["text"], tokens=out["tokens"], reward=float(s["total"] or 0.0), components=comps,
-                correct=is_correct(out["text"], reference) if reference is not None else None)
+                correct=is_correct(out["text"], reference) if reference is not None else None,
+                turns=out.get("turns"), tool_calls=out.get("tool_calls", 0),
+                tool_failures=out.get("tool_failures", 0))
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -183,9 +185,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,
                                 device=run_cfg.runtime.device if run_cfg else "auto")
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
-    texts = [format_prompt(tok, it) for it in items]
-
-    total, done = 2 * len(texts), 0
+    total, done = 2 * len(items), 0
 
     def tick(n: int) -> None:
         nonlocal done
@@ -195,9 +195,9 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 
     gen = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size, seed=seed,
                on_batch=tick)
-    with peft_model.disable_adapter():
-        base_out = generate(peft_model, tok, texts, **gen)
-    adapter_out = generate(peft_model, tok, texts, **gen)
+    with peft_model.disable_adapter():  # a tool run answers with its tools on both sides (app/eval/answers.py)
+        base_out = answer_items(peft_model, tok, items, run_cfg, **gen)
+    adapter_out = answer_items(peft_model, tok, items, run_cfg, **gen)
     # preference data: which of each held-out pair's answers base and adapter find more likely
     pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
 
@@ -210,6 +210,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "num_samples": num_samples, "num_prompts": len([p for p in prompts if p and p.strip()]),
               "system_prompt": system_prompt, "max_new_tokens": max_new_tokens, "temperature": temperature,
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
+              "tools": tool_names(run_cfg),
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
               "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
     # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)

@@ -14,6 +14,7 @@ from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
 from app.run.summary import preference_text
+from app.tools.loop import call_lines
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#f7f8fa}
@@ -32,6 +33,7 @@ table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
 .side{border:1px solid #e6e9ef;border-radius:4px;padding:6px 8px;background:#fcfcfd}
 .side h3{font-size:13px;margin:0 0 4px;color:#5b6475;font-weight:600}
 .out{white-space:pre-wrap;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
+.calls{font-family:monospace;font-size:12px;color:#1f5f8b;margin-bottom:4px;white-space:pre-wrap}
 .onlybase{background:#fde2e1;text-decoration:line-through;text-decoration-color:#b3261e55}
 .onlyadapter{background:#d9f2e0}
 .ok{color:#137333;font-weight:600} .bad{color:#b3261e;font-weight:600} .na{color:#8a93a3}
@@ -93,6 +95,9 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
         row(f"  reward/{comp}", base.components[comp], ad.components.get(comp))
     row("mean length (chars)", base.mean_length, ad.mean_length, digits=1)
     row("boilerplate rate", base.boilerplate_rate, ad.boilerplate_rate, pct=True)
+    if base.tool_success is not None or ad.tool_success is not None:  # a tool run
+        row("tool calls succeeded", base.tool_success, ad.tool_success, pct=True)
+        row("tool calls per answer", base.tool_calls, ad.tool_calls, digits=2)
     return out
 
 
@@ -138,6 +143,12 @@ def _verdict(correct) -> str:
     return '<span class="na">–</span>'
 
 
+def _calls_html(cell) -> str:
+    """A tool run's calls and results above the answer (escaped: arguments and results are untrusted text)."""
+    lines = call_lines(cell.turns or [])
+    return f'<div class="calls">{"<br>".join(escape(x) for x in lines)}</div>' if lines else ""
+
+
 def _row(i: int, r) -> str:
     left, right = diff_spans(r.base.text, r.adapter.text)
     cls = {"win": "w", "loss": "l", "tie": "t"}[r.verdict]
@@ -145,7 +156,7 @@ def _row(i: int, r) -> str:
     ref = f'<div class="ref">reference: {escape(r.reference)}</div>' if r.reference is not None else ""
     sides = "".join(
         f'<div class="side" data-side="{name}"><h3>{name} · reward {c.reward:.3f} {_verdict(c.correct)}</h3>'
-        f'<div class="out">{body}</div></div>'
+        f'{_calls_html(c)}<div class="out">{body}</div></div>'
         for name, c, body in (("base", r.base, left), ("adapter", r.adapter, right)))
     return (f'<div class="row {cls}"><div class="prompt"><b>#{i}</b> {escape(r.prompt)}{same}</div>{ref}'
             f'<div class="cols">{sides}</div></div>')
@@ -197,7 +208,8 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
         cells = []
         for side in SIDES:
             cell_ = getattr(r, side)
-            cell = Text(_clip(cell_.text, clip) or "(empty)")
+            cell = Text("".join(line + "\n" for line in call_lines(cell_.turns or [])), style="cyan")
+            cell.append(_clip(cell_.text, clip) or "(empty)", style="default")
             style = {True: "green", False: "red"}.get(cell_.correct, "dim")
             cell.append(f"\nreward {cell_.reward:.3f} {_mark(cell_.correct)}", style=style)
             cells.append(cell)

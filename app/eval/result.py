@@ -25,6 +25,15 @@ class Cell:
     reward: float
     components: dict[str, float | None]
     correct: bool | None  # None: the row has no reference to judge against
+    # A tool run's answer: the turns after the prompt (calls, results, the answer), its calls and failed calls
+    turns: list[dict] | None = None
+    tool_calls: int = 0
+    tool_failures: int = 0
+
+    @property
+    def tools_worked(self) -> bool:
+        """The answer called a tool and every call gave a result."""
+        return self.tool_calls > 0 and self.tool_failures == 0
 
 
 @dataclass
@@ -58,6 +67,9 @@ class SideSummary:
     mean_length: float | None  # characters
     mean_tokens: float | None
     boilerplate_rate: float | None  # share of answers the boilerplate component penalised
+    # A tool run: the share of answers whose tool calls all succeeded (None: no tools), the calls per answer
+    tool_success: float | None = None
+    tool_calls: float | None = None
 
 
 @dataclass
@@ -102,6 +114,8 @@ def side_summary(cells: list[Cell]) -> SideSummary:
         # The boilerplate component is 0 for a clean answer and a penalty (< 0) otherwise.
         boilerplate_rate=_mean(None if c.components.get(BOILERPLATE) is None
                                else float(c.components[BOILERPLATE] < 0) for c in cells),
+        tool_success=_mean(float(c.tools_worked) for c in cells) if any(c.turns is not None for c in cells) else None,
+        tool_calls=_mean(c.tool_calls for c in cells) if any(c.turns is not None for c in cells) else None,
     )
 
 

@@ -121,9 +121,13 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
                             "written; export --format merged instead")
         result.files["gguf"] = gguf_file.name
+        if run_cfg and run_cfg.tools.enabled:
+            result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
+                                "llama-server --jinja parses the calls); the tools are not in the model: the program "
+                                "that serves it runs them and sends their results back")
         if fmt == "ollama":
             system = run_cfg.data.system_prompt if run_cfg else None
-            text, notes = modelfile(tok, gguf_file.name, system, merged)
+            text, notes = modelfile(tok, gguf_file.name, system, merged, tools=bool(run_cfg and run_cfg.tools.enabled))
             (stage / MODELFILE).write_text(text)
             result.files["modelfile"] = MODELFILE
             result.notes += notes
@@ -158,12 +162,19 @@ def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool
         save_tokenizer(adapter_dir, base, dest, local_only)
 
 
-def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path) -> tuple[str, list[str]]:
-    """Ollama's Modelfile: FROM, a TEMPLATE derived from the chat template, SYSTEM, a stop for each end of turn."""
+def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path, tools: bool = False
+              ) -> tuple[str, list[str]]:
+    """Ollama's Modelfile: FROM, a TEMPLATE derived from the chat template, SYSTEM, a stop for each end of turn.
+    ``tools``: a tool run's model, whose TEMPLATE is left to Ollama (a derived one has turns only, no tool format)."""
     notes = []
     fmt = derive(tok)
     lines = [f"FROM ./{gguf_name}", ""]
-    if fmt is not None:
+    if tools:
+        notes.append("a tool run: the Modelfile has no TEMPLATE, so Ollama reads the chat template embedded in the "
+                     "GGUF and, for a family it knows (Qwen 2.5 / 3, Llama 3.1 / 3.2, ...), renders the request's "
+                     "tools and parses the model's calls with its own; a derived TEMPLATE would carry turns only")
+        system = system or (fmt.default_system if fmt else None)
+    elif fmt is not None:
         adds_bos = bool(tok.bos_token) and tok("x")["input_ids"][:1] == [tok.bos_token_id]
         lines += [f'TEMPLATE """{go_template(fmt, tok.bos_token if adds_bos else None)}"""', ""]
         system = system or fmt.default_system

@@ -57,6 +57,10 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
         x = s[side]
         lines.append(f"| {side} | {_pct(x.get('accuracy'))} | {_num(x.get('mean_reward'))} | "
                      f"{_num(x.get('mean_tokens'))} |")
+    if s["adapter"].get("tool_success") is not None:
+        lines += ["", f"Answers whose tool calls all succeeded: base {_pct(s['base'].get('tool_success'))}, adapter "
+                      f"{_pct(s['adapter'].get('tool_success'))} (calls per answer {_num(s['base'].get('tool_calls'))} "
+                      f"-> {_num(s['adapter'].get('tool_calls'))})."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
     p = cmp.get("preference")
     if p:  # preference data, in the words of app.run.layout.PREFERENCE_WORDS
@@ -89,6 +93,15 @@ def _comparison_of(run: Path | None, adapter_dir: Path | None) -> tuple[dict | N
         if of_this(other) and s.get("heldout", True) and not s.get("prompts"):
             return other, True
     return None, False
+
+
+def tools_line(cfg) -> str:
+    """The card's line on a tool run: which tools, how many rounds, and what a user must give the model again."""
+    t = cfg.tools
+    names = ", ".join(f"`{Path(e).name if e.endswith('.py') else e}`" for e in t.use)
+    env = f"environment `{t.environment.rsplit(':', 1)[-1]}`" if t.environment else ""
+    return (f"- tools: {', '.join(x for x in (names, env) if x)}; up to {cfg.grpo.max_tool_calls} round(s) of calls "
+            f"per answer, in the chat template's tool-call format (the model calls them; whoever serves it runs them)")
 
 
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
@@ -127,6 +140,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
                      f"{g.max_completion_length} tokens each; reward weights: {weights}"]
+            if cfg.tools.enabled:
+                body += [tools_line(cfg)]
         elif cfg.method == "dpo":
             d = cfg.dpo
             body += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"

@@ -114,6 +114,31 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     return out  # type: ignore[return-value]
 
 
+def generate_ids(model, tok, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float = 0.0,
+                 seed: int = 0) -> list[list[int]]:
+    """One left-padded batch from token ids (the tool loop's rounds: app/tools/loop.py): each row's new tokens up to
+    and with its first end-of-turn token, as a training rollout's completion ends."""
+    import torch
+
+    width = max(len(p) for p in prompt_ids)
+    pad = tok.pad_token_id
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    gen_kw = decoding(model, tok, max_new_tokens, temperature)
+    eos = gen_kw["eos_token_id"]
+    eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
+    torch.manual_seed(seed)
+    new = run_batch(model, tok, {"input_ids": ids, "attention_mask": mask}, gen_kw)
+    out = []
+    for row in new.tolist():
+        cut = next((i for i, t in enumerate(row) if t in eos), None)
+        out.append(row if cut is None else row[:cut + 1])
+    return out
+
+
 def generate_one(model, tok, ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
                  on_text: Callable[[str], None] | None = None, stop=None) -> str:
     """One prompt's answer (token ids in, text out), streamed piece by piece to ``on_text`` and ended early when

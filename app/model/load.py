@@ -12,6 +12,7 @@ from app.errors import UserError
 from app.host.machine import torch_dtype
 from app.model.placement import Placement, placement, quant_storage
 from app.model.source import check_model_source, model_load_error
+from app.model.templates import apply_named_template
 
 
 @contextlib.contextmanager
@@ -52,7 +53,7 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False):
     )
     if tok.pad_token is None:  # batched generation and training both need padding
         tok.pad_token = tok.eos_token
-    return tok
+    return apply_named_template(tok, mc.chat_template)
 
 
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",

@@ -12,15 +12,12 @@ Owns: scoring a completion. Must not load models or data, nor keep state across 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Callable
 
 from app.config.reward_components import BY_NAME, COMPONENTS
 from app.config.schema import RewardConfig
 from app.errors import UserError
+from app.host.usercode import import_target
 from app.rewards.answer import extract_final_answer, is_correct
 from app.rewards.components import (
     AccuracyReward,
@@ -131,27 +128,7 @@ def _load_custom(entry: str) -> Callable:
     target, func_name = entry.rsplit(":", 1)  # rsplit: a Windows path has its own colon
     if not target or not func_name:
         raise UserError(f"custom reward '{entry}' must look like 'module:function' or 'path/to/file.py:function'")
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        path = Path(target).expanduser()
-        if not path.is_file():
-            raise UserError(f"custom reward file '{path}' not found; check the path in '{entry}'")
-        mod_name = f"qlora_custom_reward_{abs(hash(str(path.resolve())))}"
-        try:
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module  # so functions defined there pickle by reference
-            spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - the user's file; report, don't trace
-            sys.modules.pop(mod_name, None)
-            raise UserError(f"custom reward file '{path}' failed to import ({type(e).__name__}: {e}); fix it") from None
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ImportError as e:
-            raise UserError(f"custom reward module '{target}' cannot be imported ({e}); check '{entry}' and "
-                            "that the module is on PYTHONPATH") from None
-        except Exception as e:  # noqa: BLE001
-            raise UserError(f"custom reward module '{target}' failed to import ({type(e).__name__}: {e})") from None
+    module = import_target(target, "custom reward", entry)
     fn = getattr(module, func_name, None)
     if fn is None:
         raise UserError(f"custom reward '{entry}': '{target}' has no function '{func_name}'")

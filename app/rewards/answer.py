@@ -44,6 +44,9 @@ def to_text(completion) -> str:
 
     >>> to_text([{"role": "assistant", "content": "Final answer: 4"}])
     'Final answer: 4'
+    >>> to_text([{"role": "assistant", "content": ""}, {"role": "tool", "content": "4"},
+    ...          {"role": "assistant", "content": "Final answer: 4"}])
+    'Final answer: 4'
     """
     if completion is None:
         return ""
@@ -53,8 +56,11 @@ def to_text(completion) -> str:
         return to_text(completion.get("content"))
     if isinstance(completion, (list, tuple)):
         # Chat form: the assistant turn(s); content may itself be a list of {"type": "text", "text": ...} parts.
+        # A tool run's completion also holds the tools' results: the tool's words, not the model's, so not scored.
         parts = []
         for m in completion:
+            if isinstance(m, dict) and m.get("role") == "tool":
+                continue
             if isinstance(m, dict):
                 c = m.get("content", m.get("text"))
                 parts.append(c if isinstance(c, str) else to_text(c))

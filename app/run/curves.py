@@ -49,12 +49,14 @@ def series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def curve_keys(records: list[dict]) -> list[str]:
-    """loss, reward, each reward component's mean, DPO's pairs won and margin, then the held-out evaluation's
-    accuracy, reward and preference accuracy and margin."""
+    """loss, reward, each reward component's mean, DPO's pairs won and margin, a tool run's calls and failures,
+    then the held-out evaluation's accuracy, reward, preference accuracy and margin, and tool success."""
     present = lambda keys: [k for k in keys if any(r.get(k) is not None for r in records)]  # noqa: E731
     return (present(("loss", "reward")) + layout.component_keys(records)
-            + present((layout.DPO_ACCURACY, layout.DPO_MARGIN, layout.EVAL_ACCURACY, layout.EVAL_REWARD,
-                       layout.EVAL_PREF_ACCURACY, layout.EVAL_PREF_MARGIN, layout.EVAL_PREF_LIKELIER)))
+            + present((layout.DPO_ACCURACY, layout.DPO_MARGIN, layout.TOOL_CALL_FREQUENCY,
+                       layout.TOOL_FAILURE_FREQUENCY, layout.EVAL_ACCURACY, layout.EVAL_REWARD,
+                       layout.EVAL_PREF_ACCURACY, layout.EVAL_PREF_MARGIN, layout.EVAL_PREF_LIKELIER,
+                       layout.EVAL_TOOL_SUCCESS)))
 
 
 def ema(values: list[float], span: int) -> list[float]:
@@ -102,7 +104,7 @@ class Series:
 
 @dataclass
 class Panel:
-    key: str  # loss | reward | components | heldout | memory
+    key: str  # loss | reward | components | pairs | margin | tools | heldout | memory
     title: str
     series: list[Series] = field(default_factory=list)
     ylim: tuple[float, float] | None = None
@@ -134,6 +136,7 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
         out.append(Panel("components", "reward components (unweighted)", comps,
                          readable_limits(every, _min_span(every, 0.2))))
     out += _preference_panels(records)
+    out += _tool_panels(records)
     held = layout.EVAL_ACCURACY if any(r.get(layout.EVAL_ACCURACY) is not None for r in records) else (
         layout.EVAL_REWARD if any(r.get(layout.EVAL_REWARD) is not None for r in records) else None)
     if held:
@@ -154,6 +157,26 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
     steps = [x for p in out for s in p.series for x in s.xs]
     right = max([*steps, max_steps or 0, 1])
     return out, (0.0, right * 1.02 + 0.5)
+
+
+def _tool_panels(records: list[dict]) -> list[Panel]:
+    """A tool run: calls per completion (TRL's) with each tool's failed and timed-out calls per step beside it, and
+    the held-out answers whose tool calls all succeeded."""
+    shown = []
+    cx, cy = series(records, layout.TOOL_CALL_FREQUENCY)
+    if cx:
+        shown.append(Series(layout.TOOL_CALL_FREQUENCY, cx, cy, "#1f77b4", label="calls per completion"))
+    fx, fy = series(records, layout.TOOL_FAILURE_FREQUENCY)
+    if fx:
+        shown.append(Series(layout.TOOL_FAILURE_FREQUENCY, fx, fy, "#d62728", label="share of calls that failed"))
+    hx, hy = series(records, layout.EVAL_TOOL_SUCCESS)
+    if hx:
+        shown.append(Series(layout.EVAL_TOOL_SUCCESS, hx, hy, "#2ca02c", smooth=False,
+                            label="held-out: answers whose calls all worked"))
+    if not shown:
+        return []
+    every = [y for s in shown for y in s.ys]
+    return [Panel("tools", "tool calls", shown, readable_limits(every + [0.0, 1.0], _min_span(every, 0.2)))]
 
 
 def _preference_panels(records: list[dict]) -> list[Panel]:

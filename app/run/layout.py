@@ -25,6 +25,7 @@ CHECKPOINTS = "checkpoints"
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the demo's folder: the demo's result
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
+DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
@@ -37,6 +38,17 @@ CREATED = "created"
 
 # TRL logs each reward function's batch mean under this key (the function's __name__ is the component's name).
 COMPONENT_PREFIX, COMPONENT_SUFFIX = "rewards/", "/mean"
+
+
+# A tool run (tools.use / tools.environment): TRL's own figures per step (calls per completion, the share of calls
+# that failed), ours per tool (tools/<name>/calls, failures, timeouts, latency_ms per step), the run's totals per tool
+# in status.json, and the held-out answers whose every tool call succeeded.
+TOOL_CALL_FREQUENCY = "tools/call_frequency"
+TOOL_FAILURE_FREQUENCY = "tools/failure_frequency"
+TOOL_PREFIX = "tools/"
+TOOL_COUNTS = "tool_counts"
+EVAL_TOOL_SUCCESS = "eval/tool_success"
+EVAL_TOOL_CALLS = "eval/tool_calls"
 
 
 # Held-out evaluation during training (training.eval_every): metrics.jsonl keys, and status.json's best point.

@@ -53,11 +53,24 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "adapter": str(d / layout.ADAPTER) if lookup.has_adapter(d) else None,
         "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
+        "tools": tools_text(st.get(layout.TOOL_COUNTS)),
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (layout.CRASHED, layout.INTERRUPTED, layout.FAILED) else None),
     }
+
+
+def tools_text(counts: dict | None) -> str | None:
+    """'calculator 412 calls, 9 failed (2 timed out), 0.21 ms each': a tool run's totals per tool (status.json)."""
+    if not counts:
+        return None
+    parts = []
+    for name, c in counts.items():
+        timed = f" ({c['timeouts']} timed out)" if c.get("timeouts") else ""
+        latency = f", {c['mean_latency_ms']:.3g} ms each" if c.get("mean_latency_ms") is not None else ""
+        parts.append(f"{name} {c['calls']} calls, {c['failures']} failed{timed}{latency}")
+    return "; ".join(parts)
 
 
 def _pct(x: float | None) -> str | None:

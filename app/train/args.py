@@ -115,6 +115,8 @@ def grpo_kwargs(plan, run_dir: Path, reward_weights: list[float], fsdp_layers: l
         reward_weights=reward_weights,
         log_completions=False,
     )
+    if cfg.tools.enabled:
+        kw["max_tool_calling_iterations"] = g.max_tool_calls
     kw.update(trl_kwargs(plan.fast, cfg))
     return _with_extra(kw, cfg, "GRPOConfig")
 

@@ -41,12 +41,13 @@ def load_model(plan: RunPlan) -> Loaded:
 
 
 def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: bool, reward_errors: RewardErrors,
-                  on_sampler_change=None):
+                  on_sampler_change=None, tool_stats=None):
     """The method's TRL trainer on the loaded model; GRPO's reward functions count their failures in the run's
-    ``reward_errors``. ``on_sampler_change(sampler, reason)`` hears a fast sampler stepping down."""
+    ``reward_errors``, its tools their calls in ``tool_stats``. ``on_sampler_change(sampler, reason)`` hears a fast
+    sampler stepping down."""
     if plan.cfg.method == "grpo":
         return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
-                                  reward_errors, on_sampler_change=on_sampler_change)
+                                  reward_errors, on_sampler_change=on_sampler_change, tool_stats=tool_stats)
     if plan.cfg.method in ("dpo", "orpo"):
         return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
@@ -67,7 +68,8 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     stop = StopFlag().install()
     bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
     watch = RunDirCallback(session.dir, stop, session.reward_errors, bar, warn=session.warn if main else None,
-                           write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record)
+                           write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record,
+                           tool_stats=session.tool_stats if plan.tools else None)
     trainer.add_callback(watch)
     if session.faults.at:
         trainer.add_callback(FaultCallback(session.faults))
@@ -76,5 +78,5 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     if main and heldout and t.eval_every != 0:
         trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
-                                         record=session.record, beta=plan.cfg.dpo.beta))
+                                         record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg))
     return watch, stop, bar

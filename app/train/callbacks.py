@@ -24,7 +24,8 @@ log = logging.getLogger("qlora_app")
 # TRL/transformers key -> the stable name we write (the UI and `runs` read these names).
 _RENAME = {"train_loss": "loss"}
 _KEEP_PREFIXES = ("rewards/", "logps/", "completions/", "kl", "entropy", "grad_norm", "reward", "loss", "learning_rate",
-                  "epoch", "num_tokens", "step_time", "frac_reward_zero_std", "mean_token_accuracy", "reward_std")
+                  "epoch", "num_tokens", "step_time", "frac_reward_zero_std", "mean_token_accuracy", "reward_std",
+                  "tools/")
 
 
 def _clean(v):
@@ -98,9 +99,10 @@ class RunDirCallback(TrainerCallback):
     loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
 
     def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True, cuda: bool = False, every_step=None, record=None):
+                 write: bool = True, cuda: bool = False, every_step=None, record=None, tool_stats=None):
         """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load);
-        ``record(status, **fields)``: the session's record of the run's progress (status.json)."""
+        ``record(status, **fields)``: the session's record of the run's progress (status.json); ``tool_stats``: a
+        tool run's per-tool counts (app.tools.guard.ToolStats), logged with each step's line."""
         self.run_dir = Path(run_dir)
         self.record = record or (lambda status, **fields: None)
         self.every_step = every_step
@@ -110,6 +112,7 @@ class RunDirCallback(TrainerCallback):
         self.write = write
         self.stop = stop
         self.reward_errors = reward_errors
+        self.tool_stats = tool_stats
         self.progress = progress
         self.warn = warn or log.warning
         self.t0 = time.time()
@@ -142,6 +145,8 @@ class RunDirCallback(TrainerCallback):
             if k.startswith(_KEEP_PREFIXES):
                 rec[k] = _clean(v)
         rec["reward_errors"] = self.reward_errors()
+        if self.tool_stats is not None:  # calls, failures, timeouts and latency per tool since the last line
+            rec.update(self.tool_stats.take())
         peak = peakmem.sample(self.cuda)
         rec.update(peak)
         self.flush_pending(before=state.global_step)
@@ -191,8 +196,9 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
+            tools = {layout.TOOL_COUNTS: self.tool_stats.summary()} if self.tool_stats is not None else {}
             self.record(layout.RUNNING, step=state.global_step, max_steps=state.max_steps,
-                        **peakmem.sample(self.cuda))
+                        **peakmem.sample(self.cuda), **tools)
         if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True

@@ -23,10 +23,11 @@ log = logging.getLogger("qlora_app")
 SPECIAL_TOKEN_ROOM = 2  # BOS/EOS a tokenizer may add beyond the rendered text
 
 
-def _rendered(tok, prompt) -> tuple[str, bool]:
-    """The prompt as the trainer will tokenize it, and whether the tokenizer adds its special tokens to it."""
+def _rendered(tok, prompt, tools: list[dict] | None = None) -> tuple[str, bool]:
+    """The prompt as the trainer will tokenize it (with the run's tools' schemas, which the template renders), and
+    whether the tokenizer adds its special tokens to it."""
     if isinstance(prompt, list):
-        return tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True), False
+        return tok.apply_chat_template(prompt, tools=tools or None, tokenize=False, add_generation_prompt=True), False
     return prompt, True
 
 
@@ -34,7 +35,8 @@ def _count(tok, text: str, add_special: bool) -> int:
     return len(tok(text, add_special_tokens=add_special)["input_ids"])
 
 
-def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning) -> tuple[dict, object]:
+def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning, tools: list[dict] | None = None
+             ) -> tuple[dict, object]:
     """(changes, ds) for a GRPO run inside the model's context: a completion length that fills the whole context is
     halved to leave room for prompts (a change of grpo.max_completion_length), and rows whose prompt leaves less
     than it are dropped."""
@@ -47,15 +49,16 @@ def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning) -> tuple[dict,
         note(f"grpo.max_completion_length={completion} fills the model's whole {context}-token context: using "
              f"{shorter} so prompts fit (set grpo.max_completion_length below {context} to choose)")
         changes["grpo.max_completion_length"] = completion = shorter
-    return changes, fit_grpo_prompts(ds, tok, context, completion, note)
+    return changes, fit_grpo_prompts(ds, tok, context, completion, note, tools)
 
 
-def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log.warning):
+def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log.warning,
+                     tools: list[dict] | None = None):
     """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context."""
     room = context - max_completion_length
     too_long = []
     for i, prompt in enumerate(ds["prompt"]):
-        text, add_special = _rendered(tok, prompt)
+        text, add_special = _rendered(tok, prompt, tools)
         # Every token covers at least one byte of its text, so most prompts need no tokenizing.
         if len(text.encode()) + SPECIAL_TOKEN_ROOM > room and _count(tok, text, add_special) > room:
             too_long.append(i)

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from app.eval.answers import answer_items
 from app.eval.compare import score_cell
 from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
-from app.model.generation import format_prompt, generate
+from app.model.generation import format_prompt
 from app.model.load import eval_keeping_4bit
 from app.model.placement import context_length
 from app.run import layout, store
@@ -43,10 +44,12 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
-                 keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1):
+                 keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1, run_cfg=None):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
-        reward margin of held-out preference pairs (items with a "pair")."""
+        reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
+        (if any) answer with the model as in training (app/eval/answers.py)."""
+        self.run_cfg = run_cfg
         self.beta, self.base_logps = beta, None
         self.record = record or (lambda status, **fields: None)
         self.run_dir, self.items, self.tok, self.reward_cfg = Path(run_dir), items, tok, reward_cfg
@@ -84,14 +87,16 @@ class HeldoutEval(TrainerCallback):
             context = context_length(model.config)  # a short-context model still gets room for its prompt
             tokens = min(self.max_new_tokens, context // 2) if context else self.max_new_tokens
             with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
-                outs = generate(model, self.tok, self.texts, max_new_tokens=tokens, temperature=0.0,
-                                batch_size=len(self.texts))
+                outs = answer_items(model, self.tok, self.items, self.run_cfg, max_new_tokens=tokens,
+                                    batch_size=len(self.texts))
                 pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps)
         finally:
             self.tok.padding_side, self.tok.truncation_side = sides
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg) for o, it in zip(outs, self.items)])
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{layout.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
+        if summary.tool_success is not None:
+            rec.update({layout.EVAL_TOOL_SUCCESS: summary.tool_success, layout.EVAL_TOOL_CALLS: summary.tool_calls})
         if pref:
             rec.update({layout.EVAL_PREF_ACCURACY: pref.accuracy, layout.EVAL_PREF_MARGIN: pref.margin,
                         layout.EVAL_PREF_LIKELIER: pref.adapter_likelier})

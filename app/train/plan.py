@@ -44,7 +44,9 @@ from app.model.placement import (
     placement,
 )
 from app.model.source import model_load_error, model_on_disk
+from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
+from app.tools.toolbox import load_toolbox
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
@@ -84,6 +86,7 @@ class RunPlan:
     train_ds: Any = field(default=None, compare=False, repr=False)  # the rows in TRL's format, fitted to the context
     tokenizer: Any = field(default=None, compare=False, repr=False)
     lengths: Any = field(default=None, compare=False, repr=False)  # the data's token lengths the estimate used
+    tools: Any = field(default=None, compare=False, repr=False)  # app.tools.toolbox.Toolbox of a tool run, checked
 
     def decisions(self) -> Decisions:
         """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
@@ -225,7 +228,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         require_pairs(det)  # before any model file is read
         if rows is not None:
             require_a_pair(rows, det)
-    lengths = token_lengths(cfg, rows, det)
+    tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
+    lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "")
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
                      Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
@@ -235,13 +239,17 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     tok, context = files or _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
+    if tools and tok is not None:
+        problem = tool_template_problem(tok, cfg.model.name_or_path)
+        if problem:
+            raise UserError(problem)
     train_ds = None
     if tok is not None and rows is not None:
         if cfg.method == "grpo":
             if det.reference_field is None:
                 steps.say("dataset has no reference field: GRPO runs without the reference-match component")
             changes, train_ds = fit_grpo(cfg, to_grpo(rows, det, tok, cfg.data.system_prompt), tok, context,
-                                         steps.say)  # says how many it dropped
+                                         steps.say, tools.schemas() if tools else None)  # says how many it dropped
         elif cfg.method in PREFERENCE_METHODS:
             changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
         else:
@@ -257,7 +265,21 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths).estimated()
+                   lengths=lengths, tools=tools).estimated()
+
+
+def plan_tools(cfg: AppConfig, say):
+    """The run's Toolbox (None without tools), every tool file checked, and what the tools change, said once."""
+    if not cfg.tools.enabled:
+        return None
+    box = load_toolbox(cfg.tools)
+    t, g = cfg.tools, cfg.grpo
+    env = f"; environment {box.environment.__name__}" if box.environment else ""
+    say(f"tools: {', '.join(f'{n} ({o})' for n, o in box.origins.items())}{env}; up to {g.max_tool_calls} round(s) "
+        f"of calls per completion (grpo.max_tool_calls), whose results and the answer after them count within "
+        f"grpo.max_completion_length={g.max_completion_length} (the memory estimate's sequence); a call may take "
+        f"{t.timeout_s:g} s and show {t.max_output_chars} characters")
+    return box
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):

@@ -30,16 +30,17 @@ CHARS_PER_TOKEN = 4  # English BPE, when the tokenizer is not on disk yet
 LENGTH_SAMPLE = 2000
 
 
-def token_lengths(cfg, rows, det) -> list[int] | None:
+def token_lengths(cfg, rows, det, extra_text: str = "") -> list[int] | None:
     """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO, the prompt
-    and the longer answer for DPO (both answers are padded to it)."""
+    and the longer answer for DPO (both answers are padded to it). ``extra_text``: what the template adds to every
+    prompt beyond the system prompt (a tool run's tool schemas)."""
     if rows is None or det is None or not len(rows):
         return None
     n = min(len(rows), LENGTH_SAMPLE)
     texts = []
     for i in range(n):
         row = rows[i]
-        text = prompt_text(row, det) + (cfg.data.system_prompt or "")
+        text = prompt_text(row, det) + (cfg.data.system_prompt or "") + extra_text
         if cfg.method == "sft":
             text += completion_text(row, det) or ""
         elif cfg.method in PREFERENCE_METHODS:

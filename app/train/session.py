@@ -52,6 +52,7 @@ from app.run.curves import save_curves
 from app.run.faults import nonfinite_message
 from app.run.record import RunRecord
 from app.run.summary import comparison_text, memory_check, peak_memory_text
+from app.tools.guard import ToolStats
 from app.train import peakmem
 from app.train.build import attach_callbacks, build_trainer, load_model
 from app.train.checkpoints import save_adapter
@@ -93,6 +94,7 @@ class Session:
         self.rows = self.heldout_rows = self.det = None
         self.bar = None  # the terminal's progress bar of the current attempt
         self.reward_errors = RewardErrors()  # the run's reward failures, over every attempt
+        self.tool_stats = ToolStats()  # a tool run's calls per tool, over every attempt
 
     @property
     def dir(self) -> Path | None:
@@ -181,7 +183,7 @@ class Session:
             self._replan(packed)
         self.plan = plan = packed
         trainer = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None, self.reward_errors,
-                                on_sampler_change=self._sampler_changed)
+                                on_sampler_change=self._sampler_changed, tool_stats=self.tool_stats)
         if self.main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training

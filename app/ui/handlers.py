@@ -42,6 +42,7 @@ UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no confi
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
 WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
+LIST_WIDGETS = ("tools",)  # multi-select widgets: their value is the list itself (one --tools per item)
 FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_field")  # column dropdowns
 ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field", "pair_fields",
          "preference_field")
@@ -68,6 +69,8 @@ def _clean(v):
         return None if v in ("", AUTO) else v
     if isinstance(v, float) and v.is_integer() and not isinstance(v, bool):
         return int(v)
+    if isinstance(v, (list, tuple)):  # a multi-select: its chosen items, blanks dropped
+        return [x.strip() for x in v if isinstance(x, str) and x.strip()]
     return v
 
 
@@ -161,7 +164,7 @@ def form_defaults(preset: str | None = None, local_only: bool = False, dataset: 
     out = {"preset": preset or NO_PRESET}
     for name, flag in WIDGETS.items():
         out[name] = _get(data, flag.key)
-        if isinstance(out[name], list):  # shown as comma-separated text
+        if isinstance(out[name], list) and name not in LIST_WIDGETS:  # shown as comma-separated text
             out[name] = ",".join(map(str, out[name]))
     out["local_only"] = bool(out["local_only"] or local_only)
 
@@ -199,7 +202,10 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
             v = bool(v)
         if _same(v, _get(base, flag.key)):
             continue
-        if flag.cli and v is not None and v is not False:  # a flag can set a value, never unset one
+        if flag.cli and flag.kind == "list" and v:  # a repeatable option, once per item
+            given[flag.param] = list(v)
+            argv += [x for item in v for x in (flag.cli, str(item))]
+        elif flag.cli and v is not None and v is not False and v != []:  # a flag sets a value, never unsets one
             given[flag.param] = v
             argv += [flag.cli] if v is True else [flag.cli, str(v)]
         else:

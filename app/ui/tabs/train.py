@@ -6,6 +6,7 @@ from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.config.reward_components import BY_NAME
 from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS
 from app.errors import UserError
+from app.tools.builtin import BUILTIN_TOOLS
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.jobs import BUSY_MESSAGE
@@ -101,6 +102,14 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
             w["grpo_temperature"] = gr.Number(dflt["grpo_temperature"], label=_label("grpo_temperature"),
                                               elem_id="grpo-temperature", info=_info("grpo_temperature"))
             w["beta"] = gr.Number(dflt["beta"], label=_label("beta"), elem_id="beta", info=_info("beta"))
+        with gr.Row():  # tools: the built-in ones to pick, or a tool file's path typed in
+            w["tools"] = gr.Dropdown(list(BUILTIN_TOOLS), value=dflt["tools"], multiselect=True,
+                                     allow_custom_value=True, label=f"{_label('tools')}: built-in, or type FILE.py",
+                                     elem_id="tools", info=_info("tools"), scale=2)
+            w["environment"] = gr.Textbox(dflt["environment"] or "", label=_label("environment"), scale=2,
+                                          placeholder="none", elem_id="environment", info=_info("environment"))
+            w["max_tool_calls"] = gr.Number(dflt["max_tool_calls"], label=_label("max_tool_calls"), precision=0,
+                                            elem_id="max-tool-calls", info=_info("max_tool_calls"), scale=1)
         with gr.Row():
             for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
                 w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",

@@ -1,0 +1,162 @@
+"""Every tool call a run makes goes through a guard: TRL runs tools as plain calls (a tool that hangs hangs the run,
+a huge result fills the context), so each tool is wrapped once, keeping its name, signature and docstring (the
+schema the model sees does not change), and the wrapper:
+
+- checks the model's arguments against the signature (a missing or unknown argument is an error result);
+- runs the call in a daemon thread and waits ``timeout_s``: a tool still running then is left behind (Python cannot
+  stop a thread) and the model gets an error result, so the run goes on; the thread cannot keep the process alive;
+- turns an exception into an error result: ``ToolFailed`` is raised to TRL, which counts a failure
+  (``tools/failure_frequency``) and shows the model ``{'error': ...}`` (chat and compare do the same);
+- cuts a result longer than ``max_output_chars`` and says how much was cut;
+- counts per tool: calls, failures, timeouts, the time spent (``ToolStats``), logged every step as ``tools/<name>/...``.
+
+An environment class (``--environment``) gets the same guard on each of its public methods through a subclass of
+the same name, so TRL still finds its tools, ``reset`` and ``get_reward`` where it looks for them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from dataclasses import dataclass, field
+
+# The per-tool counters, in the order they are logged (tools/<name>/<counter>).
+COUNTERS = ("calls", "failures", "timeouts", "seconds")
+
+
+class ToolFailed(Exception):
+    """A tool call that did not give a result; its message is what the model is shown."""
+
+
+def error_result(message: str) -> str:
+    """The tool turn's text for a failed call, exactly as TRL writes it (str of ``{"error": message}``)."""
+    return str({"error": message})
+
+
+@dataclass
+class ToolStats:
+    """Counters per tool name, for the whole run (``totals``) and since the last ``take``."""
+
+    totals: dict[str, dict[str, float]] = field(default_factory=dict)
+    _last: dict[str, dict[str, float]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, name: str, **deltas: float) -> None:
+        with self._lock:
+            row = self.totals.setdefault(name, dict.fromkeys(COUNTERS, 0))
+            for k, v in deltas.items():
+                row[k] += v
+
+    def take(self) -> dict[str, float]:
+        """The counts since the last call, as metrics: tools/<name>/calls, .../failures, .../timeouts and
+        .../latency_ms (the mean time of a call)."""
+        out: dict[str, float] = {}
+        with self._lock:
+            for name, row in self.totals.items():
+                last = self._last.get(name, dict.fromkeys(COUNTERS, 0))
+                calls = row["calls"] - last["calls"]
+                if not calls:
+                    continue
+                out[f"tools/{name}/calls"] = calls
+                out[f"tools/{name}/failures"] = row["failures"] - last["failures"]
+                out[f"tools/{name}/timeouts"] = row["timeouts"] - last["timeouts"]
+                out[f"tools/{name}/latency_ms"] = round(1000 * (row["seconds"] - last["seconds"]) / calls, 3)
+                self._last[name] = dict(row)
+        return out
+
+    def summary(self) -> dict[str, dict]:
+        """{name: {calls, failures, timeouts, mean_latency_ms}} over the whole run (status.json, the summary)."""
+        with self._lock:
+            return {name: {"calls": int(r["calls"]), "failures": int(r["failures"]), "timeouts": int(r["timeouts"]),
+                           "mean_latency_ms": round(1000 * r["seconds"] / r["calls"], 3) if r["calls"] else None}
+                    for name, r in self.totals.items()}
+
+    def __getstate__(self):  # the lock does not pickle; counts travel, a fresh lock is made
+        return {"totals": self.totals, "_last": self._last}
+
+    def __setstate__(self, state):
+        self.totals, self._last, self._lock = state["totals"], state["_last"], threading.Lock()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a guarded call may take (the config's tools.timeout_s and tools.max_output_chars)."""
+
+    timeout_s: float = 10.0
+    max_output_chars: int = 2000
+
+
+def cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [cut: {len(text) - limit} more characters]"
+
+
+def _run(fn, args, kwargs, timeout_s: float):
+    """(finished, result, error): ``fn`` run in a daemon thread for at most ``timeout_s`` seconds."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which makes it an error result
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name=f"tool-{getattr(fn, '__name__', 'call')}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        return False, None, None
+    return True, box.get("result"), box.get("error")
+
+
+def guarded(fn, limits: Limits, stats: ToolStats, name: str | None = None):
+    """``fn`` with the guard around it (see the module's doc); TRL and the chat loop call this one."""
+    name = name or fn.__name__
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        t0 = time.perf_counter()
+        stats.add(name, calls=1)
+        try:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise ToolFailed(f"bad arguments for {name}: {e}") from None
+            finished, result, error = _run(fn, args, kwargs, limits.timeout_s)
+            if not finished:
+                stats.add(name, timeouts=1)
+                raise ToolFailed(f"{name} did not answer within {limits.timeout_s:g} s (tools.timeout_s)")
+            if error is not None:
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise error
+                raise ToolFailed(f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, ToolFailed))
+                                 else str(error)) from None
+            if isinstance(result, list):  # multimodal content blocks: TRL passes them through as they are
+                return result
+            return cap(str(result), limits.max_output_chars)
+        except ToolFailed:
+            stats.add(name, failures=1)
+            raise
+        finally:
+            stats.add(name, seconds=time.perf_counter() - t0)
+
+    call.__qlora_guarded__ = True
+    return call
+
+
+def public_methods(cls) -> list[str]:
+    """An environment's tools, as TRL lists them: public functions of the class other than reset / get_reward."""
+    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if n not in ("reset", "get_reward") and not n.startswith("_")]
+
+
+def guarded_environment(cls, limits: Limits, stats: ToolStats):
+    """A subclass of ``cls`` with the same name whose tool methods are guarded; TRL's factory is this class."""
+    wrapped = {n: guarded(getattr(cls, n), limits, stats, name=n) for n in public_methods(cls)}
+    sub = type(cls.__name__, (cls,), {**wrapped, "__module__": cls.__module__, "__doc__": cls.__doc__})
+    sub.__qualname__ = cls.__qualname__
+    return sub
