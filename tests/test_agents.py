@@ -235,3 +235,43 @@ def test_a_tool_runs_modelfile_leaves_the_template_to_ollama(tiny_models, tmp_pa
     assert "TEMPLATE" in plain  # turns only: derived from the template rendered without tools
     assert "TEMPLATE" not in text and 'SYSTEM """Use the tools."""' in text and "PARAMETER stop" in text
     assert any("tool run" in n and "embedded in the GGUF" in n for n in notes)
+
+
+@pytest.mark.slow
+def test_a_tool_run_trains_on_two_processes_and_resumes(tmp_path):
+    """torchrun (gloo, 2 CPU processes): each worker rebuilds the tools from the config; rank 0 writes the counts;
+    --resume continues the tool run from its checkpoint."""
+    out = tmp_path / "runs"
+    common = ["--no-progress", "--set", "per_device_train_batch_size=4", "--set", "num_generations=4",
+              "--set", "gradient_accumulation_steps=1", "--set", "max_completion_length=64", "--set",
+              "save_steps=1", "--set", "training.proof_rows=0", "--set", "training.eval_every=0",
+              "--set", "grpo.max_tool_calls=1"]
+    r = _cli("train", "--model", str(TOOL_BASE), "--dataset", "arith-calc", "--tools", "calculator",
+             "--max-steps", "2", "--num-processes", "2", "--output-dir", str(out), *common)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    (d,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["world_size"] == 2
+    assert st[layout.TOOL_COUNTS]["calculator"]["calls"] > 0
+    r = _cli("train", "--resume", str(d), "--max-steps", "3", "--num-processes", "2", "--no-progress")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 3
+    assert [x["step"] for x in store.read_metrics(d)] == [1, 2, 3]
+    assert any(x.get("tools/calculator/calls") for x in store.read_metrics(d) if x["step"] == 3)
+
+
+def test_the_train_form_passes_tools_and_an_environment_to_the_command(tmp_path):
+    from app.ui import handlers as h
+
+    form = h.form_defaults(None)
+    assert form["tools"] == [] and form["max_tool_calls"] == 3
+    tool_file = tmp_path / "my_tools.py"
+    _, flags, sets, argv = h.form_to_cli({**form, "dataset": "arith-calc", "tools": ["calculator", str(tool_file)],
+                                         "environment": f"{tool_file}:Env", "max_tool_calls": 2}, tmp_path)
+    assert argv[argv.index("--tools"):argv.index("--tools") + 4] == ["--tools", "calculator", "--tools",
+                                                                     str(tool_file)]
+    assert argv[argv.index("--environment") + 1] == f"{tool_file}:Env" and "grpo.max_tool_calls=2" in sets
+    assert flags["tools"] == {"use": ["calculator", str(tool_file)], "environment": f"{tool_file}:Env"}
+    _, _, _, argv = h.form_to_cli({**form, "tools": []}, tmp_path)
+    assert "--tools" not in argv and "--environment" not in argv

@@ -87,3 +87,23 @@ def test_ctrl_c_stops_the_whole_demo_with_exit_130(tmp_path):
     st = store.read_status(grpo)
     assert st["status"] == layout.INTERRUPTED and 2 <= st["step"] < 400
     assert not (tmp_path / layout.COMPARE_JSON).exists()
+
+
+def test_quick_tools_demo_teaches_the_calculator(tmp_path):
+    """`demo --tools --quick`: GRPO with the calculator from the shipped tool-calling base; the proof answers with the
+    tool (base and adapter), its rows carry the calls, and the lift is real (3 seeds, full and quick, in
+    docs/performance.md)."""
+    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--tools", "--quick", "--output-dir", str(tmp_path),
+                        "--seed", "5"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = " ".join(r.stdout.split())
+    assert "tool calls succeeded" in said and "GRPO's own lift" in said
+    result = json.loads((tmp_path / layout.DEMO_TOOLS_JSON).read_text())
+    demo = result["config"]["demo"]
+    assert demo["tools"] and demo["stages"]["grpo"]["accuracy"] - demo["stages"]["base"]["accuracy"] >= 0.15
+    assert demo["stages"]["grpo"]["tool_success"] is not None and result["config"]["tools"] == ["calculator"]
+    row = result["rows"][0]
+    assert row["adapter"]["turns"][0]["tool_calls"][0]["function"]["name"] == "calculator"
+    run = Path(demo["grpo_run"])
+    assert run.name == "demo-tools" and store.read_status(run)[layout.TOOL_COUNTS]["calculator"]["calls"] > 0
+    assert not (tmp_path / layout.COMPARE_JSON).exists()  # the GRPO demo's result is its own file

@@ -240,7 +240,7 @@ def demo(
     method: str = typer.Option("grpo", help="grpo (learn from the reward) or dpo (pairs made with the reward, "
                                             "then DPO)."),
     tools: bool = switch("--tools", help="GRPO with the built-in calculator tool: a tiny tool-calling model learns "
-                                         "to call it right on three-digit word problems (arith-calc)."),
+                                         "to call it right on two-digit word problems (arith-calc)."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try

@@ -16,9 +16,10 @@ import random
 import re
 
 MAX_OPERAND = 20
-# ``arith-calc``: the same problems with three-digit operands, which a ~1M-parameter model cannot add in its head:
-# the built-in task of the tools demo (``qlora-app demo --tools``), where the calculator tool does the arithmetic.
-CALC_OPERANDS = (100, 999)
+# ``arith-calc``: the same problems with two-digit operands, which the tools demo's model never learnt to add (its
+# pretraining has no arithmetic at all): the built-in task of ``qlora-app demo --tools``, where the calculator tool
+# does the arithmetic and the model has to choose the right call.
+CALC_OPERANDS = (10, 99)
 TRAIN_SIZE = 2000
 TEST_SIZE = 200
 TRAIN_SEED = 1234

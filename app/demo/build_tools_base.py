@@ -3,9 +3,9 @@
 ``qlora-app demo --tools`` needs a base that (1) speaks a tool-call format TRL parses (Qwen2.5's chat template, taken
 as is from TRL's ``trl/chat_templates/qwen2_5.jinja``, so TRL's own response parser reads its calls), (2) knows how
 to call the built-in calculator and copy its result into 'Final answer: N', but (3) uses the tool badly: on
-three-digit word problems (``arith-calc``) it often sends the wrong operation, sometimes an expression the
-calculator rejects, sometimes no call at all and a guessed number. The arithmetic itself is beyond a model of this
-size, so only a well-used calculator gets a problem right, and GRPO has one thing to learn: which call to make.
+two-digit word problems (``arith-calc``) it often sends the wrong operation, sometimes an expression the
+calculator rejects, sometimes no call at all and a guessed number. Its pretraining holds no arithmetic at all, so
+only a well-used calculator gets a problem right, and GRPO has one thing to learn: which call to make.
 
 The pretraining text is chat transcripts rendered by the template itself (system turn with the tool's schema, the
 question, the assistant's call, the tool's reply as TRL writes it, the final answer). Digits are single tokens (as
@@ -36,7 +36,7 @@ MODEL_SHAPE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, 
 _EQ = re.compile(r"(\d+) ([+-]) (\d+) = \d+\.")
 # How the base uses the tool (shares of transcripts): the right call, the other operation, a call the calculator
 # rejects, no call and a number from the question. The right share keeps correct samples in GRPO's groups.
-BEHAVIOUR = (("right", 0.3), ("other", 0.4), ("rejected", 0.15), ("no call", 0.15))
+BEHAVIOUR = (("right", 0.25), ("other", 0.45), ("rejected", 0.15), ("no call", 0.15))
 REJECTED = ("{a} and {b}", "{a} {op} {b} apples", "{a}{op}")
 
 
@@ -117,7 +117,7 @@ def build_tokenizer(texts: list[str], vocab_size: int = 800):
     return fast
 
 
-def build(out: Path, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, n_chats: int = 6000,
+def build(out: Path, steps: int = 3000, batch_size: int = 32, lr: float = 3e-3, n_chats: int = 6000,
           seed: int = PRETRAIN_SEED, log_every: int = 100) -> Path:
     """Train and save model + tokenizer into ``out``. Returns ``out``."""
     import jinja2
@@ -143,7 +143,7 @@ def build(out: Path, steps: int = 1500, batch_size: int = 32, lr: float = 3e-3, 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, type=Path, help="directory to write the model and tokenizer into")
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seed", type=int, default=PRETRAIN_SEED)
     a = p.parse_args(argv)
