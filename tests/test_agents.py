@@ -186,10 +186,19 @@ def test_a_hanging_raising_flooding_tool_never_stops_a_run_and_is_counted(tmp_pa
     d = _tool_run(tmp_path, "flaky", use=[str(tools)])
     st = store.read_status(d)
     assert st["status"] == layout.FINISHED and st["step"] == 2
+    # the fast sampler sampled every round, the ones after the tools' results too, and never stepped down
+    assert "sampling from a merged dense copy" in st["fast_paths"] and not st.get("fast_path_changes")
     counts = st[layout.TOOL_COUNTS]["calculator"]
     assert counts["calls"] > 0 and counts["timeouts"] > 0 and counts["failures"] >= counts["timeouts"]
     recs = store.read_metrics(d)
     assert sum(r.get("tools/calculator/calls", 0) for r in recs) == counts["calls"]
+    from app.run.summary import run_summary
+    from app.ui.run_view import status_markdown
+
+    said = run_summary(d)["tools"]  # runs show / runs list / the UI's run view
+    assert said.startswith(f"calculator {counts['calls']} calls, {counts['failures']} failed ({counts['timeouts']} "
+                           "timed out)")
+    assert f"tool calls: {said}" in status_markdown(run_summary(d))
     assert any(r.get(layout.TOOL_FAILURE_FREQUENCY, 0) > 0 for r in recs)  # TRL counted the failures too
     # the proof answered with the same tools: calls and results in the transcript, flooding output cut
     proof = json.loads((d / layout.COMPARE_JSON).read_text())
@@ -221,6 +230,7 @@ def test_an_environment_run_trains_scores_its_reward_and_chats(tmp_path):
                        on_text=shown.append)
     assert shown and shown[-1] == reply
     assert any(piece.startswith("> calculator(expression=") for piece in shown)
+    assert chat.shown("adapter", reply).startswith("> calculator(expression=")  # the UI's and --both's transcript
     assert any(m["role"] == "tool" for m in chat.history["adapter"])
 
 

@@ -62,7 +62,7 @@ def chat(
             sys.stdout.write(json.dumps(replies, ensure_ascii=False) + "\n")
         elif both:
             for s in sides:
-                console.print(f"[bold]{s}[/]: {escape(replies[s])}", highlight=False)
+                console.print(f"[bold]{s}[/]: {escape(session.shown(s, replies[s]))}", highlight=False)
         else:
             sys.stdout.write("\n")
         return

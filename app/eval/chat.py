@@ -48,11 +48,12 @@ class Chat:
         self.context = context_length(self.model.config)
         self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
         self._tools: dict[str, list] = {}
+        self.last_turns: dict[str, list[dict]] = {}  # a tool run: each side's last reply's calls and results
         self.dropped = 0  # turns left out because the conversation outgrew the context
 
     def reset(self) -> None:
         self.history = {s: [] for s in SIDES}
-        self._tools = {}
+        self._tools, self.last_turns = {}, {}
 
     def tools(self, side: str) -> list:
         """A tool run's guarded tools for ``side`` (an environment: one instance per side and conversation)."""
@@ -118,5 +119,9 @@ class Chat:
             on_text(rollout.text)
         self.history[side] += [{"role": "user", "content": message}, *rollout.turns[:-1],
                                {"role": "assistant", "content": rollout.text}]
-        self.last_turns = rollout.turns
+        self.last_turns[side] = rollout.turns
         return rollout.text
+
+    def shown(self, side: str, text: str) -> str:
+        """A reply as the transcript shows it: a tool run's calls and results of the side's last reply above it."""
+        return "".join(line + "\n" for line in call_lines(self.last_turns.get(side) or [])) + text

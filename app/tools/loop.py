@@ -110,14 +110,15 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
     calls = [0] * len(conversations)
     failures = [0] * len(conversations)
     done: list[bool] = [False] * len(conversations)
+    prompt_len = [len(_render(tok, m, t)) for m, t in zip(msgs, tools)]
     for round_ in range(max_calls + 1):
         active = [i for i, d in enumerate(done) if not d and max_new_tokens - used[i] >= MIN_ROUND_TOKENS]
         if not active:
             break
         prompts = [_render(tok, msgs[i] + turns[i], tools[i]) for i in active]
-        budget = min(max_new_tokens - used[i] for i in active)
-        new = generate_ids(prompts, budget)
+        new = generate_ids(prompts, max(max_new_tokens - used[i] for i in active))
         for i, p, ids in zip(active, prompts, new):
+            ids = ids[:max_new_tokens - used[i]]  # each answer within its own budget, as TRL cuts it
             used[i] += len(ids)
             parsed = parse_response(tok, ids, prefix=p, tools=tools[i] or None) if ids else {}
             message = {"role": "assistant", "content": parsed.get("content") or ""}
@@ -136,7 +137,7 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
         # the tool results' tokens count in the budget too, as TRL counts them
         for i in active:
             if not done[i]:
-                used[i] = len(_render(tok, msgs[i] + turns[i], tools[i])) - len(_render(tok, msgs[i], tools[i]))
+                used[i] = len(_render(tok, msgs[i] + turns[i], tools[i])) - prompt_len[i]
     out = []
     for i in range(len(conversations)):
         last = next((t for t in reversed(turns[i]) if t["role"] == "assistant" and not t.get("tool_calls")), None)

@@ -165,7 +165,8 @@ def _dequantize(weight):
 
 def sampling_trainer(cls):
     """``cls`` (a GRPOTrainer) sampling from ``trainer.merged_sampler`` when one is attached: text prompts through
-    transformers' generate; vLLM, images and tool calls keep TRL's own path. A failure of the fast path never ends
+    transformers' generate, a tool run's rounds after the tools' results included (TRL's tool loop calls this with
+    the grown sequences); vLLM and images keep TRL's own path. A failure of the fast path never ends
     the run: the compiled copy falls back to the uncompiled one, that one to TRL's own sampling, each said once."""
 
     class SamplingTrainer(cls):

@@ -93,7 +93,7 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
                 raise
             if "error" in out:
                 raise out["error"]
-            shown[side] = out["text"]
+            shown[side] = session.shown(side, out["text"])  # a tool run keeps its calls above the answer
             yield dict(shown)
             if holder.stop.is_set():
                 return

@@ -103,6 +103,8 @@ def status_markdown(s: dict) -> str:
     parts += [f"adjusted {line}" for line in s.get("adjustments") or []]
     if s.get("adapter"):
         parts.append(f"adapter: `{s['adapter']}`")
+    if s.get("tools"):  # a tool run: its calls per tool, live (status.json's counts)
+        parts.append(f"tool calls: {s['tools']}")
     if s.get("heldout"):
         parts.append(f"held-out during training: {s['heldout']}")
     if s.get("comparison"):
