@@ -96,6 +96,11 @@ def test_a_raising_tool_a_huge_result_and_bad_arguments_are_counted():
     assert took["tools/_huge/calls"] == 2 and took["tools/_huge/failures"] == 1 and "tools/_huge/latency_ms" in took
     assert stats.take() == {}  # counts since the last take
     assert pickle.loads(pickle.dumps(stats)).summary() == stats.summary()
+    resumed = ToolStats()  # a resumed run carries on from the recorded totals
+    resumed.restore(stats.summary())
+    assert resumed.take() == {} and resumed.summary()["_huge"]["calls"] == 2
+    resumed.add("_huge", calls=1)
+    assert resumed.summary()["_huge"]["calls"] == 3 and resumed.take()["tools/_huge/calls"] == 1
 
 
 def test_a_guarded_tool_keeps_the_schema_the_model_sees():

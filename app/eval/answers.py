@@ -30,9 +30,7 @@ def tool_names(run_cfg) -> list[str] | None:
 def item_tools(run_cfg, items: list[dict], stats: ToolStats | None = None) -> tuple[list[list[Callable]], list]:
     """(each item's guarded tools, each item's conversation): the environment's observation from reset() appended
     to the item's last user turn, as TRL appends it."""
-    box = load_toolbox(run_cfg.tools)
-    limits = Limits(run_cfg.tools.timeout_s, run_cfg.tools.max_output_chars)
-    functions, environment = box.guarded(limits, stats or ToolStats())
+    functions, environment = load_toolbox(run_cfg.tools).guarded(Limits.of(run_cfg.tools), stats or ToolStats())
     tools, convs = [], []
     for it in items:
         msgs = [dict(m) for m in it["messages"]]
@@ -57,7 +55,6 @@ def answer_items(model, tok, items: list[dict], run_cfg, max_new_tokens: int, te
         return generate(model, tok, texts, max_new_tokens=max_new_tokens, temperature=temperature,
                         batch_size=batch_size, seed=seed, on_batch=on_batch)
     tools, convs = item_tools(run_cfg, items, stats)
-    tok.padding_side = "left"
     out: list[dict] = []
     for start in range(0, len(items), batch_size):
         part = slice(start, start + batch_size)

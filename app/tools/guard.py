@@ -22,6 +22,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from app.run import layout
+
 # The per-tool counters, in the order they are logged (tools/<name>/<counter>).
 COUNTERS = ("calls", "failures", "timeouts", "seconds")
 
@@ -49,22 +51,36 @@ class ToolStats:
             for k, v in deltas.items():
                 row[k] += v
 
-    def take(self) -> dict[str, float]:
-        """The counts since the last call, as metrics: tools/<name>/calls, .../failures, .../timeouts and
-        .../latency_ms (the mean time of a call)."""
-        out: dict[str, float] = {}
+    def take_counts(self) -> dict[str, dict[str, float]]:
+        """{name: {calls, failures, timeouts, seconds}} since the last take, for the tools called since."""
+        out: dict[str, dict[str, float]] = {}
         with self._lock:
             for name, row in self.totals.items():
                 last = self._last.get(name, dict.fromkeys(COUNTERS, 0))
-                calls = row["calls"] - last["calls"]
-                if not calls:
-                    continue
-                out[f"tools/{name}/calls"] = calls
-                out[f"tools/{name}/failures"] = row["failures"] - last["failures"]
-                out[f"tools/{name}/timeouts"] = row["timeouts"] - last["timeouts"]
-                out[f"tools/{name}/latency_ms"] = round(1000 * (row["seconds"] - last["seconds"]) / calls, 3)
-                self._last[name] = dict(row)
+                if row["calls"] - last["calls"]:
+                    out[name] = {k: row[k] - last[k] for k in COUNTERS}
+                    self._last[name] = dict(row)
         return out
+
+    def add_counts(self, counts: dict[str, dict[str, float]]) -> None:
+        """Add another process's (or a run's) counts, as take_counts gives them."""
+        for name, row in counts.items():
+            self.add(name, **row)
+
+    def take(self) -> dict[str, float]:
+        """The counts since the last call, as metrics: tools/<name>/calls, .../failures, .../timeouts and
+        .../latency_ms (the mean time of a call)."""
+        return as_metrics(self.take_counts())
+
+    def restore(self, counts: dict | None) -> None:
+        """Carry on from a run's recorded totals (a summary(), as status.json keeps it): a resumed run's counts
+        add to them, and take() logs only the new calls."""
+        with self._lock:
+            for name, c in (counts or {}).items():
+                seconds = (c.get("mean_latency_ms") or 0) * c.get("calls", 0) / 1000
+                row = {"calls": c.get("calls", 0), "failures": c.get("failures", 0), "timeouts": c.get("timeouts", 0),
+                       "seconds": seconds}
+                self.totals[name], self._last[name] = dict(row), dict(row)
 
     def summary(self) -> dict[str, dict]:
         """{name: {calls, failures, timeouts, mean_latency_ms}} over the whole run (status.json, the summary)."""
@@ -80,12 +96,27 @@ class ToolStats:
         self.totals, self._last, self._lock = state["totals"], state["_last"], threading.Lock()
 
 
+def as_metrics(counts: dict[str, dict[str, float]]) -> dict[str, float]:
+    """take_counts() as metrics.jsonl's keys: tools/<name>/calls, failures, timeouts, latency_ms (a call's mean)."""
+    out: dict[str, float] = {}
+    for name, c in counts.items():
+        key = f"{layout.TOOL_PREFIX}{name}/"
+        out.update({key + "calls": c["calls"], key + "failures": c["failures"], key + "timeouts": c["timeouts"],
+                    key + "latency_ms": round(1000 * c["seconds"] / c["calls"], 3) if c["calls"] else 0.0})
+    return out
+
+
 @dataclass(frozen=True)
 class Limits:
     """What a guarded call may take (the config's tools.timeout_s and tools.max_output_chars)."""
 
     timeout_s: float = 10.0
     max_output_chars: int = 2000
+
+    @classmethod
+    def of(cls, tools_cfg) -> "Limits":
+        """A run's limits, from its ToolsConfig (training, compare, chat and the held-out evaluation alike)."""
+        return cls(tools_cfg.timeout_s, tools_cfg.max_output_chars)
 
 
 def cap(text: str, limit: int) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from app.run import layout, store
+from app.tools.guard import ToolStats, as_metrics
 from app.train import peakmem
 
 log = logging.getLogger("qlora_app")
@@ -35,6 +36,24 @@ def _clean(v):
         return float(v)
     except (TypeError, ValueError):
         return None
+
+
+def _sum_over_ranks(counts: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Each rank's tool counts ({name: {counter: n}}) summed over the ranks (each rank calls tools for its own
+    completions; TRL's tools/call_frequency is over all of them too)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return counts
+    every: list = [None] * dist.get_world_size()
+    dist.all_gather_object(every, counts)
+    out: dict[str, dict[str, float]] = {}
+    for part in every:
+        for name, row in (part or {}).items():
+            mine = out.setdefault(name, dict.fromkeys(row, 0))
+            for k, v in row.items():
+                mine[k] += v
+    return out
 
 
 def _any_rank(flag: bool) -> bool:
@@ -112,7 +131,10 @@ class RunDirCallback(TrainerCallback):
         self.write = write
         self.stop = stop
         self.reward_errors = reward_errors
-        self.tool_stats = tool_stats
+        self.tool_stats = tool_stats  # this process's calls
+        if tool_stats is not None:  # the run's, every process's (and a resumed run's earlier attempts') calls
+            self.tool_totals = ToolStats()
+            self.tool_totals.restore(tool_stats.summary())
         self.progress = progress
         self.warn = warn or log.warning
         self.t0 = time.time()
@@ -136,6 +158,7 @@ class RunDirCallback(TrainerCallback):
             return
         # The logged values are global (gathered over ranks), so every rank takes the same decision here.
         self._check_finite(logs, state.global_step, control)
+        tools = self._tool_counts()  # a collective under torchrun: every rank takes part
         if not self.write:
             return
         self._check_reward_spread(logs, state.global_step)
@@ -145,8 +168,9 @@ class RunDirCallback(TrainerCallback):
             if k.startswith(_KEEP_PREFIXES):
                 rec[k] = _clean(v)
         rec["reward_errors"] = self.reward_errors()
-        if self.tool_stats is not None:  # calls, failures, timeouts and latency per tool since the last line
-            rec.update(self.tool_stats.take())
+        rec.update(as_metrics(tools))  # calls, failures, timeouts and latency per tool since the last line
+        if tools:  # the run's totals per tool, as they stand after this step
+            self.record(None, **{layout.TOOL_COUNTS: self.tool_totals.summary()})
         peak = peakmem.sample(self.cuda)
         rec.update(peak)
         self.flush_pending(before=state.global_step)
@@ -157,6 +181,14 @@ class RunDirCallback(TrainerCallback):
         log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
         if self.progress:
             self.progress.update_metrics(rec)
+
+    def _tool_counts(self) -> dict:
+        """The tool calls every process made since the last logged step (summed over ranks), added to the run's."""
+        if self.tool_stats is None:
+            return {}
+        counts = _sum_over_ranks(self.tool_stats.take_counts())
+        self.tool_totals.add_counts(counts)
+        return counts
 
     def flush_pending(self, before: int | None = None) -> None:
         """Pending values of steps that had no logged line (before ``before``, or all) as lines of their own."""
@@ -196,9 +228,8 @@ class RunDirCallback(TrainerCallback):
         if self.progress:
             self.progress.advance(state.global_step)
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
-            tools = {layout.TOOL_COUNTS: self.tool_stats.summary()} if self.tool_stats is not None else {}
             self.record(layout.RUNNING, step=state.global_step, max_steps=state.max_steps,
-                        **peakmem.sample(self.cuda), **tools)
+                        **peakmem.sample(self.cuda))
         if _any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True

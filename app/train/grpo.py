@@ -32,7 +32,7 @@ def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_r
     args = GRPOConfig(**grpo_kwargs(plan, run_dir, weights, fsdp_layers=getattr(model, "_no_split_modules", None)))
     extra = {}
     if plan.tools:  # every call through the guard (timeout, error results, output cap, counts: app/tools/guard.py)
-        tools, environment = plan.tools.guarded(Limits(cfg.tools.timeout_s, cfg.tools.max_output_chars), tool_stats)
+        tools, environment = plan.tools.guarded(Limits.of(cfg.tools), tool_stats)
         extra = {"tools": tools or None, "environment_factory": environment}
     trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=funcs,
                            **extra)

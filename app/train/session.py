@@ -151,6 +151,8 @@ class Session:
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
             self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)
+            # a tool run's counts are the whole run's: the resumed part adds to what the earlier attempts made
+            self.tool_stats.restore((store.read_status(self.dir) or {}).get(layout.TOOL_COUNTS))
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
