@@ -287,3 +287,21 @@ def test_the_train_form_passes_tools_and_an_environment_to_the_command(tmp_path)
     assert flags["tools"] == {"use": ["calculator", str(tool_file)], "environment": f"{tool_file}:Env"}
     _, _, _, argv = h.form_to_cli({**form, "tools": []}, tmp_path)
     assert "--tools" not in argv and "--environment" not in argv
+
+
+@pytest.mark.slow
+def test_a_tool_run_steps_down_the_oom_ladder_and_finishes(tmp_path):
+    """Out of memory while sampling a tool run's rollouts: the ladder's rung is taken, the tools rebuilt with the
+    trainer, the run finishes and its counts cover every attempt."""
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--max-steps", "4",
+                        "--output-dir", str(tmp_path), "--no-progress", "--set", "training.eval_every=0",
+                        "--set", "training.proof_rows=0", "--set", "logging_steps=1"],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "QLORA_APP_FAULT": "oom@gen"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    (d,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    st = store.read_status(d)
+    assert st["status"] == layout.FINISHED and st["step"] == 4 and len(st["oom_changes"]) == 1
+    assert st[layout.TOOL_COUNTS]["calculator"]["calls"] > 0
+    assert [x["step"] for x in store.read_metrics(d)] == [1, 2, 3, 4]

@@ -227,3 +227,14 @@ def test_the_transcript_shows_each_call_and_result():
         {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "1 + 2"}}}]},
         {"role": "tool", "name": "calculator", "content": "3"}, {"role": "assistant", "content": "Final answer: 3"}]
     assert transcript_lines(turns) == ["calculator(expression='1 + 2')", "-> 3"]
+
+
+def test_tool_files_are_saved_as_absolute_paths_and_built_ins_stay_names(tmp_path):
+    from app.config.build import with_absolute_paths
+
+    (tmp_path / "mine.py").write_text("")
+    cfg = build_config({"method": "grpo", "tools": {"use": ["calculator", "mine.py", "mine.py:a,b", "pkg.mod:f"],
+                                                    "environment": "mine.py:Env"}})
+    t = with_absolute_paths(cfg, tmp_path).tools
+    mine = str((tmp_path / "mine.py").resolve())
+    assert t.use == ["calculator", mine, f"{mine}:a,b", "pkg.mod:f"] and t.environment == f"{mine}:Env"
