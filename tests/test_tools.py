@@ -13,7 +13,7 @@ import pytest
 from app.config.build import build_config
 from app.errors import UserError
 from app.tools.builtin import calculator
-from app.tools.guard import Limits, ToolFailed, ToolStats, guarded, guarded_environment
+from app.tools.guard import Limits, ToolFailed, ToolStats, as_metrics, guarded, guarded_environment
 from app.tools.loop import call_tool, transcript_lines
 from app.tools.toolbox import load_toolbox
 
@@ -91,16 +91,16 @@ def test_a_raising_tool_a_huge_result_and_bad_arguments_are_counted():
     assert not ok and "JSON object" in text
     with pytest.raises(ToolFailed):  # what TRL sees: an exception it turns into {'error': ...} and counts
         tools["_raises"](x=1)
-    took = stats.take()
+    took = as_metrics(stats.take_counts())
     assert took["tools/_raises/calls"] == 2 and took["tools/_raises/failures"] == 2
     assert took["tools/_huge/calls"] == 2 and took["tools/_huge/failures"] == 1 and "tools/_huge/latency_ms" in took
-    assert stats.take() == {}  # counts since the last take
+    assert stats.take_counts() == {}  # counts since the last take
     assert pickle.loads(pickle.dumps(stats)).summary() == stats.summary()
     resumed = ToolStats()  # a resumed run carries on from the recorded totals
     resumed.restore(stats.summary())
-    assert resumed.take() == {} and resumed.summary()["_huge"]["calls"] == 2
+    assert resumed.take_counts() == {} and resumed.summary()["_huge"]["calls"] == 2
     resumed.add("_huge", calls=1)
-    assert resumed.summary()["_huge"]["calls"] == 3 and resumed.take()["tools/_huge/calls"] == 1
+    assert resumed.summary()["_huge"]["calls"] == 3 and resumed.take_counts()["_huge"]["calls"] == 1
 
 
 def test_a_guarded_tool_keeps_the_schema_the_model_sees():

@@ -8,7 +8,8 @@ schema the model sees does not change), and the wrapper:
 - turns an exception into an error result: ``ToolFailed`` is raised to TRL, which counts a failure
   (``tools/failure_frequency``) and shows the model ``{'error': ...}`` (chat and compare do the same);
 - cuts a result longer than ``max_output_chars`` and says how much was cut;
-- counts per tool: calls, failures, timeouts, the time spent (``ToolStats``), logged every step as ``tools/<name>/...``.
+- counts per tool: calls, failures, timeouts, the time spent (``ToolStats``), logged every step as ``tools/<name>/...``
+  (``as_metrics``).
 
 An environment class (``--environment``) gets the same guard on each of its public methods through a subclass of
 the same name, so TRL still finds its tools, ``reset`` and ``get_reward`` where it looks for them.
@@ -67,14 +68,9 @@ class ToolStats:
         for name, row in counts.items():
             self.add(name, **row)
 
-    def take(self) -> dict[str, float]:
-        """The counts since the last call, as metrics: tools/<name>/calls, .../failures, .../timeouts and
-        .../latency_ms (the mean time of a call)."""
-        return as_metrics(self.take_counts())
-
     def restore(self, counts: dict | None) -> None:
         """Carry on from a run's recorded totals (a summary(), as status.json keeps it): a resumed run's counts
-        add to them, and take() logs only the new calls."""
+        add to them, and take_counts() gives only the new calls."""
         with self._lock:
             for name, c in (counts or {}).items():
                 seconds = (c.get("mean_latency_ms") or 0) * c.get("calls", 0) / 1000
