@@ -142,10 +142,12 @@ from app.tools.builtin import calculator as _calc
 
 
 class CalcEnv:
-    """Counts the calls that gave a number; the reward is whether the rollout made one."""
+    """Counts the calls that gave the row's answer (read from the dataset's own answer column, which reset() gets
+    beside the prompt and reference); the reward is whether the rollout made one."""
 
     def reset(self, **row):
         self.good = 0
+        self.target = row.get("answer", "").rsplit("####", 1)[-1].strip()  # chat has no row
 
     def calculator(self, expression: str) -> str:
         """Evaluate an arithmetic expression and return the result.
@@ -157,7 +159,7 @@ class CalcEnv:
             The result as a number.
         """
         out = _calc(expression)
-        self.good += 1
+        self.good += out == self.target
         return out
 
     def get_reward(self) -> float:
@@ -220,6 +222,9 @@ def test_an_environment_run_trains_scores_its_reward_and_chats(tmp_path):
     assert st["status"] == layout.FINISHED
     recs = store.read_metrics(d)
     assert any(r.get("rewards/CalcEnv/mean") is not None for r in recs)  # the environment's own reward, logged
+    assert any(r.get("rewards/CalcEnv/mean", 0) > 0 for r in recs)  # it read the rows' answers: some calls hit
+    proof = json.loads((d / layout.COMPARE_JSON).read_text())  # the proof's environments were reset with rows too
+    assert any(t["role"] == "tool" for row in proof["rows"] for t in row["adapter"]["turns"])
     assert st[layout.TOOL_COUNTS]["calculator"]["calls"] > 0
     assert any(r.get(layout.EVAL_TOOL_SUCCESS) is not None for r in recs)  # the held-out evaluation used it too
 

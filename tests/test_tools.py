@@ -238,3 +238,31 @@ def test_tool_files_are_saved_as_absolute_paths_and_built_ins_stay_names(tmp_pat
     t = with_absolute_paths(cfg, tmp_path).tools
     mine = str((tmp_path / "mine.py").resolve())
     assert t.use == ["calculator", mine, f"{mine}:a,b", "pkg.mod:f"] and t.environment == f"{mine}:Env"
+
+
+def test_an_environment_is_reset_with_the_rows_columns_and_a_failing_reset_is_one_line(tmp_path):
+    from app.eval.answers import item_tools
+
+    env = _write(tmp_path, "env.py", '''
+        class Needs:
+            def reset(self, **row):
+                self.want = row["target"]
+                return f" (target {self.want})"
+
+            def check(self, value: int) -> str:
+                """Check a value.
+
+                Args:
+                    value: The value.
+                """
+                return str(value == self.want)
+    ''')
+    cfg = build_config({"method": "grpo", "tools": {"environment": f"{env}:Needs"}})
+    item = {"messages": [{"role": "user", "content": "go"}], "reference": "3", "row": {"target": 3, "x": 1}}
+    [tools], [conv] = item_tools(cfg, [item])
+    assert conv[-1]["content"] == "go (target 3)" and item["messages"][-1]["content"] == "go"
+    assert [t.__name__ for t in tools] == ["check"] and tools[0](value=3) == "True"
+    with pytest.raises(UserError, match=r"Needs.reset\(\) failed \(KeyError: 'target'\) on a row with the columns "
+                                        r"prompt, reference") as e:
+        item_tools(cfg, [{"messages": [], "reference": None}])
+    assert "\n" not in str(e.value)

@@ -183,14 +183,19 @@ def _pair_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) 
     return {"prompt": plain_prompt(row, det, system_prompt), "completion": "\n" + target if target else ""}
 
 
-def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: str):
+def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: str, keep: bool = False):
+    """``ds`` mapped by ``fn``; ``keep``: the data's other columns stay beside the ones ``fn`` makes."""
     kwargs = {"det": det, "chat": _has_template(tokenizer), "system_prompt": system_prompt}
-    return ds.map(fn, fn_kwargs=kwargs, remove_columns=ds.column_names, desc=desc)
+    made = ("prompt", "reference")
+    drop = [c for c in ds.column_names if c in made] if keep else ds.column_names
+    return ds.map(fn, fn_kwargs=kwargs, remove_columns=drop, desc=desc)
 
 
-def to_grpo(ds, det: Detection, tokenizer, system_prompt: str | None):
-    """Columns 'prompt' (messages with a chat template, else a string) and 'reference' (str or None)."""
-    out = _apply(ds, _grpo_row, det, tokenizer, system_prompt, "formatting GRPO prompts")
+def to_grpo(ds, det: Detection, tokenizer, system_prompt: str | None, keep_columns: bool = False):
+    """Columns 'prompt' (messages with a chat template, else a string) and 'reference' (str or None);
+    ``keep_columns``: the data's other columns too (an environment's reset(**row) and the reward functions get
+    every column of the row, as TRL passes them)."""
+    out = _apply(ds, _grpo_row, det, tokenizer, system_prompt, "formatting GRPO prompts", keep=keep_columns)
     return _drop_empty(out, "prompt", "prompt")
 
 

@@ -2,7 +2,7 @@
 generation (app/model/generation.py), or, for a run with tools, the tool loop (app/tools/loop.py) with the run's
 tools behind the same guard training used, so an answer here is the one a rollout would have scored.
 
-An environment run gives each item an instance of its environment, reset with the item's prompt and reference
+An environment run gives each item an instance of its environment, reset with the item's row, prompt and reference
 (as TRL resets one per rollout with the row), and the instance's methods are that item's tools.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from app.errors import UserError
 from app.model.generation import format_prompt, generate, generate_ids
 from app.tools.guard import Limits, ToolStats, public_methods
 from app.tools.loop import run_tool_loop
@@ -37,7 +38,13 @@ def item_tools(run_cfg, items: list[dict], stats: ToolStats | None = None) -> tu
         own = list(functions)
         if environment is not None:
             env = environment()
-            observation = env.reset(prompt=it["messages"], reference=it.get("reference"))
+            # the row's columns, its prompt and reference as training formats them (TRL resets with the row)
+            row = {**(it.get("row") or {}), "prompt": it["messages"], "reference": it.get("reference")}
+            try:
+                observation = env.reset(**row)
+            except Exception as e:  # noqa: BLE001 - the user's environment: one line, not a traceback
+                raise UserError(f"environment {environment.__name__}.reset() failed ({type(e).__name__}: {e}) on a "
+                                f"row with the columns {', '.join(row)}; fix reset() (chat gives it no row)") from None
             if isinstance(observation, str) and msgs:
                 msgs[-1]["content"] = msgs[-1]["content"] + observation
             own += [getattr(env, n) for n in public_methods(environment)]

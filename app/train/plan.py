@@ -248,7 +248,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         if cfg.method == "grpo":
             if det.reference_field is None:
                 steps.say("dataset has no reference field: GRPO runs without the reference-match component")
-            changes, train_ds = fit_grpo(cfg, to_grpo(rows, det, tok, cfg.data.system_prompt), tok, context,
+            ds = to_grpo(rows, det, tok, cfg.data.system_prompt, keep_columns=bool(cfg.tools.environment))
+            changes, train_ds = fit_grpo(cfg, ds, tok, context,
                                          steps.say, tools.schemas() if tools else None)  # says how many it dropped
         elif cfg.method in PREFERENCE_METHODS:
             changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
