@@ -266,3 +266,39 @@ def test_an_environment_is_reset_with_the_rows_columns_and_a_failing_reset_is_on
                                         r"prompt, reference") as e:
         item_tools(cfg, [{"messages": [], "reference": None}])
     assert "\n" not in str(e.value)
+
+
+async def _async_add(a: int, b: int) -> str:
+    """Add, the async way.
+
+    Args:
+        a: One number.
+        b: The other.
+    """
+    import asyncio
+
+    await asyncio.sleep(0)
+    return str(a + b)
+
+
+def _exits(code: int) -> str:
+    """Exit the process (garbage a tool may do).
+
+    Args:
+        code: The exit code.
+    """
+    import sys
+
+    sys.exit(code)
+
+
+def test_an_async_tool_runs_and_a_tool_that_exits_is_an_error_result():
+    import inspect
+
+    stats = ToolStats()
+    add = guarded(_async_add, Limits(timeout_s=5), stats)
+    assert not inspect.iscoroutinefunction(add)  # TRL calls it as a plain function
+    assert add(a=2, b=3) == "5"
+    _, text, ok = call_tool({"_exits": guarded(_exits, Limits(), stats)},
+                            {"type": "function", "function": {"name": "_exits", "arguments": {"code": 3}}})
+    assert not ok and "SystemExit" in text  # the run is still here

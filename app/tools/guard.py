@@ -17,6 +17,7 @@ the same name, so TRL still finds its tools, ``reset`` and ``get_reward`` where 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import threading
@@ -122,12 +123,14 @@ def cap(text: str, limit: int) -> str:
 
 
 def _run(fn, args, kwargs, timeout_s: float):
-    """(finished, result, error): ``fn`` run in a daemon thread for at most ``timeout_s`` seconds."""
+    """(finished, result, error): ``fn`` run in a daemon thread for at most ``timeout_s`` seconds (an async tool on
+    an event loop of that thread's own, so the guarded tool is a plain function to TRL and the chat loop)."""
     box: dict = {}
 
     def target():
         try:
-            box["result"] = fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+            box["result"] = asyncio.run(out) if inspect.iscoroutine(out) else out
         except BaseException as e:  # noqa: BLE001 - handed to the caller, which makes it an error result
             box["error"] = e
 
@@ -157,9 +160,7 @@ def guarded(fn, limits: Limits, stats: ToolStats, name: str | None = None):
             if not finished:
                 stats.add(name, timeouts=1)
                 raise ToolFailed(f"{name} did not answer within {limits.timeout_s:g} s (tools.timeout_s)")
-            if error is not None:
-                if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                    raise error
+            if error is not None:  # anything the tool raised, sys.exit() included, is the model's to see
                 raise ToolFailed(f"{type(error).__name__}: {error}" if not isinstance(error, (ValueError, ToolFailed))
                                  else str(error)) from None
             if isinstance(result, list):  # multimodal content blocks: TRL passes them through as they are
