@@ -302,3 +302,35 @@ def test_an_async_tool_runs_and_a_tool_that_exits_is_an_error_result():
     _, text, ok = call_tool({"_exits": guarded(_exits, Limits(), stats)},
                             {"type": "function", "function": {"name": "_exits", "arguments": {"code": 3}}})
     assert not ok and "SystemExit" in text  # the run is still here
+
+
+def test_an_environments_get_reward_that_hangs_raises_or_talks_scores_none_and_is_counted():
+    class Moody:
+        """Its reward: a number, then a hang, an exception and a word."""
+
+        answers = iter([0.5, "hang", "raise", "great", True])
+
+        def reset(self, **row):
+            pass
+
+        def act(self, x: int) -> str:
+            """Act.
+
+            Args:
+                x: Anything.
+            """
+            return "ok"
+
+        def get_reward(self):
+            a = next(Moody.answers)
+            if a == "hang":
+                time.sleep(30)
+            if a == "raise":
+                raise RuntimeError("no reward today")
+            return a
+
+    stats = ToolStats()
+    env = guarded_environment(Moody, Limits(timeout_s=0.2), stats)()
+    assert [env.get_reward() for _ in range(5)] == [0.5, None, None, None, 1.0]
+    s = stats.summary()["Moody.get_reward"]
+    assert s["calls"] == 5 and s["failures"] == 3 and s["timeouts"] == 1

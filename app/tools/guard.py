@@ -182,9 +182,33 @@ def public_methods(cls) -> list[str]:
             if n not in ("reset", "get_reward") and not n.startswith("_")]
 
 
+def _guarded_reward(fn, limits: Limits, stats: ToolStats, name: str):
+    """An environment's get_reward behind the same guard: a hang, an exception or something that is not a number
+    scores the rollout None (TRL leaves it out of the mean) and is counted under ``name``, never the run's end."""
+
+    @functools.wraps(fn)
+    def get_reward(self):
+        t0 = time.perf_counter()
+        finished, result, error = _run(fn, (self,), {}, limits.timeout_s)
+        stats.add(name, calls=1, seconds=time.perf_counter() - t0, timeouts=int(not finished))
+        try:
+            value = float(result) if finished and error is None else None
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value != value:  # failed, not a number, or NaN: no score
+            stats.add(name, failures=1)
+            return None
+        return value
+
+    return get_reward
+
+
 def guarded_environment(cls, limits: Limits, stats: ToolStats):
-    """A subclass of ``cls`` with the same name whose tool methods are guarded; TRL's factory is this class."""
+    """A subclass of ``cls`` with the same name whose tool methods and get_reward are guarded; TRL's factory is
+    this class."""
     wrapped = {n: guarded(getattr(cls, n), limits, stats, name=n) for n in public_methods(cls)}
+    if callable(getattr(cls, "get_reward", None)) and not inspect.iscoroutinefunction(cls.get_reward):
+        wrapped["get_reward"] = _guarded_reward(cls.get_reward, limits, stats, f"{cls.__name__}.get_reward")
     sub = type(cls.__name__, (cls,), {**wrapped, "__module__": cls.__module__, "__doc__": cls.__doc__})
     sub.__qualname__ = cls.__qualname__
     return sub
