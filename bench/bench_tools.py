@@ -13,15 +13,12 @@ each side (same work). Rewrites the `## tools` section of docs/performance.md.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import bench_trl
 from perfdoc import write_section
-from ratio import interleave, ratio
-from steptimer import summary
 
 sys.path.insert(0, str(bench_trl.ROOT))
 
@@ -31,11 +28,6 @@ from app.demo.build_tools_base import TOOLS_SYSTEM_PROMPT  # noqa: E402
 
 REPS = 3
 STEPS = 6
-
-
-def calls(rec: dict) -> float | None:
-    xs = [r["tools/call_frequency"] for r in rec["logs"] if "tools/call_frequency" in r]
-    return statistics.mean(xs) if xs else None
 
 
 def main() -> None:
@@ -48,21 +40,9 @@ def main() -> None:
             "generation_batch_size": 32, "tools": ["calculator"], "max_tool_calls": 1}
     extra = ("tools.use=calculator", "grpo.max_tool_calls=1", "training.eval_every=0", "training.proof_rows=0",
              f"data.system_prompt={json.dumps(TOOLS_SYSTEM_PROMPT)}")
-    recs: dict = {"ours": [], "plain": []}
-
-    def side(key, fn):
-        def run(tag):
-            recs[key].append(fn(tag))
-            return summary(recs[key][-1])["s_per_step"]
-        return run
-
-    measured = interleave(side("ours", lambda t: bench_trl.ours(spec, tmp, f"tools-ours-{t}", extra)),
-                          side("plain", lambda t: bench_trl.plain(spec, tmp, f"tools-plain-{t}")), REPS)
-    r = ratio("tools_step", measured, 0.15)
-    ours_s = statistics.median(a for a, _ in measured)
-    plain_s = statistics.median(b for _, b in measured)
-    c_ours = statistics.mean(x for x in (calls(x) for x in recs["ours"]) if x is not None)
-    c_plain = statistics.mean(x for x in (calls(x) for x in recs["plain"]) if x is not None)
+    r, res = bench_trl.overhead("tools_step", spec, tmp, REPS, 0.15, extra)
+    ours_s, plain_s = res["s_per_step"]["ours"], res["s_per_step"]["plain"]
+    c_ours, c_plain = res["tool_calls"]["ours"], res["tool_calls"]["plain"]
     verdict = f"{r.median:.2f}" if r.trusted else f"not trusted ({r.why_not()})"
     text = (f"A GRPO step with the calculator tool on the shipped tool-calling base (arith-tools-base, 4-bit, CPU, "
             f"{spec['batch']} completions a step, {spec['num_generations']} per prompt, one round of calls, "

@@ -122,6 +122,12 @@ def first_loss(rec: dict) -> float | None:
     return next((r["loss"] for r in rec["logs"] if "loss" in r), None)
 
 
+def tool_calls(rec: dict) -> float | None:
+    """TRL's calls per completion, averaged over a run's logged steps (None: no tools)."""
+    xs = [r["tools/call_frequency"] for r in rec["logs"] if "tools/call_frequency" in r]
+    return statistics.mean(xs) if xs else None
+
+
 def num_tokens(rec: dict) -> float | None:
     return max((r["num_tokens"] for r in rec["logs"] if "num_tokens" in r), default=None)
 
@@ -145,6 +151,8 @@ def overhead(name: str, spec: dict, tmp: Path, reps: int, tolerance: float,
                               "plain": statistics.median(b for _, b in measured)},
                "num_tokens": {"ours": num_tokens(o), "plain": num_tokens(p)},
                "first_loss": {"ours": first_loss(o), "plain": first_loss(p)},
+               "tool_calls": {k: statistics.mean(c) if (c := [x for x in map(tool_calls, v) if x is not None])
+                              else None for k, v in recs.items()},
                "runs": {k: [summary(x) for x in v] for k, v in recs.items()}}
 
 

@@ -171,16 +171,26 @@ def pretrain(model_cls, cfg, tok, ids: list[list[int]], out: Path, steps: int, b
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_builder(build_fn, description: str, argv: list[str] | None = None) -> None:
+    """The command line of a base builder (this one, app/demo/build_tools_base.py): --out, --steps, --batch-size,
+    --seed (their defaults are ``build_fn``'s own), then ``build_fn(out, steps=, batch_size=, seed=)`` and the
+    time it took."""
+    import inspect
+
+    default = {k: v.default for k, v in inspect.signature(build_fn).parameters.items()}
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", required=True, type=Path, help="directory to write the model and tokenizer into")
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=PRETRAIN_SEED)
+    p.add_argument("--steps", type=int, default=default["steps"])
+    p.add_argument("--batch-size", type=int, default=default["batch_size"])
+    p.add_argument("--seed", type=int, default=default["seed"])
     a = p.parse_args(argv)
     t = time.time()
-    build(a.out, steps=a.steps, batch_size=a.batch_size, seed=a.seed)
+    build_fn(a.out, steps=a.steps, batch_size=a.batch_size, seed=a.seed)
     print(f"saved {a.out} in {time.time() - t:.0f}s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_builder(build, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

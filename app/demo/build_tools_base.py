@@ -16,14 +16,12 @@ separate seed and never include the test split's questions. Everything is seeded
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
-import time
 from pathlib import Path
 
 from app.data.arith import CALC_OPERANDS, generate_arith, split_rows
-from app.demo.build_base import pretrain
+from app.demo.build_base import pretrain, run_builder
 from app.tools.builtin import calculator
 
 PRETRAIN_SEED = 778
@@ -141,15 +139,7 @@ def build(out: Path, steps: int = 3000, batch_size: int = 32, lr: float = 3e-3, 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, type=Path, help="directory to write the model and tokenizer into")
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seed", type=int, default=PRETRAIN_SEED)
-    a = p.parse_args(argv)
-    t = time.time()
-    build(a.out, steps=a.steps, batch_size=a.batch_size, seed=a.seed)
-    print(f"saved {a.out} in {time.time() - t:.0f}s")
+    run_builder(build, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
