@@ -4,6 +4,7 @@ goes, a GRPO step against plain TRL, the demo's lift and the test suite, in one 
     python bench/gpu_check.py --out DIR              on a CUDA machine: Qwen2.5 0.5B / 7B shapes (random weights)
     python bench/gpu_check.py --out DIR --quick      a tiny shape and few steps (what a CPU runs; CI tests it)
     ... --skip demo,suite,trl                        leave parts out
+    ... --runs 0.5b:grpo,0.5b:grpo:1.5b              only these rows of the memory table (the last: with a judge)
 
 Writes DIR/gpu_check.json and DIR/gpu_check.md. Everything offline: the shapes are built by bench/shapes.py (a BPE
 tokenizer trained on ../shared/data/gsm8k_train.jsonl, else on built-in arith rows), runs go through `qlora-app
@@ -28,11 +29,14 @@ import bench_trl  # noqa: E402
 import shapes  # noqa: E402
 from steptimer import summary  # noqa: E402
 
-# The table of issue #32: batch 8, accumulation 1, 8 generations of 256 tokens, LoRA r16, 4 steps.
-FULL = {"runs": [("0.5b", "sft"), ("7b", "sft"), ("0.5b", "grpo"), ("7b", "grpo")], "steps": 4, "batch": 8,
+# The table of issue #32: batch 8, accumulation 1, 8 generations of 256 tokens, LoRA r16, 4 steps; plus GRPO with a
+# local judge model of another shape beside it (reward.judge.model: its weights and judging pass in the estimate).
+# A run is (shape, method, judge shape or None).
+FULL = {"runs": [("0.5b", "sft", None), ("7b", "sft", None), ("0.5b", "grpo", None), ("7b", "grpo", None),
+                 ("0.5b", "grpo", "1.5b")], "steps": 4, "batch": 8,
         "generations": 8, "completion": 256, "probe": "7b", "decode": 64, "trl_shape": "0.5b", "trl_steps": 6}
-QUICK = {"runs": [("tiny", "sft"), ("tiny", "grpo")], "steps": 3, "batch": 4, "generations": 4, "completion": 16,
-         "probe": "tiny", "decode": 8, "trl_shape": "tiny", "trl_steps": 3}
+QUICK = {"runs": [("tiny", "sft", None), ("tiny", "grpo", None), ("tiny", "grpo", "tiny")], "steps": 3, "batch": 4,
+         "generations": 4, "completion": 16, "probe": "tiny", "decode": 8, "trl_shape": "tiny", "trl_steps": 3}
 
 
 def rows_file(tmp: Path) -> Path:
@@ -58,10 +62,12 @@ def sets_for(mode: dict, method: str) -> list[str]:
     return out
 
 
-def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path) -> dict:
-    """The plan's estimate (dry run) and the run's measured peak and steady step time, through `qlora-app train`."""
+def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path, judge: Path | None = None) -> dict:
+    """The plan's estimate (dry run) and the run's measured peak and steady step time, through `qlora-app train`
+    (``judge``: a local judge model in the reward)."""
     args = ["train", "--dataset", str(rows), "--model", str(model), "--method", method, "--local-only",
-            "--max-steps", str(mode["steps"]), "--output-dir", str(out)]
+            "--max-steps", str(mode["steps"]), "--output-dir", str(out)] + (["--judge-model", str(judge)] if judge
+                                                                             else [])
     for s in sets_for(mode, method):
         args += ["--set", s]
     dry = subprocess.run([sys.executable, "-m", "app.cli", *args, "--dry-run", "--json"], capture_output=True,
@@ -74,7 +80,8 @@ def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path) -> di
     (run,) = lookup.list_runs(out)
     st = store.read_status(run) or {}
     steady = summary(rec)["s_per_step"] if len(rec["steps"]) > 2 else None
-    return {"method": method, "estimate_torch_peak_gb": plan.get("torch_peak_gb"),
+    return {"method": method + (f" + judge {judge.name}" if judge else ""),
+            "estimate_torch_peak_gb": plan.get("torch_peak_gb"),
             "estimate_total_gb": plan.get("total_gb"), "sampler": plan.get("sampler"),
             "measured_gib": st.get(layout.PEAK_RESERVED), "device": st.get(layout.PEAK_DEVICE),
             "ratio": (plan["torch_peak_gb"] / st[layout.PEAK_RESERVED]) if plan.get("torch_peak_gb") and
@@ -201,21 +208,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="a tiny shape and few steps (the default without CUDA)")
     ap.add_argument("--skip", default="", help="comma-separated: demo, suite, trl, generation")
+    ap.add_argument("--runs", default="", help="only these table runs, comma-separated as named in the table "
+                                               "(0.5b:grpo, 0.5b:grpo:1.5b for the judged one, ...)")
     args = ap.parse_args(argv)
+    only = {r.strip() for r in args.runs.split(",") if r.strip()}
     import torch
 
     cuda = torch.cuda.is_available()
     mode = QUICK if args.quick or not cuda else FULL
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    # the generation probe and the TRL comparison have models of their own, not built when they are skipped
+    skip_models = {m for part, m in (("generation", mode["probe"]), ("trl", mode["trl_shape"])) if part in skip}
     args.out.mkdir(parents=True, exist_ok=True)
     rows = rows_file(args.out)
+    wanted = [r for r in mode["runs"] if not only or ":".join(x for x in r if x) in only]
     models = {s: shapes.write_shape(args.out / "models" / s, s, args.out / "models" / "tokenizer", weights=True)
-              for s in {s for s, _ in mode["runs"]} | {mode["probe"], mode["trl_shape"]}}
+              for s in {x for r in wanted for x in r[::2] if x} | ({mode["probe"], mode["trl_shape"]} - skip_models)}
     result = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "date": time.strftime("%Y-%m-%d"),
               "mode": "quick" if mode is QUICK else "full", "table": {}}
-    for shape, method in mode["runs"]:
-        result["table"][f"{shape}:{method}"] = table_run(models[shape], rows, method, mode,
-                                                         args.out / "runs" / f"{shape}-{method}")
+    for shape, method, judge in wanted:
+        name = ":".join(x for x in (shape, method, judge) if x)
+        result["table"][name] = table_run(models[shape], rows, method, mode, args.out / "runs" / name.replace(":", "-"),
+                                          models[judge] if judge else None)
     if "generation" not in skip:
         result["generation"] = generation_split(models[mode["probe"]], rows, mode)
     if "trl" not in skip:

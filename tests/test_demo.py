@@ -55,6 +55,10 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert cfg["method"] == "grpo" and cfg["lora"]["init_from"] is None and cfg["model"]["load_in_4bit"]
     assert cfg["training"]["seed"] == 7 and demo["seed"] == 7  # --seed reaches training
     assert any("rewards/reference/mean" in m for m in store.read_metrics(grpo))
+    # a healthy run: the diagnosis of a flat reward reads its 60 logged steps and says nothing (3 more seeds, full
+    # and --quick, in docs/performance.md)
+    assert len([m for m in store.read_metrics(grpo) if "loss" in m]) == 60
+    assert not store.read_status(grpo).get(layout.DIAGNOSIS)
     assert not (tmp_path / "demo-sft").exists()
     # A second demo keeps the first comparison instead of overwriting it.
     first = (tmp_path / layout.COMPARE_JSON).read_text()
@@ -63,6 +67,7 @@ def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
     assert r2.returncode == 0, r2.stderr[-3000:]
     kept = [p for p in tmp_path.glob("compare.*.json")]
     assert len(kept) == 1 and kept[0].read_text() == first
+    assert all(not (store.read_status(d) or {}).get(layout.DIAGNOSIS) for d in tmp_path.iterdir() if d.is_dir())
 
 
 def test_ctrl_c_stops_the_whole_demo_with_exit_130(tmp_path):

@@ -17,11 +17,14 @@ def test_quick_mode_runs_on_a_cpu_and_reports_every_part(tmp_path):
                         "--skip", "demo,suite,trl"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert result["mode"] == "quick" and set(result["table"]) == {"tiny:sft", "tiny:grpo"}
+    assert result["mode"] == "quick" and set(result["table"]) == {"tiny:sft", "tiny:grpo", "tiny:grpo:tiny"}
     for row in result["table"].values():
         assert row["status"] == "finished" and row["estimate_torch_peak_gb"] > 0 and row["measured_gib"] > 0
         assert row["device"] == "cpu (peak RSS)" and row["steady_s_per_step"] > 0
     assert result["table"]["tiny:grpo"]["sampler"] == "merged"
+    judged = result["table"]["tiny:grpo:tiny"]  # GRPO with a local judge model: its weights in the estimate
+    assert judged["method"] == "grpo + judge tiny"
+    assert judged["estimate_torch_peak_gb"] > result["table"]["tiny:grpo"]["estimate_torch_peak_gb"]
     g = result["generation"]
     assert g["sequences"] == 4 and g["refresh_ms"] > 0 and g["prefill_ms"] > 0 and g["decode_ms_per_step"] > 0
     md = (tmp_path / "gpu_check.md").read_text()

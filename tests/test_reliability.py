@@ -190,7 +190,8 @@ class _State:
 
 
 def test_nan_loss_stops_without_saving_and_flat_groups_warn(tmp_path):
-    from app.train.callbacks import ZERO_STD_REPEAT, ZERO_STD_STEPS, RunDirCallback, StopFlag
+    from app.run.diagnosis import WINDOW, Facts, Watch
+    from app.train.callbacks import RunDirCallback, StopFlag
 
     warnings = []
     cb = RunDirCallback(tmp_path, StopFlag(), warn=warnings.append)
@@ -202,14 +203,18 @@ def test_nan_loss_stops_without_saving_and_flat_groups_warn(tmp_path):
     assert cb.nonfinite == {"key": "grad_norm", "value": "inf", "step": 2}
     assert c.should_training_stop and not c.should_save  # the broken weights are never saved
 
-    cb = RunDirCallback(tmp_path, StopFlag(), warn=warnings.append)
-    for step in range(1, ZERO_STD_STEPS):
-        cb.on_log(None, _State(step), _Control(), logs={"reward": 1.0, "frac_reward_zero_std": 1.0})
-    cb.on_log(None, _State(ZERO_STD_STEPS), _Control(), logs={"frac_reward_zero_std": 0.2})  # one good step resets
+    recorded = {}
+    facts = Facts("grpo", {"reference": 2.0, "format": 0.5}, 1e-5, 4, 1.0, 256, "numeric")
+    cb = RunDirCallback(tmp_path, StopFlag(), warn=warnings.append, diagnosis=Watch(facts),
+                        record=lambda status, **f: recorded.update(f))
+    for step in range(1, WINDOW):  # flat groups, but not yet for a whole window: nothing said
+        cb.on_log(None, _State(step), _Control(), logs={"reward": 1.0, "frac_reward_zero_std": 0.8})
     assert warnings == []
-    for step in range(1, ZERO_STD_REPEAT + ZERO_STD_STEPS + 1):
-        cb.on_log(None, _State(100 + step), _Control(), logs={"frac_reward_zero_std": 0.95})
-    assert len(warnings) == 2 and "identical rewards" in warnings[0] and "num_generations" in warnings[0]
+    for step in range(WINDOW, 3 * WINDOW):  # said once, however long it lasts
+        cb.on_log(None, _State(step), _Control(), logs={"reward": 1.0, "frac_reward_zero_std": 0.8})
+    assert len(warnings) == 1 and "80% of GRPO's groups had identical rewards" in warnings[0]
+    assert "grpo.num_generations (now 4)" in warnings[0]
+    assert [d["kind"] for d in recorded["diagnosis"]] == ["flat_groups"] and recorded["diagnosis"][0]["step"] == WINDOW
 
 
 @pytest.mark.parametrize("argv, needle", [

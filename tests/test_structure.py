@@ -48,10 +48,11 @@ def test_every_reader_follows_the_registry():
 
     assert set(_CLASSES) == set(registry.NAMES)
     assert RewardConfig().weights == {c.name: c.weight for c in registry.COMPONENTS if c.default_on}
-    funcs, weights = build_reward_funcs(RewardConfig(accuracy=True), has_reference=True)
+    every = RewardConfig(accuracy=True, weights={"json": 1.0}, regex="x", judge={"url": "http://127.0.0.1:9/v1"})
+    funcs, weights = build_reward_funcs(every, has_reference=True)
     assert [f.__name__ for f in funcs] == list(registry.NAMES)
     assert weights == [c.weight for c in registry.COMPONENTS]
-    no_ref = [f.__name__ for f in build_reward_funcs(RewardConfig(accuracy=True), has_reference=False)[0]]
+    no_ref = [f.__name__ for f in build_reward_funcs(every, has_reference=False)[0]]
     assert no_ref == [c.name for c in registry.COMPONENTS if not c.needs_reference]
     assert list(h.WEIGHTS.values()) == list(registry.NAMES)  # a slider per component, accuracy included
     assert _COLOURS == {c.name: c.colour for c in registry.COMPONENTS}  # curves.png and the UI: one figure

@@ -1,4 +1,5 @@
-"""`qlora-app doctor`: what this machine can do, and what to change if something is missing."""
+"""`qlora-app doctor`: what this machine can do, and what to change if something is missing; `qlora-app doctor RUN`:
+why a run's reward is (or is not) flat, from its own logged steps (app/run/diagnosis.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import shutil
 from rich.markup import escape
 from rich.table import Table
 
-from app.config.build import build_config
+from app.config.build import build_config, load_yaml_file, validate
 from app.errors import UserError
 from app.export.gguf import EXTRA
 from app.host.machine import installed
+from app.run import layout, lookup, store
+from app.run.diagnosis import WINDOW, Facts, diagnose
 from app.train.plan import make_plan
 
 
@@ -69,3 +72,37 @@ def report(console) -> None:
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
     console.print(t)
+
+
+def report_run(run, console) -> int:
+    """What a run's logged steps show (the diagnosis the run said while it trained, re-read from metrics.jsonl and
+    config.yaml), with the numbers each check reads. Returns how many findings there are."""
+    d = lookup.require_run_dir(run)
+    cfg = validate(load_yaml_file(d / layout.CONFIG))
+    records = store.read_metrics(d)
+    steps = [r for r in records if "loss" in r or "reward" in r]
+    found = diagnose(records, Facts.of(cfg))
+    console.print(f"[bold]{escape(d.name)}[/]: {cfg.method.upper()}, {len(steps)} logged steps")
+    if len(steps) < WINDOW:
+        console.print(f"too few logged steps to read ({len(steps)}; the checks need {WINDOW}): nothing to say yet",
+                      highlight=False)
+        return 0
+    last = steps[-WINDOW:]
+    t = Table(title=f"the signals over the last {WINDOW} logged steps (steps {last[0].get('step')}-"
+                    f"{last[-1].get('step')})")
+    t.add_column("signal")
+    t.add_column("mean", justify="right")
+    read = ("reward", "frac_reward_zero_std", "completions/clipped_ratio", layout.ADAPTER_UPDATE)
+    for key in sorted({k for r in last for k in r if k in read or k.startswith("rewards/") and k.endswith("/mean")}):
+        values = [r[key] for r in last if isinstance(r.get(key), (int, float))]
+        if values:
+            total = key == layout.ADAPTER_UPDATE  # the adapter's movement adds up over the window
+            t.add_row(escape(key) + (" (sum)" if total else ""),
+                      f"{(sum(values) if total else sum(values) / len(values)):.4g}")
+    console.print(t)
+    if not found:
+        console.print("no sign of a flat reward: none of the checks' signals persisted (docs/rewards.md lists "
+                      "them)", highlight=False)
+    for f in found:
+        console.print(f"[bold yellow]{f.kind}[/]: {escape(f.message)}", soft_wrap=True)
+    return len(found)

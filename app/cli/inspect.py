@@ -12,6 +12,8 @@ import sys
 from app.data.convert import prompt_text, reference_text
 from app.data.preference import pair_of
 from app.data.preview import inspect_detection
+from app.rewards.match import SAMPLE as MATCH_SAMPLE
+from app.rewards.match import choose as choose_match
 
 SAMPLES = 3
 CELL = 300  # characters per sample cell: enough to recognise a row, short enough for a terminal
@@ -24,14 +26,24 @@ def _short(text: str | None) -> str:
     return text if len(text) <= CELL else text[: CELL - 1] + "…"
 
 
+def reference_match(rows, det) -> tuple[str, str] | None:
+    """(mode, why) the reward's reference component would compare with on these rows (reference_match auto), as a
+    run's plan decides it; None without a reference column."""
+    if det.reference_field is None or not len(rows):
+        return None
+    return choose_match(reference_text(rows[i], det) for i in range(min(len(rows), MATCH_SAMPLE)))
+
+
 def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt_field: str | None,
                 reference_field: str | None, local_only: bool, as_json: bool, **pair_fields) -> int:
     """Print the detection; returns the exit code. Bad input raises DataError (the CLI maps it to exit 2).
     ``pair_fields``: chosen_field / rejected_field overrides of preference data."""
     det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only,
                                               **pair_fields)
+    match = reference_match(rows, det)
     if as_json:
-        sys.stdout.write(json.dumps(det.to_dict(), ensure_ascii=False) + "\n")
+        out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {})}
+        sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         return 0
 
@@ -59,6 +71,9 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     else:
         rows_.append(("prompt", det.prompt_field or "-", det.reasons.get("prompt_field", "")))
     rows_.append(("reference", det.reference_field or "-", det.reasons.get("reference_field", "")))
+    if match:
+        rows_.append(("reference match", match[0], f"{match[1]} (the reward's reference component; "
+                                                    "--set reward.reference_match=... sets another)"))
     if det.context_fields:
         rows_.append(("context", ", ".join(det.context_fields), det.reasons.get("context_fields", "")))
     if det.solution_field:

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from app.cli import pairs, ship
 from app.cli.compare import run_compare_cli
-from app.cli.doctor import report
+from app.cli.doctor import report, report_run
 from app.cli.inspect import run_inspect
 from app.cli.options import Command, Group, switch
 from app.cli.plan_report import print_plan, print_run_summary, print_runs
@@ -109,10 +109,14 @@ def train(
                                                          "methods are the tools; reset() starts each rollout)."),
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="A chat template TRL ships, by name "
                                                                               "(qwen2_5, qwen3, llama3_1, ...)."),
+    reference_match: Optional[str] = typer.Option(None, help="auto, exact, numeric, math or overlap (ROUGE-L)."),
+    judge_url: Optional[str] = typer.Option(None, help="A judge in the reward: an OpenAI-compatible endpoint."),
+    judge_model: Optional[str] = typer.Option(None, help="The judge: its name at --judge-url, else a local model."),
+    judge_rubric: Optional[str] = typer.Option(None, help="The judge's rubric file ({prompt} {completion} ...)."),
     set_: Optional[List[str]] = SetOpt,
     dry_run: bool = switch("--dry-run", help="Print the resolved config and exit; loads no weights."),
-    explain: bool = switch("--explain", help="With --dry-run: every key, its value and what it does; "
-                                                           "--explain lora (or grpo.loss) shows only the matching keys."),
+    explain: bool = switch("--explain", help="With --dry-run: every key, its value and what it does; --explain "
+                                             "lora (or grpo.loss) shows only the matching keys."),
     explain_only: str = typer.Option("", "--explain-only", hidden=True),  # `--explain KEYS` arrives as this
     no_progress: bool = switch("--no-progress", help="No progress bar (for logs and subprocesses)."),
     num_processes: Optional[int] = typer.Option(None, "--num-processes",
@@ -341,8 +345,12 @@ for _command in (pairs.pairs, ship.chat, ship.export, ship.push, ship.prefetch):
 
 
 @app.command(cls=Command)
-def doctor():
-    """What this machine can do: GPU, bf16, libraries, offline settings."""
+def doctor(run: Optional[Path] = typer.Argument(None, help="A run (folder or name): why its reward is or is not "
+                                                           "flat, from its logged steps.")):
+    """What this machine can do: GPU, bf16, libraries, offline settings; with a RUN, what its curves show."""
+    if run is not None:
+        report_run(run, console)
+        return
     report(console)
 
 

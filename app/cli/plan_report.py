@@ -147,6 +147,10 @@ def print_run_summary(d: Path, console) -> None:
         t.add_row("adjusted", escape(line), "")
     if st.get("tools"):
         t.add_row("tool calls", escape(st["tools"]), "")
+    if st.get("judge"):
+        t.add_row("judge", escape(st["judge"]), "")
+    for line in st.get("diagnosis") or []:
+        t.add_row("diagnosis", escape(line), "")
     if st.get("heldout"):
         t.add_row("held-out during training", escape(st["heldout"]), "")
     if st.get("comparison"):
@@ -179,6 +183,8 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
     summaries = {d: run_summary(d) for d in runs}
     if not memory and any(s.get("tools") for s in summaries.values()):  # tool runs: their calls, beside the rest
         cols.insert(cols.index("date"), "tools")
+    if not memory and any(s.get("notes") for s in summaries.values()):  # what a run's diagnosis found, by kind
+        cols.insert(cols.index("date"), "notes")
     if not memory and not piped and console.width < name_width + 90:
         cols = ["name", "status", "step", "loss", "reward", "pref_accuracy"]
     t = Table(title=f"runs in {output_dir}")

@@ -155,9 +155,10 @@ def _drop_none(d: dict) -> dict:
 
 
 def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
-    """The config with every local path it holds (model, dataset, init_from, custom reward files, tool files, the
-    environment's file, output_dir) made absolute against ``base``, the folder the user typed them in. A value that
-    does not name an existing path under ``base`` (a hub id, a built-in dataset name) is left as typed."""
+    """The config with every local path it holds (model, dataset, init_from, custom reward files, the JSON Schema, the
+    judge's rubric and local model, tool files, the environment's file, output_dir) made absolute against ``base``,
+    the folder the user typed them in. A value that does not name an existing path under ``base`` (a hub id, a
+    built-in dataset name) is left as typed."""
     base = Path(base)
 
     def absolute(value: str | None) -> str | None:
@@ -172,6 +173,10 @@ def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
     c.model.name_or_path = absolute(c.model.name_or_path)
     c.data.dataset = absolute(c.data.dataset)
     c.lora.init_from = absolute(c.lora.init_from)
+    c.reward.json_schema = absolute(c.reward.json_schema)
+    c.reward.judge.rubric = absolute(c.reward.judge.rubric)
+    if not c.reward.judge.url:  # a local judge model's folder (with a URL, judge.model is the endpoint's name)
+        c.reward.judge.model = absolute(c.reward.judge.model)
     renamed = {}
     for entry in c.reward.custom:
         target, _, func = entry.rpartition(":")

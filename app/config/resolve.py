@@ -56,6 +56,9 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
     """Fill every auto value; returns a new, complete config (what gets written to the run directory)."""
     c = cfg.model_copy(deep=True)
     c.model.name_or_path = model_name(c)
+    j = c.reward.judge
+    if j.model in BUILTIN_MODELS and not j.url:  # a shipped tiny model as a local judge, by the same names
+        j.model = str(builtin_model_path(j.model))
     if c.lora.r is None:
         c.lora.r = DEFAULT_RANK[c.method] if c.method in DEFAULT_RANK else sft_rank_for_size(num_rows)
     if c.lora.alpha is None:

@@ -7,20 +7,18 @@ Only pydantic at module level: the CLI loads this for ``--help``.
 
 from __future__ import annotations
 
-import difflib
 import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BeforeValidator,
     Field,
     PrivateAttr,
     field_validator,
     model_validator,
 )
 
-from app.config.fields import AutoBool, StrictModel, _d, _one_is_a_list
+from app.config.fields import AutoBool, StrictModel, _d
 from app.config.method_sections import (  # noqa: F401 - re-exported: the sections live with their method
     DPO_LOSS_TYPES,
     LOSS_TYPES,
@@ -28,8 +26,11 @@ from app.config.method_sections import (  # noqa: F401 - re-exported: the sectio
     GRPOConfig,
     ToolsConfig,
 )
-from app.config.reward_components import NAMES as COMPONENT_NAMES
-from app.config.reward_components import default_weights
+from app.config.reward_section import (  # noqa: F401 - re-exported: the reward's section lives with its table
+    REFERENCE_MATCHES,
+    JudgeConfig,
+    RewardConfig,
+)
 
 
 class ModelConfig(StrictModel):
@@ -135,49 +136,6 @@ class TrainingConfig(StrictModel):
         if v == 0:  # Hugging Face's Trainer reads 0 as "unset" and would run a whole epoch
             raise ValueError("0 steps trains nothing; pass a number of steps >= 1, or -1 to run num_train_epochs")
         return v
-
-
-class RewardConfig(StrictModel):
-    # The default weights and every component's meaning live in app/config/reward_components.py (see docs/rewards.md).
-    weights: dict[str, float] = Field(default_factory=default_weights, description=(
-        "weight of each shaped-reward component (" + ", ".join(COMPONENT_NAMES) + ") or custom function; keys "
-        "left out keep their defaults, so reward.weights.format=1 changes one"))
-    length_target: int = _d(400, "characters of visible answer the length component allows with only a gentle "
-                                 "slope (to -0.1)", gt=0)
-    length_limit: int = _d(2000, "characters at which the length penalty reaches its -0.6 floor", gt=0)
-    accuracy: bool = _d(False, "add the strict math-verify accuracy component (LoRA Without Regret's reward)")
-    custom: Annotated[list[str], BeforeValidator(_one_is_a_list)] = Field(default_factory=list, description=(
-        "extra reward functions: 'module:function' or 'path/to/file.py:function' (one, or a list)"))
-
-    @field_validator("weights")
-    @classmethod
-    def _known_components(cls, v: dict[str, float]) -> dict[str, float]:
-        for k in v:
-            if k not in COMPONENT_NAMES and ":" not in k:
-                hint = difflib.get_close_matches(k, COMPONENT_NAMES, n=1)
-                raise ValueError(
-                    f"unknown reward component '{k}'"
-                    + (f"; did you mean '{hint[0]}'?" if hint else f"; known: {', '.join(COMPONENT_NAMES)}")
-                )
-        return {**default_weights(), **v}
-
-    @field_validator("custom")
-    @classmethod
-    def _custom_form(cls, v: list[str]) -> list[str]:
-        for entry in v:
-            target, _, func = entry.rpartition(":")
-            if not target or not func:
-                raise ValueError(f"custom reward '{entry}' must look like 'module:function' or 'path/to/file.py:function'")
-        return v
-
-    @model_validator(mode="after")
-    def _length_order(self) -> "RewardConfig":
-        if self.length_limit <= self.length_target:
-            raise ValueError(
-                f"reward.length_limit ({self.length_limit}) must be greater than reward.length_target "
-                f"({self.length_target}); raise the limit or lower the target"
-            )
-        return self
 
 
 class RuntimeConfig(StrictModel):

@@ -147,9 +147,9 @@ def load_pair(mc, adapter_dir: Path, local_only: bool, trained_on: str | None = 
 # ---------------------------------------------------------------------------------------------- scoring
 
 
-def score_cell(out: dict, reference: str | None, reward_cfg) -> Cell:
-    """A generated answer ({text, tokens}) scored with the run's shaped reward, as training scored it."""
-    s = score_completion(out["text"], reference, reward_cfg)
+def score_cell(out: dict, reference: str | None, reward_cfg, prompt=None) -> Cell:
+    """A generated answer ({text, tokens}) to ``prompt`` scored with the run's shaped reward, as training scored it."""
+    s = score_completion(out["text"], reference, reward_cfg, prompt)
     # A component that failed on this text scores None (as in training); keep it None, the means skip it.
     comps = {k: None if v is None else float(v) for k, v in s["components"].items()}
     return Cell(text=out["text"], tokens=out["tokens"], reward=float(s["total"] or 0.0), components=comps,
@@ -203,7 +203,8 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
-                base=score_cell(b, it["reference"], reward_cfg), adapter=score_cell(a, it["reference"], reward_cfg))
+                base=score_cell(b, it["reference"], reward_cfg, it["prompt"]),
+                adapter=score_cell(a, it["reference"], reward_cfg, it["prompt"]))
             for it, b, a in zip(items, base_out, adapter_out)]
     config = {"adapter": str(adapter_dir), "base_model": mc.name_or_path, "trained_on": trained_on,
               "load_in_4bit": mc.load_in_4bit, "dataset": _dataset_name(run_cfg, dataset, num_samples),

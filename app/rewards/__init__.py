@@ -6,8 +6,8 @@ user functions), each a separate TRL reward function so TRL logs ``rewards/<comp
 ``score_completion`` computes the same total for one completion, so ``score``, ``compare`` and the UI show the
 number training optimised. Only the standard library is imported here; math-verify (sympy) loads on first use.
 
-Owns: scoring a completion. Must not load models or data, nor keep state across runs (a run owns its
-``RewardErrors``).
+Owns: scoring a completion. Must not load models or data (a judge's model is app/rewards/judge's), nor keep state across
+runs (a run owns its ``RewardErrors`` and judge counts).
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ from app.rewards.components import (
     ReferenceReward,
     RewardErrors,
 )
+from app.rewards.formats import JsonReward, RegexReward
+from app.rewards.judge.reward import JudgeReward
 
 __all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
            "RewardErrors", "effective_weights"]
 
 # The class behind each registry entry (the registry is the one place names, weights and ranges are spelled).
 _CLASSES: dict[str, type[Component]] = {c.name: c for c in (LengthReward, FormatReward, ReferenceReward,
-                                                           BoilerplateReward, AccuracyReward)}
+                                                           BoilerplateReward, AccuracyReward, JsonReward,
+                                                           RegexReward, JudgeReward)}
 
 
 def _cfg(reward_cfg):
@@ -43,28 +46,23 @@ def _cfg(reward_cfg):
     return reward_cfg
 
 
-def _weight(cfg, name: str) -> float:
-    spec = BY_NAME.get(name)
-    return float(cfg.weights.get(name, spec.weight if spec else 1.0))
-
-
-def _enabled(cfg, name: str) -> bool:
-    """Default-on components always run; an opt-in one (accuracy) when switched on or given a weight."""
-    if BY_NAME[name].default_on:
-        return True
-    return bool(getattr(cfg, name, False)) or bool(cfg.weights.get(name))
+# Built components per reward config: score, compare and the held-out evaluation score row after row, and a judge
+# (its client or local model, its cache) must be made once per process, not once per row; a training run's
+# reward functions are these same instances (one local judge in memory, as the memory plan counts it).
+_BUILT: dict[str, list[Component]] = {}
 
 
 def _components(cfg, has_reference: bool) -> list[Component]:
-    return [_CLASSES[c.name].from_config(cfg) for c in COMPONENTS
-            if (has_reference or not c.needs_reference) and _enabled(cfg, c.name)]
+    key = cfg.model_dump_json()
+    if key not in _BUILT:
+        _BUILT[key] = [_CLASSES[c.name].from_config(cfg) for c in COMPONENTS if cfg.enabled(c.name)]
+    return [comp for comp in _BUILT[key] if has_reference or not BY_NAME[comp.name].needs_reference]
 
 
 def effective_weights(reward_cfg=None) -> dict[str, float]:
     """Every registry component's weight as training would use it, 0.0 for one that is off: what the UI's
     sliders show."""
-    cfg = _cfg(reward_cfg)
-    return {c.name: _weight(cfg, c.name) if _enabled(cfg, c.name) else 0.0 for c in COMPONENTS}
+    return _cfg(reward_cfg).effective_weights()
 
 
 # ------------------------------------------------------------------------------------------ custom functions
@@ -140,33 +138,40 @@ def _load_custom(entry: str) -> Callable:
 # ------------------------------------------------------------------------------------------------- public API
 
 
-def build_reward_funcs(reward_cfg, has_reference: bool,
-                       errors: RewardErrors | None = None) -> tuple[list[Callable], list[float]]:
+def build_reward_funcs(reward_cfg, has_reference: bool, errors: RewardErrors | None = None, runtime=None,
+                       judge_stats=None) -> tuple[list[Callable], list[float]]:
     """TRL reward functions and their weights (pass the weights as ``GRPOConfig.reward_weights``); they count
-    their failures in ``errors`` (a run's own counter) when given.
+    their failures in ``errors`` (a run's own counter) when given. ``runtime``: the run's RuntimeConfig (where a
+    local judge loads from and runs); ``judge_stats``: the run's judge counts (app.tools.guard.ToolStats).
 
     Without a reference column the reference (and accuracy) components are dropped; the caller says so.
     """
     cfg = _cfg(reward_cfg)
     funcs: list[Callable] = list(_components(cfg, has_reference))
-    if errors is not None:
-        for f in funcs:
+    for f in funcs:
+        if errors is not None:
             f.errors = errors
-    weights = [_weight(cfg, f.name) for f in funcs]
+        if isinstance(f, JudgeReward) and runtime is not None:
+            # a run's judge: placed as the run is, with its own counts and cache (what another run judged in this
+            # process is not this run's)
+            f.place(runtime.local_only, runtime.device)
+            f.start(judge_stats)
+    weights = [cfg.weight(f.name) for f in funcs]
     for entry in cfg.custom:
         funcs.append(CustomReward(entry, errors))
         weights.append(float(cfg.weights.get(entry, 1.0)))
     return funcs, weights
 
 
-def explain_completion(completion, reference, reward_cfg=None) -> list[dict]:
-    """Per component: name, value (None -> counted 0), weight, weighted contribution and why."""
+def explain_completion(completion, reference, reward_cfg=None, prompt=None) -> list[dict]:
+    """Per component: name, value (None -> counted 0), weight, weighted contribution and why. ``prompt``: the task
+    the completion answers (the judge reads it)."""
     cfg = _cfg(reward_cfg)
     rows = []
     comps = _components(cfg, has_reference=True)
     for comp in comps:
-        value, why = comp.safe_score(completion, reference)
-        w = _weight(cfg, comp.name)
+        value, why = comp.safe_score(completion, reference, prompt)
+        w = cfg.weight(comp.name)
         rows.append({"name": comp.name, "value": value, "weight": w,
                      "weighted": 0.0 if value is None else w * value, "why": why})
     for entry in cfg.custom:
@@ -178,7 +183,7 @@ def explain_completion(completion, reference, reward_cfg=None) -> list[dict]:
     return rows
 
 
-def score_completion(completion, reference, reward_cfg=None) -> dict:
+def score_completion(completion, reference, reward_cfg=None, prompt=None) -> dict:
     """{"total": weighted sum, "components": {name: value}} -- the number GRPO training optimises.
 
     A component that does not apply (no reference) or failed counts 0, as in TRL's nansum.
@@ -187,6 +192,6 @@ def score_completion(completion, reference, reward_cfg=None) -> dict:
     >>> s["components"]["reference"], s["components"]["format"], round(s["total"], 3)
     (1.0, 1.0, 2.498)
     """
-    rows = explain_completion(completion, reference, reward_cfg)
+    rows = explain_completion(completion, reference, reward_cfg, prompt)
     comps = {r["name"]: (0.0 if r["value"] is None else float(r["value"])) for r in rows}
     return {"total": float(sum(r["weighted"] for r in rows)), "components": comps}

@@ -19,6 +19,7 @@ import threading
 import zlib
 
 from app.rewards import answer as A
+from app.rewards import match
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Component:
     """Base: ``score(text, reference) -> (value | None, why)``; ``__call__`` is the TRL batch interface."""
 
     name = "component"
+    reads_prompt = False  # score(text, reference, prompt): the component reads the task too (the judge)
 
     def __init__(self):
         self.__name__ = self.name  # TRL's column name; an instance attribute so it survives pickling
@@ -69,9 +71,11 @@ class Component:
     def score(self, text: str, reference: str | None) -> tuple[float | None, str]:
         raise NotImplementedError
 
-    def safe_score(self, completion, reference) -> tuple[float | None, str]:
+    def safe_score(self, completion, reference, prompt=None) -> tuple[float | None, str]:
+        """(value | None, why) of one completion; ``prompt`` is for the components that read the task (the judge)."""
         try:
-            value, why = self.score(A.to_text(completion), reference)
+            value, why = self.score(A.to_text(completion), reference, prompt) if self.reads_prompt else \
+                self.score(A.to_text(completion), reference)
             return (None if value is None else float(value)), why
         except Exception as e:  # noqa: BLE001 - one bad sample must never kill a training run
             self.errors.add(self.name, e)
@@ -198,24 +202,29 @@ def _canon(s: str) -> str:
 
 
 class ReferenceReward(Component):
-    """1.0 when the final answer matches the reference (numbers numerically, LaTeX via math-verify, text
-    case-insensitively), else 0.0; None when the row has no usable reference (TRL then skips it).
+    """How well the answer matches the reference, the way ``reward.reference_match`` says (app/rewards/match.py):
+    exact, numeric and math score 1.0 or 0.0; overlap scores the ROUGE-L F1 (0..1); auto decides per reference
+    (a run decides once for its column, in the plan). None when the row has no usable reference (TRL then skips it).
 
     >>> ReferenceReward()(["Final answer: 1,000", "Final answer: 999", "42"], reference=["#### 1000", "1000", None])
     [1.0, 0.0, None]
+    >>> ReferenceReward("overlap")(["Final answer: the cat sat on the mat"], reference=["The cat sat on the mat."])
+    [1.0]
     """
 
     name = "reference"
 
+    @classmethod
+    def from_config(cls, reward_cfg) -> "ReferenceReward":
+        return cls(reward_cfg.reference_match)
+
+    def __init__(self, mode: str = "auto"):
+        super().__init__()
+        self.mode = mode
+
     def score(self, text, reference):
-        gold = A.parse_reference(reference)
-        if gold is None:
-            return None, "no reference"
-        pred = A.extract_final_answer(text)
-        ok = A.answers_match(pred, gold)
-        if ok is None:
-            return None, f"reference {gold!r} cannot be judged"
-        return (1.0 if ok else 0.0), f"answer {pred!r} {'matches' if ok else 'does not match'} reference {gold!r}"
+        mode = self.mode if self.mode != "auto" else match.choose([reference])[0]
+        return match.score(mode, text, reference)
 
 
 # ---------------------------------------------------------------------------------------------- boilerplate

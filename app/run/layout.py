@@ -51,6 +51,16 @@ EVAL_TOOL_SUCCESS = "eval/tool_success"
 EVAL_TOOL_CALLS = "eval/tool_calls"
 
 
+# A run with a judge (reward.judge): its calls per step (judge/calls, failures, timeouts, latency_ms; the counters of
+# app/rewards/judge/reward.py) and the run's totals in status.json.
+JUDGE_PREFIX = "judge/"
+JUDGE_COUNTS = "judge_counts"
+
+# Why a run's reward may not rise (app/run/diagnosis.py): status.json's list of what the run saw, each said once.
+DIAGNOSIS = "diagnosis"
+ADAPTER_UPDATE = "adapter/update"  # how far the adapter's weights moved since the last logged step, relative
+
+
 # Held-out evaluation during training (training.eval_every): metrics.jsonl keys, and status.json's best point.
 EVAL_PREFIX = "eval/"
 EVAL_ACCURACY = "eval/accuracy"
@@ -87,8 +97,9 @@ def component_of(key: str) -> str | None:
 
 
 def component_keys(records: list[dict]) -> list[str]:
-    """The reward-component metric keys present in metrics.jsonl rows, sorted."""
-    return sorted({k for r in records for k in r if component_of(k)})
+    """The reward-component metric keys with a value in metrics.jsonl rows, sorted (a component that failed on every
+    sample, a judge that never answered, logs NaN: it has no curve)."""
+    return sorted({k for r in records for k, v in r.items() if v is not None and component_of(k)})
 
 
 # Peak memory fields, in status.json (the running peak) and in metrics.jsonl rows (app/train/peakmem.py writes them).

@@ -54,6 +54,10 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
         "tools": tools_text(st.get(layout.TOOL_COUNTS)),
+        "judge": tools_text(st.get(layout.JUDGE_COUNTS), "judgements"),
+        # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
+        "diagnosis": [d.get("message", "") for d in st.get(layout.DIAGNOSIS) or []],
+        "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or []) or None,
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
@@ -61,15 +65,16 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
     }
 
 
-def tools_text(counts: dict | None) -> str | None:
-    """'calculator 412 calls, 9 failed (2 timed out), 0.21 ms each': a tool run's totals per tool (status.json)."""
+def tools_text(counts: dict | None, calls: str = "calls") -> str | None:
+    """'calculator 412 calls, 9 failed (2 timed out), 0.21 ms each': a tool run's totals per tool (status.json); a
+    judged run's judgements the same way ('judge 640 judgements, 3 failed (1 timed out), 12.5 ms each')."""
     if not counts:
         return None
     parts = []
     for name, c in counts.items():
         timed = f" ({c['timeouts']} timed out)" if c.get("timeouts") else ""
         latency = f", {c['mean_latency_ms']:.3g} ms each" if c.get("mean_latency_ms") is not None else ""
-        parts.append(f"{name} {c['calls']} calls, {c['failures']} failed{timed}{latency}")
+        parts.append(f"{name} {c['calls']} {calls}, {c['failures']} failed{timed}{latency}")
     return "; ".join(parts)
 
 

@@ -93,11 +93,12 @@ class ToolStats:
         self.totals, self._last, self._lock = state["totals"], state["_last"], threading.Lock()
 
 
-def as_metrics(counts: dict[str, dict[str, float]]) -> dict[str, float]:
-    """take_counts() as metrics.jsonl's keys: tools/<name>/calls, failures, timeouts, latency_ms (a call's mean)."""
+def as_metrics(counts: dict[str, dict[str, float]], prefix: str = layout.TOOL_PREFIX) -> dict[str, float]:
+    """take_counts() as metrics.jsonl's keys: <prefix><name>/calls, failures, timeouts, latency_ms (a call's mean);
+    tools/<name>/... for tools, judge/... for the judge (prefix "")."""
     out: dict[str, float] = {}
     for name, c in counts.items():
-        key = f"{layout.TOOL_PREFIX}{name}/"
+        key = f"{prefix}{name}/"
         out.update({key + "calls": c["calls"], key + "failures": c["failures"], key + "timeouts": c["timeouts"],
                     key + "latency_ms": round(1000 * c["seconds"] / c["calls"], 3) if c["calls"] else 0.0})
     return out

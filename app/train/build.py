@@ -41,13 +41,14 @@ def load_model(plan: RunPlan) -> Loaded:
 
 
 def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: bool, reward_errors: RewardErrors,
-                  on_sampler_change=None, tool_stats=None):
+                  on_sampler_change=None, tool_stats=None, judge_stats=None):
     """The method's TRL trainer on the loaded model; GRPO's reward functions count their failures in the run's
     ``reward_errors``, its tools their calls in ``tool_stats``. ``on_sampler_change(sampler, reason)`` hears a fast
     sampler stepping down."""
     if plan.cfg.method == "grpo":
         return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
-                                  reward_errors, on_sampler_change=on_sampler_change, tool_stats=tool_stats)
+                                  reward_errors, on_sampler_change=on_sampler_change, tool_stats=tool_stats,
+                                  judge_stats=judge_stats)
     if plan.cfg.method in ("dpo", "orpo"):
         return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
@@ -69,7 +70,9 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
     watch = RunDirCallback(session.dir, stop, session.reward_errors, bar, warn=session.warn if main else None,
                            write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record,
-                           tool_stats=session.tool_stats if plan.tools else None)
+                           tool_stats=session.tool_stats if plan.tools else None,
+                           judge_stats=session.judge_stats if plan.cfg.reward.judge.enabled else None,
+                           diagnosis=session.diagnosis)
     trainer.add_callback(watch)
     if session.faults.at:
         trainer.add_callback(FaultCallback(session.faults))

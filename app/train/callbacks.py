@@ -56,6 +56,13 @@ def _sum_over_ranks(counts: dict[str, dict[str, float]]) -> dict[str, dict[str, 
     return out
 
 
+def _totals(stats: ToolStats) -> ToolStats:
+    """A run's totals, starting from what ``stats`` holds already (a resumed run's earlier attempts)."""
+    totals = ToolStats()
+    totals.restore(stats.summary())
+    return totals
+
+
 def _any_rank(flag: bool) -> bool:
     """True on every rank when it is True on any: a signal reaches the ranks at slightly different moments, and
     a rank that stopped one step before the others would leave them waiting in a collective forever."""
@@ -105,23 +112,24 @@ class StopFlag:
             signal.signal(sig, prev)
 
 
-# GRPO learns only from groups whose completions got different rewards. When most groups are flat for this many
-# logged steps in a row, the run is spending its time learning nothing: say so (then again every REPEAT steps).
-ZERO_STD_FRACTION = 0.9
-ZERO_STD_STEPS = 10
-ZERO_STD_REPEAT = 50
 _WATCHED = ("loss", "grad_norm")  # a NaN / inf here ends the run: every later update would be garbage
+ADAPTER_SAMPLE_TENSORS = 16  # trainable tensors whose movement adapter/update measures (spread over the layers)
+ADAPTER_SAMPLE_VALUES = 65536  # values read of each
 
 
 class RunDirCallback(TrainerCallback):
     """Writes metrics.jsonl and status.json, turns a stop request into checkpoint + stop, stops on a NaN / inf
-    loss or gradient norm (without saving the broken weights), and warns when GRPO's groups stop varying."""
+    loss or gradient norm (without saving the broken weights), measures how far the adapter moves
+    (adapter/update) and says what the run's diagnosis finds (app/run/diagnosis.py: why the reward may be flat)."""
 
     def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True, cuda: bool = False, every_step=None, record=None, tool_stats=None):
+                 write: bool = True, cuda: bool = False, every_step=None, record=None, tool_stats=None,
+                 judge_stats=None, diagnosis=None):
         """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load);
         ``record(status, **fields)``: the session's record of the run's progress (status.json); ``tool_stats``: a
-        tool run's per-tool counts (app.tools.guard.ToolStats), logged with each step's line."""
+        tool run's per-tool counts (app.tools.guard.ToolStats), ``judge_stats``: a judged run's judge counts (the
+        same kind), each logged with each step's line; ``diagnosis``: the run's app.run.diagnosis.Watch, fed each
+        line (what it finds is said once through ``warn`` and kept in status.json)."""
         self.run_dir = Path(run_dir)
         self.record = record or (lambda status, **fields: None)
         self.every_step = every_step
@@ -131,16 +139,17 @@ class RunDirCallback(TrainerCallback):
         self.write = write
         self.stop = stop
         self.reward_errors = reward_errors
-        self.tool_stats = tool_stats  # this process's calls
-        if tool_stats is not None:  # the run's, every process's (and a resumed run's earlier attempts') calls
-            self.tool_totals = ToolStats()
-            self.tool_totals.restore(tool_stats.summary())
+        # (this process's counts, the run's totals: every process's and a resumed run's earlier attempts', metric
+        # prefix, status.json key) of each kind of call the run counts
+        self.counted = [(stats, _totals(stats), prefix, key) for stats, prefix, key in (
+            (tool_stats, layout.TOOL_PREFIX, layout.TOOL_COUNTS), (judge_stats, "", layout.JUDGE_COUNTS))
+            if stats is not None]
         self.progress = progress
         self.warn = warn or log.warning
         self.t0 = time.time()
         self.nonfinite: dict | None = None  # {"key", "value", "step"} of the first NaN / inf seen
-        self._flat_steps = 0
-        self._last_flat_warning: int | None = None
+        self.diagnosis = diagnosis
+        self._adapter_before = None  # the sampled adapter values at the last logged step
         # step -> more values for that step's metrics.jsonl line (the held-out evaluation's), so a file keeps one
         # line per logged step; a step that is not logged gets its own line, in step order
         self.pending: dict[int, dict] = {}
@@ -158,37 +167,48 @@ class RunDirCallback(TrainerCallback):
             return
         # The logged values are global (gathered over ranks), so every rank takes the same decision here.
         self._check_finite(logs, state.global_step, control)
-        tools = self._tool_counts()  # a collective under torchrun: every rank takes part
+        counts = self._call_counts()  # a collective under torchrun: every rank takes part
         if not self.write:
             return
-        self._check_reward_spread(logs, state.global_step)
         rec = {"step": state.global_step, "time": round(time.time() - self.t0, 2)}
         for k, v in logs.items():
             k = _RENAME.get(k, k)
             if k.startswith(_KEEP_PREFIXES):
                 rec[k] = _clean(v)
         rec["reward_errors"] = self.reward_errors()
-        rec.update(as_metrics(tools))  # calls, failures, timeouts and latency per tool since the last line
-        if tools:  # the run's totals per tool, as they stand after this step
-            self.record(None, **{layout.TOOL_COUNTS: self.tool_totals.summary()})
+        moved = self._adapter_update(kw.get("model"))
+        if moved is not None:
+            rec[layout.ADAPTER_UPDATE] = moved
+        for (_, totals, prefix, key), c in zip(self.counted, counts):
+            rec.update(as_metrics(c, prefix))  # calls, failures, timeouts and latency since the last line
+            if c:  # the run's totals, as they stand after this step
+                self.record(None, **{key: totals.summary()})
         peak = peakmem.sample(self.cuda)
         rec.update(peak)
         self.flush_pending(before=state.global_step)
         rec.update(self.pending.pop(state.global_step, {}))
         store.append_metrics(self.run_dir, rec)
+        if self.diagnosis is not None:
+            new = self.diagnosis.add(rec)
+            for finding in new:
+                self.warn(finding["message"])
+            if new:
+                self.record(None, **{layout.DIAGNOSIS: self.diagnosis.found})
         # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
         shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
         log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
         if self.progress:
             self.progress.update_metrics(rec)
 
-    def _tool_counts(self) -> dict:
-        """The tool calls every process made since the last logged step (summed over ranks), added to the run's."""
-        if self.tool_stats is None:
-            return {}
-        counts = _sum_over_ranks(self.tool_stats.take_counts())
-        self.tool_totals.add_counts(counts)
-        return counts
+    def _call_counts(self) -> list[dict]:
+        """Per kind of counted call (tools, judge): the calls every process made since the last logged step (summed
+        over ranks), added to the run's totals."""
+        out = []
+        for stats, totals, _, _ in self.counted:
+            counts = _sum_over_ranks(stats.take_counts())
+            totals.add_counts(counts)
+            out.append(counts)
+        return out
 
     def flush_pending(self, before: int | None = None) -> None:
         """Pending values of steps that had no logged line (before ``before``, or all) as lines of their own."""
@@ -210,17 +230,25 @@ class RunDirCallback(TrainerCallback):
                 control.should_save = False
                 control.should_training_stop = True
 
-    def _check_reward_spread(self, logs: dict, step: int) -> None:
-        flat = logs.get("frac_reward_zero_std")
-        if not isinstance(flat, (int, float)):
-            return
-        self._flat_steps = self._flat_steps + 1 if flat >= ZERO_STD_FRACTION else 0
-        due = self._last_flat_warning is None or step - self._last_flat_warning >= ZERO_STD_REPEAT
-        if self._flat_steps >= ZERO_STD_STEPS and due:
-            self._last_flat_warning = step
-            self.warn(f"for {self._flat_steps} logged steps {flat:.0%} of GRPO's groups had identical rewards "
-                      "(frac_reward_zero_std): the model learns nothing from them; raise grpo.num_generations or "
-                      "grpo.temperature, or use easier data")
+    def _adapter_update(self, model) -> float | None:
+        """How far the trainable weights moved since the last logged step: mean |change| / mean |value| over a
+        sample of the trainable tensors (ADAPTER_SAMPLE_TENSORS, spread over the layers). None at the first line, or
+        when the weights cannot be read here (sharded by FSDP)."""
+        if model is None:
+            return None
+        try:
+            params = [p for p in model.parameters() if p.requires_grad and p.numel()]
+            stride = max(1, len(params) // ADAPTER_SAMPLE_TENSORS)
+            now = [p.detach().reshape(-1)[:ADAPTER_SAMPLE_VALUES].float().cpu().clone()
+                   for p in params[::stride][:ADAPTER_SAMPLE_TENSORS]]
+        except Exception:  # noqa: BLE001 - a measurement, never a reason to stop a run
+            return None
+        before, self._adapter_before = self._adapter_before, now
+        if before is None or len(before) != len(now) or not now:
+            return None
+        size = sum(float(b.abs().mean()) for b in before)
+        moved = sum(float((a - b).abs().mean()) for a, b in zip(now, before) if a.shape == b.shape)
+        return float(f"{moved / size:.4g}") if size > 0 else None
 
     def on_step_end(self, args, state, control, **kw):
         if self.every_step:

@@ -21,14 +21,16 @@ log = logging.getLogger("qlora_app")
 
 
 def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_reference: bool, reward_errors=None,
-                       on_sampler_change=None, tool_stats=None):
+                       on_sampler_change=None, tool_stats=None, judge_stats=None):
     """``reward_errors``: the run's counter of reward failures (app.rewards.RewardErrors);
     ``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used; ``tool_stats``:
-    the run's per-tool counts (app.tools.guard.ToolStats), for a run with tools."""
+    the run's per-tool counts (app.tools.guard.ToolStats), for a run with tools; ``judge_stats``: the run's judge
+    counts (the same kind), for a run with a judge."""
     from trl import GRPOConfig, GRPOTrainer  # heavy: imported when a trainer is built
 
     cfg, where = plan.cfg, plan.where
-    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference, errors=reward_errors)
+    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference, errors=reward_errors,
+                                        runtime=cfg.runtime, judge_stats=judge_stats)
     args = GRPOConfig(**grpo_kwargs(plan, run_dir, weights, fsdp_layers=getattr(model, "_no_split_modules", None)))
     extra = {}
     if plan.tools:  # every call through the guard (timeout, error results, output cap, counts: app/tools/guard.py)

@@ -92,7 +92,8 @@ class HeldoutEval(TrainerCallback):
                 pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps)
         finally:
             self.tok.padding_side, self.tok.truncation_side = sides
-        summary = side_summary([score_cell(o, it["reference"], self.reward_cfg) for o, it in zip(outs, self.items)])
+        summary = side_summary([score_cell(o, it["reference"], self.reward_cfg, it["prompt"])
+                                for o, it in zip(outs, self.items)])
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{layout.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
         if summary.tool_success is not None:

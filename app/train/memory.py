@@ -25,6 +25,10 @@ Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
   generation GRPO: the KV cache of every completion sampled at once (prompt width rounded up to 64 for the compiled
              static cache) and the prefill's MLP intermediates; or, for the merged copy, the refresh of its largest
              matrix in fp32. It does not overlap the backward pass: the peak takes the larger phase.
+  judge      a local judge model (reward.judge.model): its 4-bit weights, resident, and one no-grad judging pass
+             (judge.batch_size rows of prompt + completion + rubric: one layer's intermediates, last-position logits),
+             after sampling: on top of a compiled sampler's static KV cache (still allocated), else in its freed
+             blocks; never beside the backward pass. Measured on an H200 (docs/performance.md, "judge and diagnosis").
   reserve    0.25 GB the caching allocator holds beyond live tensors (cuBLAS workspaces, its 2 MB / 20 MB blocks).
   context    0.5 GB of CUDA context (total only).
 Tokens come from the data's real lengths when known (SFT padded: the 95th percentile row; packed: full rows; GRPO:
@@ -164,6 +168,26 @@ def generation_bytes(s: dict, cfg, lengths, seqs: int, compiled: bool, merged: b
     return max(kv + prefill, refresh)
 
 
+JUDGE_RUBRIC_TOKENS = 256  # the rubric's own words and the task around each judged completion
+
+
+def judge_bytes(cfg, lengths, d: int) -> tuple[float, float]:
+    """(weights, one judging pass) of a local judge model (reward.judge.model without a url; see
+    app/rewards/judge/local.py): its 4-bit weights stay beside the trained model; a no-grad forward of
+    judge.batch_size rows (prompt + completion + rubric) holds one layer's intermediates at a time and the logits of
+    the last position only. (0, 0) without one, or when its size cannot be told."""
+    j = cfg.reward.judge
+    if cfg.method != "grpo" or not j.model or j.url:
+        return 0.0, 0.0
+    shape, params, _ = model_shape(j.model)
+    if shape is None or not params:
+        return 0.0, 0.0
+    tokens = (_p95(lengths) or GRPO_PROMPT_TOKENS) + cfg.grpo.max_completion_length + JUDGE_RUBRIC_TOKENS
+    rows = j.batch_size
+    passing = rows * tokens * (4 * shape["hidden"] + 3 * shape["intermediate"]) * d + rows * shape["vocab"] * 4
+    return weight_bytes(shape, params, True, True, d), passing
+
+
 def _completions_at_once(cfg, decided: int | None) -> int:
     if decided:
         return decided
@@ -195,6 +219,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     tokens = micro_batch_tokens(cfg, lengths, packing)
     train = training_bytes(s, cfg, tokens, d, dec.offloading)
     copy = gen = 0.0
+    compiled = False
     if cfg.method == "grpo":
         sampler = dec.sampler or ("vllm" if cfg.grpo.use_vllm else "plain" if cfg.grpo.sampler == "plain" else "merged")
         compiled = sampler == "merged" and dec.cuda if dec.compiled is None else dec.compiled
@@ -202,13 +227,18 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
             copy = d * (params if sampler == "vllm" else max(params - embed_params(s), 0))
         gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, dec.completions_at_once), compiled,
                                sampler == "merged", d)
-    torch_peak = (weights + adapter + copy + max(train, gen)) / GB + ALLOCATOR_RESERVE_GB
+    judge, judging = judge_bytes(cfg, lengths, d)
+    # Rewards are scored right after sampling: a compiled sampler's static KV cache is still allocated then, so a
+    # judging pass adds to it; other samplers' caches are freed and their blocks reused (the larger of the two).
+    sampling = gen + judging if compiled else max(gen, judging)
+    torch_peak = (weights + adapter + copy + judge + max(train, sampling)) / GB + ALLOCATOR_RESERVE_GB
     total = torch_peak + paged / GB + CUDA_CONTEXT_GB
     verdicts = {g: verdict(total, g) for g in CARDS_GB}
     out.update(
         params=params, weights_gb=weights / GB, lora_params=lora_param_count(s, cfg.lora.r or 16,
                                                                               cfg.lora.target_modules),
         lora_gb=(adapter + paged) / GB, activations_gb=train / GB, generation_gb=gen / GB, sampler_copy_gb=copy / GB,
+        judge_gb=(judge + judging) / GB,
         reserve_gb=ALLOCATOR_RESERVE_GB, overhead_gb=CUDA_CONTEXT_GB, paged_gb=paged / GB, torch_peak_gb=torch_peak,
         total_gb=total,
         verdicts=verdicts, tokens_per_batch=tokens)
@@ -265,6 +295,12 @@ def fit_problem(est: dict, cfg, gpu_gb: float | None, floor_gb: float | None = N
     total = est.get("total_gb")
     if total is None or not gpu_gb or total <= gpu_gb:
         return None
+    judge = est.get("judge_gb") or 0.0
+    if judge and est["weights_gb"] + judge + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB > gpu_gb:
+        return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB: the local judge model "
+                f"({cfg.reward.judge.model}) takes {judge:.1f} GB of it beside the trained model's "
+                f"{est['weights_gb']:.1f} GB of weights; use a smaller judge, serve it elsewhere (reward.judge.url), "
+                "or a larger GPU")
     fixed = est["weights_gb"] + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB
     if fixed > gpu_gb:
         most = est["params"] * (gpu_gb / 2) / max(est["weights_gb"], 1e-9) / 1e9  # half the card for the weights
@@ -298,4 +334,5 @@ def format_estimate(est: dict, verdicts: dict | None = None) -> str:
             f"({est['lora_params'] / 1e6:.1f}M params) · training {est['activations_gb']:.2f} GB"
             + (f" · generation {est['generation_gb']:.2f} GB" if est["generation_gb"] else "")
             + (f" · 16-bit sampling copy {est['sampler_copy_gb']:.2f} GB" if est.get("sampler_copy_gb") else "")
+            + (f" · judge model {est['judge_gb']:.2f} GB" if est.get("judge_gb") else "")
             + f" · allocator {est['reserve_gb']:.2f} GB · CUDA context {est['overhead_gb']:.1f} GB</small>")

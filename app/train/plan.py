@@ -29,7 +29,7 @@ from app.config.keys import differences
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
-from app.data.convert import require_a_pair, to_dpo
+from app.data.convert import reference_text, require_a_pair, to_dpo
 from app.data.loading import sampled_system_prompt
 from app.data.preference import require_pairs
 from app.errors import UserError
@@ -46,6 +46,10 @@ from app.model.placement import (
 from app.model.source import model_load_error, model_on_disk
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
+from app.rewards.formats import check_schema
+from app.rewards.judge.reward import check_judge
+from app.rewards.match import SAMPLE as MATCH_SAMPLE
+from app.rewards.match import choose as choose_match
 from app.tools.toolbox import load_toolbox
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
@@ -136,7 +140,7 @@ class RunPlan:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
         head = "".join(f"# {a.line()}\n" for a in self.adjustments)
         if head:
-            head = "# qlora-app adjusted these values to fit this run (the values below are what trained):\n" + head
+            head = "# qlora-app adjusted these values for this run (the values below are what trained):\n" + head
         return head + self.cfg.to_yaml()
 
 
@@ -157,6 +161,10 @@ class _Steps:
         self.said.append(line)
         if self.note:
             self.note(line)
+
+    def settle(self) -> None:
+        """The lines said so far are news of their own, not reasons for the next change."""
+        self._mark = len(self.said)
 
     def apply(self, cfg: AppConfig, changes: dict) -> AppConfig:
         """``cfg`` with ``changes`` ({dotted key: value}) applied, each recorded with the lines said since the
@@ -229,6 +237,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         if rows is not None:
             require_a_pair(rows, det)
     tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
+    check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
+    steps.settle()
+    cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "")
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
@@ -281,6 +292,27 @@ def plan_tools(cfg: AppConfig, say):
         f"grpo.max_completion_length={g.max_completion_length} (the memory estimate's sequence); a call may take "
         f"{t.timeout_s:g} s and show {t.max_output_chars} characters")
     return box
+
+
+def check_reward(cfg: AppConfig, say, offline: bool = False) -> None:
+    """The reward's checks, before any model file is read (one line each): the JSON Schema file, the judge (rubric,
+    endpoint under --local-only, local model; ``offline``: a plan for any machine, whose judge need not be here)."""
+    r = cfg.reward
+    check_schema(r.json_schema)
+    if r.judge.enabled:
+        say(check_judge(r.judge, cfg.runtime.local_only, loads=not offline))
+
+
+def reference_match(cfg: AppConfig, rows, det, say) -> dict:
+    """The reference match ``auto`` picks from the reference column of a GRPO run, said with why and recorded as the
+    value that trains (so its proof compares the same way; other methods do not train on the reward, and their proof
+    decides per reference). Returns the change."""
+    field = det.reference_field if det is not None else None
+    if cfg.method != "grpo" or cfg.reward.reference_match != "auto" or rows is None or field is None:
+        return {}
+    mode, why = choose_match(reference_text(rows[i], det) for i in range(min(len(rows), MATCH_SAMPLE)))
+    say(f"reference match: {mode} ({why}); reward.reference_match sets another")
+    return {"reward.reference_match": mode}
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):

@@ -49,6 +49,7 @@ from app.model.unsloth_backend import import_first
 from app.rewards import RewardErrors, load_custom
 from app.run import integrity, layout, store
 from app.run.curves import save_curves
+from app.run.diagnosis import Facts, Watch
 from app.run.faults import nonfinite_message
 from app.run.record import RunRecord
 from app.run.summary import comparison_text, memory_check, peak_memory_text
@@ -95,6 +96,8 @@ class Session:
         self.bar = None  # the terminal's progress bar of the current attempt
         self.reward_errors = RewardErrors()  # the run's reward failures, over every attempt
         self.tool_stats = ToolStats()  # a tool run's calls per tool, over every attempt
+        self.judge_stats = ToolStats()  # a judged run's judgements, over every attempt
+        self.diagnosis: Watch | None = None  # why the reward may be flat (app/run/diagnosis.py), over every attempt
 
     @property
     def dir(self) -> Path | None:
@@ -152,11 +155,16 @@ class Session:
             self.handler = setup_logging(self.dir) if self.main else None
             self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)
             # a tool run's counts are the whole run's: the resumed part adds to what the earlier attempts made
-            self.tool_stats.restore((store.read_status(self.dir) or {}).get(layout.TOOL_COUNTS))
+            status = store.read_status(self.dir) or {}
+            self.tool_stats.restore(status.get(layout.TOOL_COUNTS))
+            self.judge_stats.restore(status.get(layout.JUDGE_COUNTS))
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
         self.plan = make_plan(self.request, self.rows, self.det, machine=self.machine)
+        # what the run's curves show, watched as it trains (a resumed run keeps what it said before)
+        said = (store.read_status(self.dir) or {}).get(layout.DIAGNOSIS) if self.dir is not None else None
+        self.diagnosis = Watch(Facts.of(self.plan.cfg), said)
 
     def create(self) -> None:
         """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""
@@ -185,7 +193,8 @@ class Session:
             self._replan(packed)
         self.plan = plan = packed
         trainer = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None, self.reward_errors,
-                                on_sampler_change=self._sampler_changed, tool_stats=self.tool_stats)
+                                on_sampler_change=self._sampler_changed, tool_stats=self.tool_stats,
+                                judge_stats=self.judge_stats)
         if self.main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training

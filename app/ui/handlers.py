@@ -10,6 +10,7 @@ command starts; the UI never writes into a run folder (the run's session does).
 from __future__ import annotations
 
 import hashlib
+import json
 import shlex
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ from app.config.build import build_config, with_absolute_paths
 from app.config.flags import WIDGETS, flags_layer
 from app.config.presets import list_presets, load_preset, presets_dir
 from app.config.resolve import model_name
+from app.config.reward_components import BY_NAME as REWARD_SPECS
 from app.config.reward_components import NAMES as REWARD_COMPONENTS
 from app.config.schema import AppConfig, RewardConfig
 from app.data import prompt_text, reference_text, resolve_dataset
@@ -211,7 +213,7 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
         else:
             sets.append(f"{flag.key}={_fmt(v)}")
 
-    weights = effective_weights(RewardConfig.model_validate(base["reward"]))
+    weights = effective_weights(_form_reward(form, base["reward"]))
     for name, comp in WEIGHTS.items():
         if name in form:  # weights merge key by key: only the sliders the user moved are passed
             w = float(_clean(form.get(name)) or 0.0)
@@ -221,6 +223,40 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     for s in sets:
         argv += ["--set", s]
     return preset, flags_layer(given), sets, argv
+
+
+def _form_reward(form: dict, reward: dict) -> RewardConfig:
+    """The reward section the form's reward settings (json schema, patterns, judge) make of ``reward`` (the preset's),
+    weights aside: what the weight sliders are measured against. Settings that do not validate yet: the preset's."""
+    data = json.loads(json.dumps(reward))
+    for name, flag in WIDGETS.items():
+        if flag.key.startswith("reward.") and name in form:
+            *path, last = flag.key.split(".")[1:]
+            section = data
+            for part in path:
+                section = section.setdefault(part, {})
+            section[last] = _clean(form.get(name))
+    try:
+        return RewardConfig.model_validate(data)
+    except ValueError:
+        return RewardConfig.model_validate(reward)
+
+
+def opt_in_sliders(form: dict) -> dict[str, float]:
+    """The sliders of the opt-in components (json, regex, judge, accuracy) as the form's reward settings switch them:
+    one switched on by a setting shows its weight when its slider is at 0; one its settings switched off shows 0.
+    A slider the user moved keeps its value."""
+    base = _preset_on(_clean(form.get("preset")) if form.get("preset") != NO_PRESET else None,
+                      form.get("dataset")).model_dump(mode="json")["reward"]
+    weights = effective_weights(_form_reward(form, base))
+    out = {}
+    for name, comp in WEIGHTS.items():
+        shown = float(_clean(form.get(name)) or 0.0)
+        if weights[comp] and not shown:
+            out[name] = weights[comp]
+        elif not weights[comp] and shown and not REWARD_SPECS[comp].weight_switches:
+            out[name] = 0.0
+    return out
 
 
 def config_from_form(form: dict, runs_dir: str | Path) -> AppConfig:

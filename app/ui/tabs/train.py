@@ -4,7 +4,7 @@ memory estimate, the equivalent CLI command, Start / Stop and the live view of t
 from app.config.flags import WIDGETS
 from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.config.reward_components import BY_NAME
-from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS
+from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS, REFERENCE_MATCHES
 from app.errors import UserError
 from app.tools.builtin import BUILTIN_TOOLS
 from app.ui import handlers as h
@@ -110,6 +110,20 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                           placeholder="none", elem_id="environment", info=_info("environment"))
             w["max_tool_calls"] = gr.Number(dflt["max_tool_calls"], label=_label("max_tool_calls"), precision=0,
                                             elem_id="max-tool-calls", info=_info("max_tool_calls"), scale=1)
+        with gr.Row():  # how the reference is compared, and the format components' settings
+            w["reference_match"] = gr.Dropdown(list(REFERENCE_MATCHES), value=dflt["reference_match"],
+                                               label=_label("reference_match"), elem_id="reference-match",
+                                               info=_info("reference_match"), scale=1)
+            for name, elem in (("json_schema", "json-schema"), ("regex", "answer-must"),
+                               ("regex_forbid", "answer-must-not")):
+                w[name] = gr.Textbox(dflt[name] or "", label=_label(name), placeholder="none", elem_id=elem,
+                                     info=_info(name), scale=1)
+        with gr.Row():  # a judge: an endpoint, or a local model
+            for name, elem, hint in (("judge_url", "judge-url", "none, e.g. http://127.0.0.1:8080/v1"),
+                                     ("judge_model", "judge-model", "the endpoint's first, or a local model"),
+                                     ("judge_rubric", "judge-rubric", "ours")):
+                w[name] = gr.Textbox(dflt[name] or "", label=_label(name), placeholder=hint, elem_id=elem,
+                                     info=_info(name), scale=1)
         with gr.Row():
             for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
                 w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",
@@ -213,6 +227,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
         return h.column_overrides(dataset, preset, ctx.local_only)
 
     w["dataset"].change(on_dataset, [w["dataset"], w["preset"]], overrides, show_progress="hidden")
+    _wire_reward(w)
 
     def on_method(method):
         return gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS)
@@ -236,6 +251,22 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], *overrides],
                      [detect_md, samples, *overrides, panel["message"]])
+
+
+def _wire_reward(w: dict) -> None:
+    """A reward setting that switches an opt-in component on (a schema, a pattern, a judge) moves its slider to the
+    weight it will train with; clearing it moves the slider back to 0 (app.ui.handlers.opt_in_sliders)."""
+    import gradio as gr
+
+    names, inputs = list(w), list(w.values())
+    switches = [n for n in ("json_schema", "regex", "regex_forbid", "judge_url", "judge_model") if n in w]
+
+    def on_reward_setting(*values):
+        moved = h.opt_in_sliders(dict(zip(names, values)))
+        return [gr.update(value=moved[n]) if n in moved else gr.update() for n in h.WEIGHTS]
+
+    gr.on([w[n].change for n in switches], on_reward_setting, inputs, [w[n] for n in h.WEIGHTS],
+          show_progress="hidden")
 
 
 def _wire_run(ctx: Context, w: dict, panel: dict) -> None:

@@ -1,0 +1,163 @@
+"""How the reference component compares an answer with its reference (``reward.reference_match``), and what
+``auto`` picks from a reference column.
+
+    exact    the final answer equals the reference as text (case, spaces, markdown, end punctuation ignored);
+             a multiple-choice letter or a yes/no answer is read as such
+    numeric  numbers as numbers ("1,000" = "1000.0"), anything else as exact text (answer.answers_match)
+    math     math-verify equivalence ("1/2" = "0.5" = "\\frac{1}{2}"); numbers as numeric
+    overlap  ROUGE-L F1 (Google's rouge-score: the longest common subsequence of words) between the answer and the
+             reference, 0..1: summaries, rewrites, explanations, support answers
+
+``auto`` reads up to ``SAMPLE`` references once per run (the plan records the choice and why): mostly numbers ->
+numeric; numbers and LaTeX -> math; short answers (a line of at most ``SHORT_WORDS`` words) -> exact; sentences
+and longer -> overlap. A reference that marks its answer ("#### 42", "\\boxed{}") counts as that answer.
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import median
+
+from app.rewards import answer as A
+
+SAMPLE = 200  # references auto reads
+SHORT_WORDS = 5  # a reference of at most this many words (median) is a short answer
+MOSTLY = 0.8  # the share of references that decides a kind
+OVERLAP_CHARS = 8000  # the overlap measure reads at most this much of an answer and of a reference
+
+# A word: a run of letters and digits, or one CJK character (those scripts do not put spaces between words).
+_WORD_RE = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]|[^\W_]+")
+
+
+def _raw(reference) -> str:
+    return "" if reference is None else str(reference).strip()
+
+
+def _answer_of(reference) -> str | None:
+    """The text a reference stands for: its marked answer ("#### 42", \\boxed{}) or the reference itself."""
+    raw = _raw(reference)
+    if not raw:
+        return None
+    if "####" in raw or A.last_boxed(raw):
+        return A.parse_reference(raw)
+    return raw
+
+
+def choose(references) -> tuple[str, str]:
+    """(mode, why) for a reference column: what ``reward.reference_match: auto`` compares with.
+
+    >>> choose(["#### 18", "#### 1,000", "42"])[0]
+    'numeric'
+    >>> choose(["Paris", "Blue whale", "1969"])[0]
+    'exact'
+    >>> choose(["The treaty ended the war and redrew the borders of the region.", "Cells divide by mitosis."])[0]
+    'overlap'
+    """
+    values = [v for v in (_answer_of(r) for r in list(references)[:SAMPLE]) if v]
+    if not values:
+        return "numeric", "no reference to read: answers are compared as numbers, else as text"
+    n = len(values)
+    numbers = sum(A.to_number(v) is not None for v in values)
+    if numbers >= MOSTLY * n:
+        return "numeric", f"{numbers} of {n} references read are numbers"
+    latex = sum(A.to_number(v) is None and bool(A._LATEXY_RE.search(v)) and len(v) <= A.MAX_ANSWER_CHARS
+                for v in values)
+    if numbers + latex >= MOSTLY * n and latex:
+        return "math", f"{latex} of {n} references read are LaTeX or fractions and {numbers} numbers"
+    words = median(len(_WORD_RE.findall(v)) for v in values)
+    lines = sum("\n" not in v for v in values)
+    if words <= SHORT_WORDS and lines >= MOSTLY * n:
+        return "exact", f"short answers: the references read have a median of {words:g} word(s)"
+    return "overlap", (f"free text: the references read have a median of {words:g} words, so an answer is scored by "
+                       "its ROUGE-L overlap with the reference (exact matching would score nearly every answer 0)")
+
+
+# ------------------------------------------------------------------------------------------------------ compare
+
+
+def _exact(pred: str | None, gold: str) -> bool:
+    if pred is None:
+        return False
+    if re.fullmatch(r"\(?[A-Ja-j]\)?", gold.strip()) and (letter := A._choice_letter(pred)) is not None:
+        return letter == A._choice_letter(gold)
+    gold_yes = A._yes_no(gold, whole=True)
+    if gold_yes is not None and (pred_yes := A._yes_no(pred, whole=False)) is not None:
+        return pred_yes == gold_yes
+    return A._norm_text(pred) == A._norm_text(gold)
+
+
+def _math(pred: str | None, gold: str) -> bool | None:
+    if pred is None:
+        return False
+    if A.to_number(gold) is not None:
+        return A.answers_match(pred, gold)
+    mv = A._math_verify_equal(pred, gold)
+    return A.answers_match(pred, gold) if mv is None else mv
+
+
+class _Words:
+    """rouge-score's tokenizer interface (``tokenize(text)``): words of any script (rouge-score's own keeps a-z and
+    0-9 only, so an answer in another language would overlap with nothing), English ones Porter-stemmed as
+    rouge-score does."""
+
+    def __init__(self):
+        from nltk.stem import porter  # rouge-score's own dependency and stemmer
+
+        self._stem = porter.PorterStemmer().stem
+
+    def tokenize(self, text: str) -> list[str]:
+        words = _WORD_RE.findall(text[:OVERLAP_CHARS].casefold())
+        return [self._stem(w) if len(w) > 3 and w.isascii() and w.isalpha() else w for w in words]
+
+
+_SCORER = None
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 of two texts, 0..1 (rouge-score's RougeScorer with a tokenizer for every script).
+
+    >>> round(rouge_l("The cat sat on the mat.", "A cat was sitting on the mat"), 3)  # as rouge-score's own
+    0.615
+    >>> rouge_l("Le chat dort.", "Le chat dort")
+    1.0
+    """
+    global _SCORER
+    if _SCORER is None:
+        from rouge_score import rouge_scorer
+
+        _SCORER = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_Words())
+    return float(_SCORER.score(reference, prediction)["rougeL"].fmeasure)
+
+
+def _overlap_text(text: str) -> str:
+    """The part of a completion compared with a free-text reference: what follows its last "Final answer:" when it
+    marks one, else its whole visible text."""
+    visible = A.strip_think(text)
+    marked = A._FINAL_RE.search(visible[-A.TAIL_CHARS:]) and list(A._FINAL_RE.finditer(visible))
+    return visible[marked[-1].end():].strip() if marked else visible
+
+
+def score(mode: str, text: str, reference) -> tuple[float | None, str]:
+    """(value, why) of one completion's text against its reference under ``mode`` (not auto: the caller resolved
+    it, with ``choose`` on the column, or on this one reference)."""
+    if mode == "overlap":
+        ref = _raw(reference)
+        if "####" in ref:  # a worked solution with a marked answer: the words before the mark are the reference
+            ref = ref.rsplit("####", 1)[0].strip() or ref
+        if not ref:
+            return None, "no reference"
+        pred = _overlap_text(text)
+        if not pred:
+            return 0.0, "empty answer"
+        f1 = rouge_l(pred, ref)
+        return round(f1, 4), f"ROUGE-L F1 {f1:.2f} with the reference ({len(ref)} chars)"
+    gold = A.parse_reference(reference)
+    if gold is None:
+        return None, "no reference"
+    pred = A.extract_final_answer(text)
+    ok = _exact(pred, gold) if mode == "exact" else _math(pred, gold) if mode == "math" else A.answers_match(pred, gold)
+    if ok is None:
+        return None, f"reference {gold!r} cannot be judged"
+    verb = "matches" if ok else "does not match"
+    how = "" if mode == "numeric" else f" ({mode})"
+    return (1.0 if ok else 0.0), f"answer {pred!r} {verb} reference {gold!r}{how}"
