@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_open_rewards import _Judge
+from test_open_rewards import JudgeServer, _Judge
 
 from app.config.build import build_config
 from app.run import layout, store
@@ -111,11 +111,10 @@ def test_a_grpo_run_judged_by_a_local_model(tiny_models, math_jsonl, tmp_path):
 
 
 def test_a_judge_that_hangs_or_talks_nonsense_never_stops_a_run(tiny_models, math_jsonl, tmp_path):
-    from http.server import ThreadingHTTPServer
     from threading import Thread
 
     _Judge.mode, _Judge.seen, _Judge.fails_left = "garbage", [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
+    server = JudgeServer(("127.0.0.1", 0), _Judge)
     Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"

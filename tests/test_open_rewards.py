@@ -222,10 +222,15 @@ class _Judge(BaseHTTPRequestHandler):
                                       "message": {"role": "assistant", "content": content}}]})
 
 
+class JudgeServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):  # a client that gave up on a hang: nothing to report
+        pass
+
+
 @pytest.fixture()
 def judge_server():
     _Judge.mode, _Judge.seen, _Judge.fails_left = "good", [], 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Judge)
+    server = JudgeServer(("127.0.0.1", 0), _Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()

@@ -124,6 +124,12 @@ def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
     console.print(t)
 
 
+# The summary's rows after the curves: (label, run_summary key), in the order `train` and `runs show` print them.
+SUMMARY_ROWS = (("memory estimate", "memory_check"), ("fast paths", "fast_paths"), ("adjusted", "adjustments"),
+                ("tool calls", "tools"), ("judge", "judge"), ("diagnosis", "diagnosis"),
+                ("held-out during training", "heldout"), ("held-out", "comparison"), ("error", "error"))
+
+
 def print_run_summary(d: Path, console) -> None:
     recs = store.read_metrics(d)  # once: the summary and the curves both use these rows
     st = run_summary(d, recs)
@@ -139,24 +145,10 @@ def print_run_summary(d: Path, console) -> None:
         est = st.get("memory_estimate_gb")
         t.add_row("peak memory", st["peak_memory"] + (f" (estimate for a GPU: {est:.1f} GB)" if est and not st.get(
             "memory_check") else ""), "")
-    if st.get("memory_check"):
-        t.add_row("memory estimate", escape(st["memory_check"]), "")
-    if st.get("fast_paths"):
-        t.add_row("fast paths", escape(st["fast_paths"]), "")
-    for line in st.get("adjustments") or []:
-        t.add_row("adjusted", escape(line), "")
-    if st.get("tools"):
-        t.add_row("tool calls", escape(st["tools"]), "")
-    if st.get("judge"):
-        t.add_row("judge", escape(st["judge"]), "")
-    for line in st.get("diagnosis") or []:
-        t.add_row("diagnosis", escape(line), "")
-    if st.get("heldout"):
-        t.add_row("held-out during training", escape(st["heldout"]), "")
-    if st.get("comparison"):
-        t.add_row("held-out", escape(st["comparison"]), "")
-    if st.get("error"):
-        t.add_row("error", escape(st["error"]), "")
+    for label, key in SUMMARY_ROWS:  # a list (adjustments, diagnosis) is a row per line
+        value = st.get(key)
+        for line in value if isinstance(value, list) else [value] if value else []:
+            t.add_row(label, escape(line), "")
     console.print(t)
     if st.get("adapter"):  # on its own line: the path to copy, never cut by the table's width
         console.print("adapter:", highlight=False)
