@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 HEAVY = {"torch", "transformers", "trl", "peft", "gradio", "datasets", "matplotlib", "bitsandbytes", "accelerate",
          "math_verify", "numpy", "pandas", "pyarrow", "huggingface_hub", "safetensors", "trackio", "unsloth",
-         "vllm"}
+         "vllm", "fastapi", "uvicorn"}
 
 # Lowest first. A module may import its own layer and the ones below, never one above.
 LAYERS = (
@@ -24,7 +24,7 @@ LAYERS = (
     ("app.run",),
     ("app.data", "app.rewards", "app.model", "app.tools"),
     ("app.train", "app.eval", "app.export"),
-    ("app.demo", "app.ui"),
+    ("app.demo", "app.ui", "app.serve"),
     ("app.cli",),
 )
 

@@ -98,7 +98,7 @@ def test_a_grpo_run_judged_by_a_real_llama_cpp_server(llama_cpp_judge, tiny_mode
     assert counts["calls"] > 0 and counts["failures"] == 0, counts
     from app.run.summary import run_summary
 
-    assert run_summary(d)["judge"].startswith(f"judge {counts['calls']} judgements, 0 failed")
+    assert run_summary(d)["judgements"].startswith(f"judge {counts['calls']} judgements, 0 failed")
     assert model  # the endpoint's own first model was asked for
 
 

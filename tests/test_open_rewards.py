@@ -363,7 +363,7 @@ def test_the_train_form_sets_the_match_the_format_checks_and_the_judge(tmp_path)
     edited = {**form, "dataset": "arith", "reference_match": "overlap", "json_schema": str(schema),
               "regex": r"^\d+$", "regex_forbid": "(?i)sorry", "judge_url": "http://127.0.0.1:8080/v1",
               "judge_model": "qwen", "w_judge": 1.5}
-    edited.update(h.opt_in_sliders(edited))  # the page moves the json and regex sliders as their settings switch them on
+    edited.update(h.opt_in_sliders(edited))  # the page moves the json and regex sliders as their settings say
     assert (edited["w_json"], edited["w_regex"], edited["w_judge"]) == (1.0, 1.0, 1.5)
     _, flags, sets, argv = h.form_to_cli(edited, tmp_path)
     assert argv[argv.index("--reference-match") + 1] == "overlap"

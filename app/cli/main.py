@@ -39,6 +39,9 @@ from app.host.offline import apply_local_only, no_telemetry
 from app.host.process import start_command
 from app.run import layout, lookup
 from app.run.summary import run_summary
+from app.serve.engine import Engine
+from app.serve.server import api_key as serve_key
+from app.serve.server import banner, check_exposure, server
 from app.train import launcher
 from app.train.session import Session
 from app.train.torchrun import is_worker, wants_launcher
@@ -279,6 +282,25 @@ def ui(
     no_telemetry()  # before gradio is imported: it reads these at import time
     launch(host=host, port=port, share=share, auth=auth, runs_dir=runs_dir, local_only=local_only,
            open_browser=open_browser)
+
+
+@app.command(cls=Command)
+def serve(
+    run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (loopback by default; beyond it needs --api-key)."),
+    port: int = typer.Option(8000),
+    api_key: Optional[str] = typer.Option(None, help="Key clients send as 'Authorization: Bearer KEY' (or "
+                                                     "QLORA_APP_API_KEY)."),
+    model: Optional[str] = typer.Option(None, help="Base model, when the adapter does not say which."),
+    local_only: bool = switch("--local-only"),
+):
+    """The run's adapter, and its base beside it, over the OpenAI API (/v1/chat/completions, /v1/completions)."""
+    apply_local_only(local_only)
+    key = serve_key(api_key)
+    check_exposure(host, key)
+    engine = Engine(run, local_only=local_only, model=model)
+    console.print(banner(engine, host, port, key), highlight=False, soft_wrap=True)
+    server(engine, host, port, key).run()
 
 
 # ------------------------------------------------------------------------------------------- presets and runs

@@ -54,7 +54,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
         "tools": tools_text(st.get(layout.TOOL_COUNTS)),
-        "judge": tools_text(st.get(layout.JUDGE_COUNTS), "judgements"),
+        "judgements": tools_text(st.get(layout.JUDGE_COUNTS), "judgements"),
         # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
         "diagnosis": [d.get("message", "") for d in st.get(layout.DIAGNOSIS) or []],
         "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or []) or None,

@@ -106,8 +106,8 @@ def status_markdown(s: dict) -> str:
         parts.append(f"adapter: `{s['adapter']}`")
     if s.get("tools"):  # a tool run: its calls per tool, live (status.json's counts)
         parts.append(f"tool calls: {s['tools']}")
-    if s.get("judge"):
-        parts.append(f"judge: {s['judge']}")
+    if s.get("judgements"):
+        parts.append(f"judge: {s['judgements']}")
     for line in s.get("diagnosis") or []:  # what the run's diagnosis found: in view beside the curves it reads
         parts.append(f"<div class='diagnosis' style='border-left:4px solid #b06000;background:#fff4e5;"
                      f"padding:4px 8px;margin:4px 0'><b>why the reward may be flat:</b> {html.escape(line)}</div>")

@@ -8,11 +8,11 @@ or the home directory).
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import socket
 from pathlib import Path
 
 from app.errors import UserError
+from app.host.net import is_loopback
 from app.ui.app import CSS, build_app
 from app.ui.handlers import UPLOAD_DIR
 
@@ -26,15 +26,6 @@ def parse_auth(auth: str | None) -> tuple[str, str] | None:
     if not sep or not user or not password:
         raise UserError("--auth needs the form USER:PASS, e.g. --auth alice:s3cret")
     return user, password
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def check_exposure(host: str, share: bool, auth: str | None) -> None:

@@ -14,14 +14,13 @@ whose message names ``response_format``; any other server error is a failed try,
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
+from app.host import net
 from app.rewards.judge.rubric import SCORE_SCHEMA, parse_score
 
 # The reply forms tried in order (a server that rejects one with 400/422 gets the next).
@@ -30,24 +29,16 @@ REPLY_FORMATS = (
     {"response_format": {"type": "json_object", "schema": SCORE_SCHEMA}},
     {},
 )
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
 def is_this_machine(url: str) -> bool:
-    """Whether ``url``'s host is this machine: a loopback name or address, or this machine's own host name. Decided
-    without DNS (a lookup is itself a trip to the network, which --local-only promises never to make).
+    """Whether ``url``'s host is this machine (app.host.net: loopback or its own host name, without DNS).
 
     >>> is_this_machine("http://127.0.0.1:8080/v1"), is_this_machine("http://[::1]:11434"), is_this_machine(
     ...     "https://api.openai.com/v1")
     (True, True, False)
     """
-    host = (urlparse(url).hostname or "").lower()
-    if host in _LOOPBACK_NAMES or host in {socket.gethostname().lower(), "0.0.0.0"}:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return net.is_this_machine(urlparse(url).hostname or "")
 
 
 class EndpointJudge:

@@ -1,0 +1,10 @@
+"""`qlora-app serve RUN`: a run's adapter (and its base beside it) over the OpenAI API.
+
+    engine.py  the model, loaded once (the 4-bit base wrapped with the adapter; the base answers with the adapter
+               off), the run's chat template and system prompt, chat's and compare's generation path, one request
+               generating at a time (the others wait their turn)
+    api.py     the HTTP routes (/v1/models, /v1/chat/completions with streaming, /v1/completions), OpenAI-style
+               errors, the API key, a client that goes away mid-stream
+
+Owns: serving a trained run. Must not train, plan or change a run folder.
+"""

@@ -1,0 +1,89 @@
+"""The model a server answers with: a run's adapter and its base, one copy in memory.
+
+Built from chat's parts (app/eval/chat.py, itself compare's): the base in 4-bit wrapped once with the adapter, the
+base side under PEFT's ``disable_adapter()``, the run's system prompt added when a request has none, the tokenizer's
+chat template, and ``generate_one`` (compare at batch size 1), so a greedy reply equals `compare`'s and `chat`'s.
+Requests are served one at a time, in arrival order (a lock; a waiting request holds no model memory); a request
+whose client went away stops at its next token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+
+from app.errors import UserError
+from app.eval.chat import _plain
+from app.eval.compare import load_pair, resolve_target
+from app.host.threads import use_free_cores
+from app.model.generation import adds_special_tokens, format_prompt, generate_one
+from app.model.placement import context_length
+from app.model.source import check_model_source
+
+BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
+
+
+@dataclass
+class Stats:
+    """What the server did, for its log and its tests."""
+
+    requests: int = 0
+    stopped: int = 0  # replies ended early because the client went away
+    waited_s: float = 0.0  # time requests spent waiting for the model
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class Engine:
+    """``names``: {model name: side}; ``reply(name, messages, ...)`` one answer at a time."""
+
+    def __init__(self, run, local_only: bool = False, model: str | None = None):
+        adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
+        check_model_source(mc.name_or_path, local_only)
+        use_free_cores()
+        self.run_cfg = run_cfg
+        self.system = run_cfg.data.system_prompt if run_cfg else None
+        name = (adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name)
+        self.names = {name: "adapter", name + BASE_SUFFIX: "base"}
+        self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
+                                         device=run_cfg.runtime.device if run_cfg else "auto")
+        self.context = context_length(self.model.config)
+        self.created = int(time.time())
+        self.stats = Stats()
+        self._turn = threading.Lock()
+
+    def side(self, name: str) -> str:
+        if name not in self.names:
+            raise UserError(f"model '{name}' is not served here; use one of {', '.join(self.names)}")
+        return self.names[name]
+
+    def chat_prompt(self, messages: list[dict]) -> str:
+        """The prompt text for an OpenAI-style conversation: the run's system prompt first when it has none."""
+        msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
+        if self.system and not any(m["role"] == "system" for m in msgs):
+            msgs = [{"role": "system", "content": self.system}] + msgs
+        return format_prompt(self.tok, {"messages": msgs, "plain": _plain(msgs)})
+
+    def ids(self, text: str, max_tokens: int) -> list[int]:
+        ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
+        if self.context is not None and len(ids) + max_tokens > self.context:
+            raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
+                            f"{self.context}-token context; shorten it or lower max_tokens")
+        return ids
+
+    def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
+              stop: threading.Event | None = None) -> tuple[str, int, int]:
+        """(reply, prompt tokens, reply tokens) for prompt ``text`` from model ``name``, when the model is free."""
+        side = self.side(name)
+        ids = self.ids(text, max_tokens)
+        t0 = time.monotonic()
+        with self._turn:
+            waited = time.monotonic() - t0
+            with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+                out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed, on_text, stop)
+        with self.stats.lock:
+            self.stats.requests += 1
+            self.stats.waited_s += waited
+            self.stats.stopped += int(bool(stop and stop.is_set()))
+        return out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"])
