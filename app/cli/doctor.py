@@ -15,7 +15,7 @@ from app.errors import UserError
 from app.export.gguf import EXTRA
 from app.host.machine import installed
 from app.run import layout, lookup, store
-from app.run.diagnosis import WINDOW, Facts, diagnose
+from app.run.diagnosis import WINDOW, Facts, diagnose, is_step
 from app.train.plan import make_plan
 
 
@@ -80,7 +80,7 @@ def report_run(run, console) -> int:
     d = lookup.require_run_dir(run)
     cfg = validate(load_yaml_file(d / layout.CONFIG))
     records = store.read_metrics(d)
-    steps = [r for r in records if "loss" in r or "reward" in r]
+    steps = [r for r in records if is_step(r)]
     found = diagnose(records, Facts.of(cfg))
     console.print(f"[bold]{escape(d.name)}[/]: {cfg.method.upper()}, {len(steps)} logged steps")
     if len(steps) < WINDOW:

@@ -12,8 +12,7 @@ import sys
 from app.data.convert import prompt_text, reference_text
 from app.data.preference import pair_of
 from app.data.preview import inspect_detection
-from app.rewards.match import SAMPLE as MATCH_SAMPLE
-from app.rewards.match import choose as choose_match
+from app.rewards.match import choose_for as choose_match
 
 SAMPLES = 3
 CELL = 300  # characters per sample cell: enough to recognise a row, short enough for a terminal
@@ -31,7 +30,7 @@ def reference_match(rows, det) -> tuple[str, str] | None:
     run's plan decides it; None without a reference column."""
     if det.reference_field is None or not len(rows):
         return None
-    return choose_match(reference_text(rows[i], det) for i in range(min(len(rows), MATCH_SAMPLE)))
+    return choose_match(rows, lambda row: reference_text(row, det))
 
 
 def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt_field: str | None,

@@ -72,6 +72,12 @@ def choose(references) -> tuple[str, str]:
                        "its ROUGE-L overlap with the reference (exact matching would score nearly every answer 0)")
 
 
+def choose_for(rows, reference_of) -> tuple[str, str]:
+    """``choose`` on the first SAMPLE rows of a dataset, each row's reference read by ``reference_of(row)``: what a
+    run's plan and `inspect` decide, the same way."""
+    return choose(reference_of(rows[i]) for i in range(min(len(rows), SAMPLE)))
+
+
 # ------------------------------------------------------------------------------------------------------ compare
 
 

@@ -98,7 +98,7 @@ def _range(name: str) -> float:
     return (spec.high - spec.low) if spec else 1.0
 
 
-def _is_step(record: dict) -> bool:
+def is_step(record: dict) -> bool:
     """A training step's line (a held-out evaluation of a step that was not logged has a line of its own)."""
     return any(k in record for k in ("loss", "reward", layout.ADAPTER_UPDATE))
 
@@ -106,7 +106,7 @@ def _is_step(record: dict) -> bool:
 def diagnose(records: list[dict], facts: Facts) -> list[Finding]:
     """Every finding the logged steps ``records`` (metrics.jsonl lines, in step order) show for a run of ``facts``;
     [] when fewer than WINDOW steps are logged or nothing persisted."""
-    train = [r for r in records if _is_step(r)]
+    train = [r for r in records if is_step(r)]
     return _diagnose(train[:WINDOW // 2], train[-WINDOW:], len(train), _series(records, layout.EVAL_ACCURACY), facts)
 
 
@@ -244,7 +244,7 @@ class Watch:
     def add(self, record: dict) -> list[dict]:
         if isinstance(record.get(layout.EVAL_ACCURACY), (int, float)):
             self.held.append(record[layout.EVAL_ACCURACY])
-        if not _is_step(record):
+        if not is_step(record):
             return []
         self.steps += 1
         if len(self.early) < WINDOW // 2:

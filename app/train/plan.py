@@ -48,8 +48,7 @@ from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.rewards.formats import check_schema
 from app.rewards.judge.reward import check_judge
-from app.rewards.match import SAMPLE as MATCH_SAMPLE
-from app.rewards.match import choose as choose_match
+from app.rewards.match import choose_for as choose_match
 from app.tools.toolbox import load_toolbox
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
@@ -310,7 +309,7 @@ def reference_match(cfg: AppConfig, rows, det, say) -> dict:
     field = det.reference_field if det is not None else None
     if cfg.method != "grpo" or cfg.reward.reference_match != "auto" or rows is None or field is None:
         return {}
-    mode, why = choose_match(reference_text(rows[i], det) for i in range(min(len(rows), MATCH_SAMPLE)))
+    mode, why = choose_match(rows, lambda row: reference_text(row, det))
     say(f"reference match: {mode} ({why}); reward.reference_match sets another")
     return {"reward.reference_match": mode}
 

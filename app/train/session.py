@@ -98,6 +98,7 @@ class Session:
         self.tool_stats = ToolStats()  # a tool run's calls per tool, over every attempt
         self.judge_stats = ToolStats()  # a judged run's judgements, over every attempt
         self.diagnosis: Watch | None = None  # why the reward may be flat (app/run/diagnosis.py), over every attempt
+        self.said_before: list[dict] | None = None  # a resumed run's diagnosis, as its earlier attempts said it
 
     @property
     def dir(self) -> Path | None:
@@ -158,13 +159,13 @@ class Session:
             status = store.read_status(self.dir) or {}
             self.tool_stats.restore(status.get(layout.TOOL_COUNTS))
             self.judge_stats.restore(status.get(layout.JUDGE_COUNTS))
+            self.said_before = status.get(layout.DIAGNOSIS)
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
         self.plan = make_plan(self.request, self.rows, self.det, machine=self.machine)
         # what the run's curves show, watched as it trains (a resumed run keeps what it said before)
-        said = (store.read_status(self.dir) or {}).get(layout.DIAGNOSIS) if self.dir is not None else None
-        self.diagnosis = Watch(Facts.of(self.plan.cfg), said)
+        self.diagnosis = Watch(Facts.of(self.plan.cfg), self.said_before)
 
     def create(self) -> None:
         """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""

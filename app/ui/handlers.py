@@ -10,12 +10,11 @@ command starts; the UI never writes into a run folder (the run's session does).
 from __future__ import annotations
 
 import hashlib
-import json
 import shlex
 import shutil
 from pathlib import Path
 
-from app.config.build import build_config, with_absolute_paths
+from app.config.build import build_config, with_absolute_paths, with_values
 from app.config.flags import WIDGETS, flags_layer
 from app.config.presets import list_presets, load_preset, presets_dir
 from app.config.resolve import model_name
@@ -191,9 +190,9 @@ def widget_values(form: dict) -> dict:
 def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, list[str], list[str]]:
     """(preset, flags, sets, argv): the CLI's inputs for these widget values. ``flags`` has the same shape as the
     dict app/cli/main.py's `train` builds; only values that differ from the preset/defaults are passed at all."""
-    preset = form.get("preset")
-    preset = None if not preset or preset == NO_PRESET else preset
-    base = _preset_on(preset, form.get("dataset")).model_dump(mode="json")
+    preset = _form_preset(form)
+    base_cfg = _preset_on(preset, form.get("dataset"))
+    base = base_cfg.model_dump(mode="json")
     base["data"]["dataset"] = _preset_on(preset, None).data.dataset  # the dataset itself is passed when it differs
     given: dict = {"output_dir": str(runs_dir)}  # option values by parameter name, as the CLI's train gets them
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
@@ -213,7 +212,7 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
         else:
             sets.append(f"{flag.key}={_fmt(v)}")
 
-    weights = effective_weights(_form_reward(form, base["reward"]))
+    weights = effective_weights(_form_reward(form, base_cfg))
     for name, comp in WEIGHTS.items():
         if name in form:  # weights merge key by key: only the sliders the user moved are passed
             w = float(_clean(form.get(name)) or 0.0)
@@ -225,30 +224,24 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     return preset, flags_layer(given), sets, argv
 
 
-def _form_reward(form: dict, reward: dict) -> RewardConfig:
-    """The reward section the form's reward settings (json schema, patterns, judge) make of ``reward`` (the preset's),
+def _form_preset(form: dict) -> str | None:  # the preset the form is built on (None: none)
+    return None if form.get("preset") in (None, "", NO_PRESET) else form["preset"]
+
+
+def _form_reward(form: dict, base: AppConfig) -> RewardConfig:
+    """The reward section the form's reward settings (json schema, patterns, judge) make of ``base`` (the preset's),
     weights aside: what the weight sliders are measured against. Settings that do not validate yet: the preset's."""
-    data = json.loads(json.dumps(reward))
-    for name, flag in WIDGETS.items():
-        if flag.key.startswith("reward.") and name in form:
-            *path, last = flag.key.split(".")[1:]
-            section = data
-            for part in path:
-                section = section.setdefault(part, {})
-            section[last] = _clean(form.get(name))
+    values = {f.key: _clean(form.get(n)) for n, f in WIDGETS.items() if f.key.startswith("reward.") and n in form}
     try:
-        return RewardConfig.model_validate(data)
-    except ValueError:
-        return RewardConfig.model_validate(reward)
+        return with_values(base, values).reward
+    except UserError:
+        return base.reward
 
 
 def opt_in_sliders(form: dict) -> dict[str, float]:
-    """The sliders of the opt-in components (json, regex, judge, accuracy) as the form's reward settings switch them:
-    one switched on by a setting shows its weight when its slider is at 0; one its settings switched off shows 0.
-    A slider the user moved keeps its value."""
-    base = _preset_on(_clean(form.get("preset")) if form.get("preset") != NO_PRESET else None,
-                      form.get("dataset")).model_dump(mode="json")["reward"]
-    weights = effective_weights(_form_reward(form, base))
+    """The opt-in components' sliders as the form's reward settings switch them: one switched on shows its weight
+    when its slider is at 0, one switched off shows 0; a slider the user moved keeps its value."""
+    weights = effective_weights(_form_reward(form, _preset_on(_form_preset(form), form.get("dataset"))))
     out = {}
     for name, comp in WEIGHTS.items():
         shown = float(_clean(form.get(name)) or 0.0)

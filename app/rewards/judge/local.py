@@ -12,6 +12,7 @@ from __future__ import annotations
 from app.config.schema import ModelConfig
 from app.model.generation import adds_special_tokens
 from app.model.load import load_base_model
+from app.model.placement import context_length
 from app.rewards.judge.rubric import SCALE
 
 PREFILL = '{"score": '
@@ -53,7 +54,7 @@ class LocalJudge:
         else:
             text = f"{text}\n"
         ids = tok.encode(text + PREFILL, add_special_tokens=adds_special_tokens(tok))
-        room = getattr(self._model.config, "max_position_embeddings", None)
+        room = context_length(self._model.config)
         return ids[-(room - 1):] if room and len(ids) >= room else ids  # the rubric's end (the ask) is kept
 
     def _next_probs(self, rows: list[list[int]]):
