@@ -35,6 +35,16 @@ def tiny_model(tiny_models) -> Path:
     return tiny_models["qwen3"]
 
 
+@pytest.fixture(scope="session")
+def quick_demo(tmp_path_factory):
+    """(finished process, its output folder) of `qlora-app demo --quick --seed 7`: a real GRPO run that lifts the
+    held-out accuracy, made once for the tests that read a trained run (test_demo checks the demo itself)."""
+    out = tmp_path_factory.mktemp("quick-demo")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--quick", "--output-dir", str(out), "--seed", "7"],
+                       capture_output=True, text=True, timeout=900)
+    return r, out
+
+
 @pytest.fixture()
 def math_jsonl(tmp_path) -> Path:
     """A small GSM8K-shaped local dataset."""

@@ -12,9 +12,8 @@ from app.run import layout, store
 pytestmark = pytest.mark.slow
 
 
-def test_quick_demo_runs_the_whole_path_and_writes_compare_json(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--quick", "--output-dir", str(tmp_path),
-                        "--seed", "7"], capture_output=True, text=True, timeout=900)
+def test_quick_demo_runs_the_whole_path_and_writes_compare_json(quick_demo):
+    r, tmp_path = quick_demo
     assert r.returncode == 0, r.stderr[-3000:]
     assert "held-out accuracy" in r.stdout and "Traceback" not in r.stderr
     result = json.loads((tmp_path / layout.COMPARE_JSON).read_text())

@@ -231,13 +231,14 @@ def test_dpo_curves_have_their_panels():
 
 
 def test_ui_detect_shows_the_pair_and_the_form_sends_the_dpo_keys(tmp_path):
+    from app.ui import data_form as df
     from app.ui import handlers as h
 
-    res = h.detect(str(Path(__file__).parent / "data_schemas" / "hh_rlhf.jsonl"))
+    res = df.detect(str(Path(__file__).parent / "data_schemas" / "hh_rlhf.jsonl"))
     assert set(res["samples"][0]) == {"prompt (as the model sees it)", "reference", "chosen", "rejected"}
     assert "Ana has" in res["samples"][0]["prompt (as the model sees it)"] and "Human:" not in \
         res["samples"][0]["prompt (as the model sees it)"]
-    md = h.detection_markdown(res)
+    md = df.detection_markdown(res)
     assert "**chosen**: `chosen`" in md and "**rejected**: `rejected`" in md
     form = h.widget_values(h.form_defaults(None))
     assert form["dpo_loss"] == "sigmoid"

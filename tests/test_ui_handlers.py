@@ -16,6 +16,7 @@ from app.config.resolve import resolve
 from app.errors import UserError
 from app.run import layout, lookup, newrun, store
 from app.run.summary import run_summary
+from app.ui import data_form as df
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.serve import launch_kwargs, parse_auth
@@ -134,37 +135,37 @@ def test_save_upload(tmp_path):
     src = tmp_path / "data.jsonl"
     src.write_text('{"question": "1+1?", "answer": "2"}\n')
     runs = tmp_path / "runs"
-    p1 = Path(h.save_upload(str(src), runs))
-    assert p1.parent == (runs / h.UPLOAD_DIR).resolve() and p1.read_text() == src.read_text()
-    assert Path(h.save_upload(str(src), runs)) == p1  # same content, same file
+    p1 = Path(df.save_upload(str(src), runs))
+    assert p1.parent == (runs / df.UPLOAD_DIR).resolve() and p1.read_text() == src.read_text()
+    assert Path(df.save_upload(str(src), runs)) == p1  # same content, same file
     src.write_text('{"question": "2+2?", "answer": "4"}\n')
-    p2 = Path(h.save_upload(str(src), runs))
+    p2 = Path(df.save_upload(str(src), runs))
     assert p2 != p1 and p1.read_text() != p2.read_text()  # new content never overwrites the old upload
     bad = tmp_path / "notes.txt"
     bad.write_text("x")
     with pytest.raises(UserError, match="not a dataset file"):
-        h.save_upload(str(bad), runs)
+        df.save_upload(str(bad), runs)
     assert lookup.list_runs(runs) == []  # the upload folder is not a run
 
 
 def test_detect_fields_and_override(math_jsonl):
-    res = h.detect(str(math_jsonl))
+    res = df.detect(str(math_jsonl))
     d = res["detection"]
     assert d["prompt_field"] == "question" and d["reference_field"] == "answer"
     assert d["reasons"]["prompt_field"] and d["num_rows"] == 40 and d["columns"] == ["question", "answer"]
     assert len(res["samples"]) == 3 and "apples" in res["samples"][0]["prompt (as the model sees it)"]
-    md = h.detection_markdown(res)
+    md = df.detection_markdown(res)
     assert "`question`" in md and "`answer`" in md and "40 rows" in md
-    swapped = h.detect(str(math_jsonl), prompt_field="answer", reference_field="question")
+    swapped = df.detect(str(math_jsonl), prompt_field="answer", reference_field="question")
     assert swapped["detection"]["prompt_field"] == "answer"
     assert "override" in swapped["detection"]["reasons"]["prompt_field"]
 
 
 def test_detect_errors_are_user_errors(tmp_path):
     with pytest.raises(UserError):
-        h.detect("")
+        df.detect("")
     with pytest.raises(UserError):
-        h.detect(str(tmp_path / "missing.jsonl"), local_only=True)
+        df.detect(str(tmp_path / "missing.jsonl"), local_only=True)
 
 
 def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None, **fields) -> Path:
@@ -224,7 +225,7 @@ def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):
 def test_launch_defaults_are_safe(tmp_path):
     kw = launch_kwargs("127.0.0.1", 7860, False, None, tmp_path)
     assert kw["server_name"] == "127.0.0.1" and kw["share"] is False and kw["auth"] is None
-    assert kw["allowed_paths"] == [str(tmp_path.resolve()), str(tmp_path.resolve() / h.UPLOAD_DIR)]
+    assert kw["allowed_paths"] == [str(tmp_path.resolve()), str(tmp_path.resolve() / df.UPLOAD_DIR)]
     assert kw["max_file_size"] and kw["enable_monitoring"] is False
     assert launch_kwargs("0.0.0.0", 1, True, "alice:pw:x", tmp_path)["auth"] == ("alice", "pw:x")
     for bad in ("alice", ":pw", "alice:"):
@@ -339,7 +340,7 @@ def test_dpo_form_is_the_cli_config(tmp_path):
 
 def test_the_pair_overrides_reach_the_samples():
     # (detection of the pair itself: tests/test_preference_data.py); swapped overrides swap what each sample shows
-    swapped = h.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")
+    swapped = df.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")
     assert swapped["detection"]["chosen_field"] == "rejected"
     s = swapped["samples"][0]
     assert (s["chosen"], s["rejected"]) == ("It is 23, I believe.", "Adding them gives 22.")
@@ -347,7 +348,7 @@ def test_the_pair_overrides_reach_the_samples():
 
 def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_columns():
     # demo-grpo names arith's columns; typing a file of pairs must not carry 'question' over to it
-    assert h.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO]
-    assert h.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 4
-    assert h.column_overrides("", "demo-grpo") == [h.AUTO] * 4
-    assert h.column_overrides("arith", "no-such-preset") == [h.AUTO] * 4
+    assert df.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO]
+    assert df.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 4
+    assert df.column_overrides("", "demo-grpo") == [h.AUTO] * 4
+    assert df.column_overrides("arith", "no-such-preset") == [h.AUTO] * 4

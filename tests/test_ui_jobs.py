@@ -10,6 +10,7 @@ import pytest
 
 from app.errors import UserError
 from app.run import layout, lookup, newrun, store
+from app.ui import data_form as df
 from app.ui import handlers as h
 from app.ui import jobs as jobs_mod
 from app.ui import run_view as rv
@@ -141,7 +142,7 @@ def test_start_run_trains_for_real_and_resume(tiny_model, math_jsonl, tmp_path, 
     form.update(method="sft", model=os.path.relpath(tiny_model, home), dataset="my-data.jsonl", max_steps=3,
                 local_only=True, batch_size=2, grad_accum=1, gradient_checkpointing=False, max_length=96,
                 save_steps=2)
-    assert h.detect("my-data.jsonl")["detection"]["prompt_field"] == "question"  # "Detect fields" reads it too
+    assert df.detect("my-data.jsonl")["detection"]["prompt_field"] == "question"  # "Detect fields" reads it too
     d = h.start_run(jobs, runs, form)
     assert d.parent == runs.resolve() or d.parent == runs
     assert _wait(lambda: lookup.is_run_dir(d), timeout=300), jobs_mod.console_tail(jobs.console)  # its session made it

@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from app.cli import pairs, ship
+from app.cli import evaluate, pairs, ship
 from app.cli.compare import run_compare_cli
 from app.cli.doctor import report, report_run
 from app.cli.inspect import run_inspect
-from app.cli.options import Command, Group, switch
+from app.cli.options import Command, Group, explain_value, switch
 from app.cli.plan_report import print_plan, print_run_summary, print_runs
 from app.cli.score import run_score
 from app.config.build import build_config, load_config_file, load_yaml_file
@@ -88,7 +88,8 @@ SetOpt = typer.Option(None, "--set", help="Override any config key: --set traini
 
 @app.command(cls=Command, help=f"Fine-tune a LoRA adapter on a 4-bit base with {METHODS_IN_WORDS}.")
 def train(
-    dataset: Optional[str] = typer.Option(None, help="Hub id, local file (.jsonl/.json/.csv/.parquet) or 'arith'."),
+    dataset: Optional[List[str]] = typer.Option(None, help="Hub id, local file or 'arith'; repeat it for a mix."),
+    mix: Optional[str] = typer.Option(None, help="A mix's shares, one per --dataset: 0.7,0.3 (default: each whole)."),
     method: Optional[str] = typer.Option(None, help="; ".join(f"{m}: {what}" for m, what in METHODS.items())
                                          + f" (default {AppConfig.model_fields['method'].default})."),
     model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_GRPO_MODEL}; "
@@ -150,8 +151,7 @@ def train(
         base, source = load_preset(preset), f"preset {preset}"
     cfg = build_config(base, flags, list(set_ or []), source=source)
     apply_local_only(cfg.runtime.local_only)  # a config or resumed run may say it too; still before any hub import
-    if explain_only:
-        explain = True
+    explain = explain or bool(explain_only)
     if (explain or gpu_memory is not None or as_json) and not dry_run:
         used = "--explain" if explain else "--gpu-memory" if gpu_memory is not None else "--json"
         raise UserError(f"{used} goes with --dry-run: qlora-app train --dry-run {used} [your options]")
@@ -364,6 +364,7 @@ def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
 
 for _command in (pairs.pairs, ship.chat, ship.export, ship.push, ship.prefetch):
     app.command(cls=Command)(_command)
+app.command("eval", cls=Command)(evaluate.eval_)  # `eval` itself is Python's builtin
 
 
 @app.command(cls=Command)
@@ -374,16 +375,6 @@ def doctor(run: Optional[Path] = typer.Argument(None, help="A run (folder or nam
         report_run(run, console)
         return
     report(console)
-
-
-def explain_value(argv: list[str]) -> list[str]:
-    """`train --explain lora`: a flag that may take a value, which click's options cannot be: the value moves to
-    the hidden --explain-only."""
-    out = list(argv)
-    for i, a in enumerate(out[:-1]):
-        if a == "--explain" and not out[i + 1].startswith("-"):
-            out[i + 1:i + 2] = ["--explain-only", out[i + 1]]
-    return out
 
 
 def main() -> None:

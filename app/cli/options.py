@@ -1,4 +1,4 @@
-"""Option shapes shared by the command modules."""
+"""Option shapes shared by the command modules, and the one reshaping of argv (`train --explain KEYS`)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,13 @@ class Group(TyperGroup):
 
     def get_help_option(self, ctx):
         return _no_type(super().get_help_option(ctx))
+
+
+def explain_value(argv: list[str]) -> list[str]:
+    """`train --explain lora`: a flag that may take a value, which click's options cannot be: the value moves to
+    the hidden --explain-only."""
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == "--explain" and not out[i + 1].startswith("-"):
+            out[i + 1:i + 2] = ["--explain-only", out[i + 1]]
+    return out

@@ -58,7 +58,7 @@ def pairs(
                          "local_only": local_only})
     cfg = build_config(base, flags, list(set_ or []), source=source)
     apply_local_only(cfg.runtime.local_only)  # the flag, or the config's: before any hub import
-    if not cfg.data.dataset:
+    if not cfg.data.datasets:
         raise UserError("no prompts: pass --dataset (a hub id, a local file or 'arith') or a --preset that names one")
     req = PairsRequest(samples=samples, temperature=temperature, max_new_tokens=max_new_tokens,
                        max_prompts=max_prompts, max_heldout=max_heldout, batch_prompts=batch_size, min_gap=min_gap)

@@ -41,13 +41,13 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     rows = det = None
     # a folder without weights plans (the plan reads config.json), but the run would stop there: said first
     notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []
-    if cfg.data.dataset:
+    if cfg.data.datasets:
         try:
             rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
         except UserError as e:
             # what the run would refuse, the dry run refuses: a local or built-in dataset is read as the run reads
             # it; a hub dataset not in the cache is planned without its data, and said so
-            if source_kind(cfg.data.dataset) != "hub":
+            if any(source_kind(d) != "hub" for d in cfg.data.datasets):
                 raise
             notes.append(f"the data was not read ({e}); the plan assumes typical lengths")
     plan, refused = None, None
@@ -127,7 +127,8 @@ def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
 # The summary's rows after the curves: (label, run_summary key), in the order `train` and `runs show` print them.
 SUMMARY_ROWS = (("memory estimate", "memory_check"), ("fast paths", "fast_paths"), ("adjusted", "adjustments"),
                 ("tool calls", "tools"), ("judge", "judgements"), ("diagnosis", "diagnosis"),
-                ("held-out during training", "heldout"), ("held-out", "comparison"), ("error", "error"))
+                ("held-out during training", "heldout"), ("held-out", "comparison"),
+                ("general ability", "general_ability"), ("error", "error"))
 
 
 def print_run_summary(d: Path, console) -> None:

@@ -99,6 +99,11 @@ def _other_dataset(base: dict, flags: dict, set_layer: dict, source: str) -> lis
     """Drop ``base``'s DATASET_KEYS when a later layer names another dataset; the note that says so."""
     ours = (base.get("data") or {}).get("dataset")
     theirs = [layer["data"]["dataset"] for layer in (flags, set_layer) if "dataset" in (layer.get("data") or {})]
+    mixes = [layer["data"]["mix"] for layer in (flags, set_layer) if (layer.get("data") or {}).get("mix")]
+    if mixes:  # a mix typed over a preset's one dataset replaces it (a mix lists every dataset, the first included)
+        theirs = [" + ".join(str(p.get("dataset") if isinstance(p, dict) else p) for p in mixes[-1])]
+        if base.get("data"):
+            base["data"].pop("dataset", None)
     if not ours or not theirs or _same_dataset(ours, theirs[-1]):
         return []
     dropped = {k: base["data"].pop(k) for k in DATASET_KEYS if k in base["data"]}
@@ -172,6 +177,8 @@ def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
     c = cfg.model_copy(deep=True)
     c.model.name_or_path = absolute(c.model.name_or_path)
     c.data.dataset = absolute(c.data.dataset)
+    for part in c.data.mix:
+        part.dataset = absolute(part.dataset)
     c.lora.init_from = absolute(c.lora.init_from)
     c.reward.json_schema = absolute(c.reward.json_schema)
     c.reward.judge.rubric = absolute(c.reward.judge.rubric)

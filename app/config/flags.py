@@ -4,6 +4,10 @@ method's default from the config itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from app.errors import UserError
+
 # ---------------------------------------------------------------------------------------------- flags and widgets
 
 
@@ -11,7 +15,8 @@ class Flag:
     """One config key as the CLI and the UI's Train form set it: ``cli`` is the `qlora-app train` option (None:
     only `--set key=value`), ``widget`` the form's widget name and ``label`` its label on the page (None: not on
     the form). ``kind`` says how an option's value becomes the key's: "value" as given, "on" (a switch that sets
-    True), "off" (a switch that sets False: --no-fit-check), "list" (a repeatable option)."""
+    True), "off" (a switch that sets False: --no-fit-check), "list" (a repeatable option), "datasets" (a repeatable
+    --dataset: one is data.dataset, several are data.mix) and "shares" (--mix 0.7,0.3: the mix's shares)."""
 
     def __init__(self, key: str, cli: str | None, widget: str | None, label: str | None = None,
                  kind: str = "value"):
@@ -31,8 +36,9 @@ class Flag:
             return True if given else None
         if self.kind == "off":
             return False if given else None
-        if self.kind == "list":
-            return list(given) or None
+        if self.kind in ("list", "datasets"):
+            items = [given] if isinstance(given, str) else list(given)
+            return [x for x in items if str(x).strip()] or None
         return given
 
 
@@ -40,7 +46,8 @@ class Flag:
 FLAGS = (
     Flag("method", "--method", "method", "Method"),
     Flag("model.name_or_path", "--model", "model", "Model"),
-    Flag("data.dataset", "--dataset", "dataset", "Dataset"),
+    Flag("data.dataset", "--dataset", "dataset", "Dataset", kind="datasets"),
+    Flag("data.mix", "--mix", "mix", "Mix shares", kind="shares"),
     Flag("data.config_name", "--dataset-config", "dataset_config", "Hub config"),
     Flag("data.prompt_field", "--prompt-field", "prompt_field", "Prompt field (override)"),
     Flag("data.reference_field", "--reference-field", "reference_field", "Reference field (override)"),
@@ -100,4 +107,50 @@ def flags_layer(values: dict) -> dict:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
+    if "data" in out:
+        out["data"] = mix_layer(out["data"])
     return out
+
+
+def parse_shares(text: str, n: int) -> list[float]:
+    """'0.7,0.3' (or '70,30', or '70%,30%') -> [0.7, 0.3] for ``n`` datasets."""
+    try:
+        shares = [float(x.strip().rstrip("%")) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--mix '{text}' is not a list of numbers; pass one share per --dataset, e.g. --mix 0.7,0.3") \
+            from None
+    if len(shares) != n:
+        raise UserError(f"--mix has {len(shares)} share(s) for {n} dataset(s); pass one per --dataset, in the same "
+                        "order, e.g. --mix 0.7,0.3")
+    if any(s <= 0 for s in shares):
+        raise UserError(f"--mix '{text}': every share must be above 0; drop a dataset rather than give it 0")
+    if abs(sum(shares) - 100) < 0.5:  # typed as percentages
+        shares = [s / 100 for s in shares]
+    return shares
+
+
+def mix_layer(data: dict) -> dict:
+    """One --dataset is data.dataset; several are data.mix, each with its --mix share (no --mix: each whole)."""
+    data = dict(data)
+    names, shares = data.pop("dataset", None), data.pop("mix", None)
+    if names is None and shares is None:
+        return data
+    names = [names] if isinstance(names, str) else list(names or [])
+    if len(names) < 2:
+        if shares is not None:
+            raise UserError("--mix gives the shares of two or more datasets: --dataset A --dataset B --mix 0.7,0.3")
+        data["dataset"] = names[0]
+        return data
+    split = parse_shares(shares, len(names)) if shares is not None else [None] * len(names)
+    data["mix"] = [{"dataset": n, "share": s} for n, s in zip(names, split)]
+    return data
+
+
+def split_datasets(text: str | None) -> list[str] | None:
+    """The UI's Dataset box: one dataset, or several separated by commas (a mix); a path that exists is one
+    dataset whatever its name holds."""
+    if not text:
+        return None
+    if Path(text).expanduser().exists():
+        return [text]
+    return [x.strip() for x in text.split(",") if x.strip()] or None

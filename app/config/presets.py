@@ -61,7 +61,7 @@ def list_presets() -> list[dict]:
             "name": name,
             "method": cfg.method,
             "model": cfg.model.name_or_path or "(default)",
-            "dataset": cfg.data.dataset or "",
+            "dataset": cfg.data.label or "",
             "description": _description(path),
         })
     return out

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from app.config.data_section import DataConfig, MixPart  # noqa: F401 - re-exported: the data section's own file
 from app.config.fields import AutoBool, StrictModel, _d
 from app.config.method_sections import (  # noqa: F401 - re-exported: the sections live with their method
     DPO_LOSS_TYPES,
@@ -67,31 +68,6 @@ class LoraConfig(StrictModel):
         if isinstance(v, str) and v != "all-linear" and re.fullmatch(r"\s*[\w.-]+(\s*,\s*[\w.-]+)*\s*", v):
             return [name.strip() for name in v.split(",")]
         return v
-
-
-class DataConfig(StrictModel):
-    dataset: str | None = _d(None, "hub id, local .jsonl/.json/.csv/.parquet file or folder, or a built-in name "
-                                   "(arith, arith-sft, arith-calc)")
-    config_name: str | None = _d(None, "hub dataset config, e.g. 'main' for openai/gsm8k")
-    split: str = _d("train", "split to train on")
-    eval_split: str | None = _d(None, "held-out split; empty = the dataset's test split if any, else a seeded "
-                                      "slice of heldout_size rows")
-    prompt_field: str | None = _d(None, "column holding the prompt; empty = auto-detect (qlora-app inspect shows why)")
-    reference_field: str | None = _d(None, "column holding the reference answer; empty = auto-detect")
-    chosen_field: str | None = _d(None, "preference data: column holding the preferred answer; empty = auto-detect")
-    rejected_field: str | None = _d(None, "preference data: column holding the answer that lost; empty = "
-                                          "auto-detect")
-    max_samples: int | None = _d(None, "use at most this many training rows", gt=0)
-    heldout_size: int = _d(100, "rows held out when the dataset has no test split", ge=0)
-    system_prompt: str | None = _d(None, "system prompt put before every prompt; empty = the method's default "
-                                         "(GRPO asks for 'Final answer: ...')")
-    # Where a key's value came from when it was not typed as its own flag ("data.eval_split from preset demo-grpo"):
-    # set by app/config/build.py, not saved; messages about a value name it (said_as).
-    _origin: dict[str, str] = PrivateAttr(default_factory=dict)
-
-    def said_as(self, key: str) -> str:
-        """How a message names this key's value: the flag that set it, or the preset or config it came from."""
-        return self._origin.get(key) or f"--{key.replace('_', '-')}"
 
 
 class TrainingConfig(StrictModel):

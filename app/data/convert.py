@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from app.data.detect import DataError, Detection
+from app.data.detect import SOURCE, DataError, Detection
 from app.data.preference import answer_text, pair_of, require_pairs, shared_prompt
 from app.data.profile import name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
@@ -183,11 +183,13 @@ def _pair_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) 
     return {"prompt": plain_prompt(row, det, system_prompt), "completion": "\n" + target if target else ""}
 
 
-def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: str, keep: bool = False):
-    """``ds`` mapped by ``fn``; ``keep``: the data's other columns stay beside the ones ``fn`` makes."""
+def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: str, keep: bool = False,
+           also: tuple[str, ...] = ()):
+    """``ds`` mapped by ``fn``; ``keep``: the data's other columns stay beside the ones ``fn`` makes (``also``:
+    these of them)."""
     kwargs = {"det": det, "chat": _has_template(tokenizer), "system_prompt": system_prompt}
     made = ("prompt", "reference")
-    drop = [c for c in ds.column_names if c in made] if keep else ds.column_names
+    drop = [c for c in ds.column_names if c in made or (not keep and c not in also)]
     return ds.map(fn, fn_kwargs=kwargs, remove_columns=drop, desc=desc)
 
 
@@ -195,7 +197,9 @@ def to_grpo(ds, det: Detection, tokenizer, system_prompt: str | None, keep_colum
     """Columns 'prompt' (messages with a chat template, else a string) and 'reference' (str or None);
     ``keep_columns``: the data's other columns too (an environment's reset(**row) and the reward functions get
     every column of the row, as TRL passes them)."""
-    out = _apply(ds, _grpo_row, det, tokenizer, system_prompt, "formatting GRPO prompts", keep=keep_columns)
+    # a mix's dataset names stay (SOURCE): the reward functions see which dataset each prompt is from
+    out = _apply(ds, _grpo_row, det, tokenizer, system_prompt, "formatting GRPO prompts", keep=keep_columns,
+                 also=(SOURCE,))
     return _drop_empty(out, "prompt", "prompt")
 
 

@@ -21,6 +21,11 @@ from app.errors import DataError
 __all__ = ["DataError", "Detection", "detect_fields", "detect_from_rows", "detect_nested"]
 
 
+# A mix's column naming each row's dataset (app/data/mixing.py): kept through the conversions, so the reward functions
+# (TRL passes them a row's columns) and the held-out figures can tell the datasets apart.
+SOURCE = "source"
+
+
 @dataclass
 class Detection:
     format: str  # "columns" | "chat"
@@ -43,14 +48,21 @@ class Detection:
     # Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): the true/false column that says
     # whether a row's answer is one to learn; rows labelled false are answers to avoid, so they are left out.
     desirable_field: str | None = None
+    # A mix (data.mix, app/data/mixing.py): per dataset its name, share, rows drawn of rows there, repeats, held-out
+    # rows and the fields detected in it; its rows are in the run's columns, the dataset's name in 'source'.
+    mix: list[dict] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("solution_field")
+        if d["mix"] is None:  # one dataset (inspect's contract); a mix's plan --json has its parts
+            d.pop("mix")
         return d
 
     def fields_line(self) -> str:
         """'prompt question, reference answer (qlora-app inspect shows why)': the dry run's and train.log's line."""
+        if self.mix:  # each dataset's own fields, mapped to the run's
+            return "; ".join(f"{p['name']}: {p['fields']}" for p in self.mix) + " (qlora-app inspect DATASET shows why)"
         parts = [f"{role.removesuffix('_field')} {getattr(self, role)}"
                  for role in ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field")
                  if getattr(self, role)]

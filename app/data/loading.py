@@ -20,6 +20,7 @@ from pathlib import Path
 
 from app.data.arith import CALC_OPERANDS, arith_dataset
 from app.data.detect import DataError, detect_nested
+from app.data.mixing import mix_splits
 from app.data.profile import spread_sample
 from app.host.offline import hub_reachable, offline
 
@@ -326,7 +327,16 @@ def _like(split, train):
 
 
 def build_splits(data_cfg, seed: int, local_only: bool = False):
-    """(train rows, held-out rows, Detection). Held-out rows are never in train."""
+    """(train rows, held-out rows, Detection). Held-out rows are never in train. A mix (data.mix): every dataset's,
+    drawn to its share (app/data/mixing.py)."""
+    if getattr(data_cfg, "mix", None):  # each dataset as if alone, then drawn to its share
+        built = []
+        for i, (dc, share) in enumerate(data_cfg.parts()):
+            try:
+                built.append((dc, share, *build_splits(dc, seed, local_only)))
+            except DataError as e:
+                raise DataError(f"mix dataset {i + 1} ('{dc.dataset}'): {e}") from None
+        return mix_splits(data_cfg, seed, built)
     dd = resolve_dataset(data_cfg.dataset, data_cfg.config_name, local_only)
     train_name = pick_split(dd, data_cfg.split, "--set data.split=NAME")
     train = dd[train_name]

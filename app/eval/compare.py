@@ -87,6 +87,9 @@ def _data_config(run_cfg, dataset, prompt_field, reference_field):
         dc = DataConfig(dataset=dataset, system_prompt=base.system_prompt)
     else:
         dc = base.model_copy()
+        if dc.mix and (prompt_field or reference_field):
+            raise UserError("--prompt-field / --reference-field name a column of one dataset and this run trained on "
+                            "a mix (each detected on its own); pass --dataset D with them")
     if prompt_field:
         dc.prompt_field = prompt_field
     if reference_field:
@@ -100,7 +103,7 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
     items: list[dict] = []
     if num_samples > 0:
         dc = _data_config(run_cfg, dataset, prompt_field, reference_field)
-        if not dc.dataset:
+        if not dc.datasets:
             raise UserError("--num-samples needs a dataset and this adapter has no run config; pass --dataset D")
         # Held-out rows depend on the seed the run split its data with (training.seed), never on --seed.
         split_seed = (run_cfg.training if run_cfg else TrainingConfig()).seed
@@ -204,7 +207,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
                 base=score_cell(b, it["reference"], reward_cfg, it["prompt"]),
-                adapter=score_cell(a, it["reference"], reward_cfg, it["prompt"]))
+                adapter=score_cell(a, it["reference"], reward_cfg, it["prompt"]), dataset=it.get("dataset"))
             for it, b, a in zip(items, base_out, adapter_out)]
     config = {"adapter": str(adapter_dir), "base_model": mc.name_or_path, "trained_on": trained_on,
               "load_in_4bit": mc.load_in_4bit, "dataset": _dataset_name(run_cfg, dataset, num_samples),
@@ -228,6 +231,6 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 def _dataset_name(run_cfg, dataset, num_samples):
     if num_samples <= 0:
         return None
-    return dataset or (run_cfg.data.dataset if run_cfg else None)
+    return dataset or (run_cfg.data.label if run_cfg else None)
 
 

@@ -11,6 +11,8 @@ import random
 
 from app.data import build_splits
 from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
+from app.data.detect import SOURCE
+from app.data.mixing import allocate
 from app.data.preference import pair_of
 
 
@@ -26,12 +28,33 @@ def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, s
 
 def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None = None) -> list[dict]:
     """``n`` rows of a held-out split, seeded, as prompts the way training built them (also the evaluation during
-    training: the same rows for the same seed)."""
-    idx = random.Random(seed).sample(range(len(heldout)), min(n, len(heldout)))
+    training: the same rows for the same seed). A mix's rows are drawn from each dataset by its share (``dataset``:
+    its name), so every dataset is in the figures."""
+    idx = _indices(heldout, det, n, seed)
     rows = heldout.select(idx).to_list() if idx else []
     return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r,
              "messages": prompt_messages(r, det, system_prompt), "plain": plain_prompt(r, det, system_prompt),
-             "pair": _pair(r, det)} for r in rows]
+             "pair": _pair(r, det), **({"dataset": r.get(SOURCE)} if det.mix else {})} for r in rows]
+
+
+def _indices(heldout, det, n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    if not det.mix or SOURCE not in heldout.column_names:
+        return rng.sample(range(len(heldout)), min(n, len(heldout)))
+    where: dict[str, list[int]] = {}
+    for i, name in enumerate(heldout[SOURCE]):
+        where.setdefault(name, []).append(i)
+    parts = [p for p in det.mix if where.get(p["name"])]
+    shares = [p["share"] for p in parts] if all(p.get("share") for p in parts) else None
+    counts = allocate([len(where[p["name"]]) for p in parts], shares or [None] * len(parts))
+    scale = min(1.0, n / max(sum(counts), 1)) if shares is None else None
+    asked = allocate([len(where[p["name"]]) for p in parts], shares, min(n, sum(counts))) if shares else \
+        [round(c * scale) for c in counts]
+    out = []
+    for p, k in zip(parts, asked):
+        rows = where[p["name"]]
+        out += rng.sample(rows, min(k, len(rows)))
+    return out
 
 
 def _pair(row: dict, det) -> tuple[str, str] | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import asdict
 from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
-from app.run.summary import preference_text
+from app.run.summary import dataset_lines, preference_text
 from app.tools.loop import call_lines
 
 PAGE_CSS = """
@@ -132,7 +133,9 @@ def summary_markdown(c: Comparison) -> str:
     lines = [f"**{summary_title(c.summary)}**", "", "| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
     pref = preference_text(c.preference)
-    return "\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
+    per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
+    return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
+            + (f"\n\nper dataset:{per}" if per else ""))
 
 
 def _verdict(correct) -> str:
@@ -228,3 +231,5 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
     pref = preference_text(c.preference)
     if pref:
         console.print(pref, markup=False, highlight=False)
+    for line in dataset_lines(asdict(s)):  # a mix: every dataset on its own
+        console.print(f"  {line}", markup=False, highlight=False)

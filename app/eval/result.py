@@ -43,6 +43,7 @@ class Row:
     source: str  # "heldout" or "prompt"
     base: Cell
     adapter: Cell
+    dataset: str | None = None  # a mix's held-out row: the name of the dataset it is from (data.mix)
 
     @property
     def delta(self) -> float:
@@ -85,6 +86,8 @@ class Summary:
     n: int  # rows the figures are of
     heldout: bool = True  # whether those rows are held-out rows (else: only typed prompts were compared)
     prompts: int = 0  # typed prompts beside them, not in the figures
+    # A mix: the same figures per dataset ({name: {n, base: {accuracy, mean_reward}, adapter: {...}, wins, ...}})
+    by_dataset: dict[str, dict] | None = None
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
@@ -92,8 +95,18 @@ class Summary:
         judged = held or rows
         sides = {side: side_summary([getattr(r, side) for r in judged]) for side in SIDES}
         verdicts = [r.verdict for r in judged]
+        names = list(dict.fromkeys(r.dataset for r in held if r.dataset))
+        by = {name: _figures([r for r in held if r.dataset == name]) for name in names} if names else None
         return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
-                   n=len(judged), heldout=bool(held), prompts=len(rows) - len(held))
+                   n=len(judged), heldout=bool(held), prompts=len(rows) - len(held), by_dataset=by)
+
+
+def _figures(rows: list[Row]) -> dict:
+    """One dataset's part of a mix's comparison: its rows, each side's accuracy and mean reward, the verdicts."""
+    verdicts = [r.verdict for r in rows]
+    return {"n": len(rows), **{side: {k: getattr(side_summary([getattr(r, side) for r in rows]), k)
+                                      for k in ("accuracy", "mean_reward")} for side in SIDES},
+            "wins": verdicts.count("win"), "losses": verdicts.count("loss"), "ties": verdicts.count("tie")}
 
 
 def _mean(xs: Iterable[float | None]) -> float | None:
@@ -137,10 +150,11 @@ class Comparison:
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
         rows = [Row(prompt=r["prompt"], reference=r.get("reference"), source=r.get("source", "heldout"),
-                    base=Cell(**r["base"]), adapter=Cell(**r["adapter"])) for r in data["rows"]]
+                    base=Cell(**r["base"]), adapter=Cell(**r["adapter"]), dataset=r.get("dataset"))
+                for r in data["rows"]]
         s = data["summary"]
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
                           losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
-                          prompts=s.get("prompts", 0))
+                          prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"))
         return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}),
                    preference=data.get("preference"))

@@ -9,8 +9,9 @@ import json
 import shutil
 from pathlib import Path
 
-from app.run import integrity, layout, proof, store
+from app.run import benchmarks, integrity, layout, proof, store
 from app.run.layout import PREFERENCE_WORDS
+from app.run.summary import dataset_lines
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "ollama": "gguf"}
 
@@ -62,6 +63,8 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
                       f"{_pct(s['adapter'].get('tool_success'))} (calls per answer {_num(s['base'].get('tool_calls'))} "
                       f"-> {_num(s['adapter'].get('tool_calls'))})."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
+    if s.get("by_dataset"):  # a mix: the held-out rows of every dataset on their own
+        lines += ["", "Per dataset of the mix:", ""] + [f"- {line}" for line in dataset_lines(s)]
     p = cmp.get("preference")
     if p:  # preference data, in the words of app.run.layout.PREFERENCE_WORDS
         f = proof.preference_figures(p)
@@ -104,6 +107,23 @@ def tools_line(cfg) -> str:
             f"per answer, in the chat template's tool-call format (the model calls them; whoever serves it runs them)")
 
 
+def data_words(cfg, st: dict) -> str:
+    """'`arith`', or a mix: 'a mix of `arith` 70% (700 rows) and `my.jsonl` 30% (300 rows), drawn without ...'."""
+    if not cfg.data.mix:
+        return f"`{shown_name(cfg.data.dataset, 'dataset')}`" if cfg.data.dataset else "`None`"
+    drawn = st.get(layout.MIX) or []  # in the order of data.mix
+    parts = []
+    for i, p in enumerate(cfg.data.mix):
+        rows = drawn[i] if i < len(drawn) else {}
+        said = (f"{p.share:.0%}" if p.share is not None else "whole") + (
+            f", {rows['rows']} of its {rows['available']} rows" + (f" repeated x{rows['repeats']}" if rows.get(
+                "repeats") else "") if rows else "")
+        parts.append(f"`{shown_name(p.dataset, 'dataset')}` ({said})")
+    return (f"a mix of {', '.join(parts)}; each dataset's fields detected on its own, its rows drawn to its share "
+            "(seeded, without repeating a row unless data.mix_rows asks for more) and shuffled together, its held-out "
+            "rows kept apart")
+
+
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
                ollama_name: str | None = None, adapter_dir: Path | None = None) -> Path:
     """DIR/README.md. ``cfg``: the run's AppConfig (None for a bare adapter folder); ``files``: role -> file name
@@ -113,9 +133,9 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
     method = cfg.method if cfg else None
     tags = ["qlora-app", "qlora", "lora"] + ([method] if method else []) + (["gguf"] if fmt in ("gguf", "ollama")
                                                                            else [])
-    dataset = cfg.data.dataset if cfg else None
+    hub_data = [d for d in (cfg.data.datasets if cfg else []) if _hub_id(d)]
     data = ModelCardData(base_model=_hub_id(base_model), library_name=LIBRARY[fmt], tags=tags,
-                         datasets=[dataset] if _hub_id(dataset) else None, pipeline_tag="text-generation")
+                         datasets=hub_data or None, pipeline_tag="text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
             f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of `{shown_name(base_model)}` trained with "
@@ -134,7 +154,7 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                  f"- method: {cfg.method.upper()}, {st.get('step', tr.max_steps)} optimizer steps, learning rate "
                  f"{tr.learning_rate}, seed {tr.seed}",
                  f"- LoRA: r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}",
-                 f"- data: `{shown_name(dataset, 'dataset') if dataset else dataset}`"
+                 f"- data: {data_words(cfg, st)}"
                  + (f" (system prompt: \"{cfg.data.system_prompt}\")" if cfg.data.system_prompt else "")]
         if cfg.method == "grpo":
             g = cfg.grpo
@@ -152,6 +172,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                      "model"]
         body.append("")
     body += ["## Held-out proof", ""] + proof_table(*_comparison_of(run, adapter_dir)) + [""]
+    if run:  # "did it keep what the base could do": the newest `qlora-app eval` of the run
+        body += ["## General ability: base vs adapter", ""] + benchmarks.eval_table(benchmarks.latest_eval(run)) + [""]
     if run and (run / layout.CURVES).is_file():
         shutil.copyfile(run / layout.CURVES, out / layout.CURVES)
         body += [f"![training curves]({layout.CURVES})", ""]

@@ -63,6 +63,9 @@ def quiet_command_line() -> None:
     _done.add("command")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     logging.captureWarnings(True)
+    # lm-evaluation-harness's notes to its callers (an already-built model passed on purpose, where its own CLI
+    # takes --metadata): `qlora-app eval` prints its own lines, the harness's errors still show.
+    logging.getLogger("lm_eval").setLevel(logging.ERROR)
     caught = logging.getLogger("py.warnings")
     caught.propagate = False
     if not caught.handlers:

@@ -9,6 +9,7 @@
     faults.py     how faults read (full disk, NaN)
     summary.py    one run in words and numbers (runs, the UI, the card)
     proof.py      a run's comparisons on disk (compare.json and comparisons/)
+    benchmarks.py a run's general-ability evaluations on disk (evals/: lm-evaluation-harness, base vs adapter)
     curves.py     the curves figure (curves.png and the UI's live view)
 
 Owns: every file a run folder holds. Must not train, load models or import the trainers."""

@@ -10,6 +10,7 @@ name, status word and metric key a reader relies on is defined here and nowhere 
         checkpoints/     Trainer checkpoints (checkpoint-N/), used by --resume
         curves.png       loss / reward curves, written at the end
         compare.json     the run's proof; comparisons/ the ad-hoc ones
+        evals/           general ability, base vs adapter (lm-evaluation-harness: `qlora-app eval`)
 
 Standard library only: the UI, `runs` and the CLI's --help read it."""
 
@@ -27,6 +28,9 @@ COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
 DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
+# status.json: a mix's datasets as the run drew them (name, share, rows drawn of rows there, repeats, held out)
+MIX = "mix"
+EVALS = "evals"  # `qlora-app eval`: lm-evaluation-harness on base and adapter, a file per evaluation
 
 RUNNING, FINISHED, FAILED, INTERRUPTED = "running", "finished", "failed", "interrupted"
 STATUSES = (RUNNING, FINISHED, FAILED, INTERRUPTED)

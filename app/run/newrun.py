@@ -17,7 +17,12 @@ def _slug(text: str) -> str:
     return s.lower()[:32] or "data"
 
 
-def default_run_name(method: str, dataset: str | None) -> str:
+def default_run_name(method: str, dataset: str | list[str] | None) -> str:
+    """'20261126-101500-grpo-arith'; a mix (a list): '...-grpo-mix-arith-gsm8k-train'."""
+    if isinstance(dataset, (list, tuple)) and len(dataset) > 1:
+        return f"{datetime.now():%Y%m%d-%H%M%S}-{method}-mix-" + "-".join(_slug(d)[:16] for d in dataset)[:40]
+    if isinstance(dataset, (list, tuple)):
+        dataset = dataset[0] if dataset else None
     return f"{datetime.now():%Y%m%d-%H%M%S}-{method}-{_slug(dataset or 'data')}"
 
 

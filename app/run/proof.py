@@ -18,32 +18,21 @@ import time
 from pathlib import Path
 
 from app.run.layout import COMPARE_JSON, COMPARISONS
-from app.run.store import write_atomic
-
-
-def _stamped(folder: Path, prefix: str, when: float) -> Path:
-    """A new file name in ``folder`` for a comparison made at ``when``: prefix-YYYYmmdd-HHMMSS[-n].json."""
-    folder.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
-    target, n = folder / f"{prefix}-{stamp}.json", 1
-    while target.exists():
-        n += 1
-        target = folder / f"{prefix}-{stamp}-{n}.json"
-    return target
+from app.run.store import stamped, write_atomic
 
 
 def write_proof(run_dir: Path, data: dict) -> Path:
     """The run's proof (RUN/compare.json); a previous proof moves to RUN/comparisons/proof-<time>.json."""
     path = Path(run_dir) / COMPARE_JSON
     if path.exists():
-        os.replace(path, _stamped(Path(run_dir) / COMPARISONS, "proof", path.stat().st_mtime))
+        os.replace(path, stamped(Path(run_dir) / COMPARISONS, "proof", path.stat().st_mtime))
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
     return path
 
 
 def add_comparison(run_dir: Path, data: dict) -> Path:
     """An ad-hoc comparison of one of the run's adapters: a file of its own in RUN/comparisons/."""
-    path = _stamped(Path(run_dir) / COMPARISONS, "compare", time.time())
+    path = stamped(Path(run_dir) / COMPARISONS, "compare", time.time())
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
     return path
 

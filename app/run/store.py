@@ -94,3 +94,15 @@ def truncate_metrics(run_dir: Path, step: int) -> int:
     if dropped:
         write_atomic(p, "".join(line + "\n" for line in keep))
     return dropped
+
+
+def stamped(folder: Path, prefix: str, when: float) -> Path:
+    """A new file name in ``folder`` for a file made at ``when`` (a comparison, an evaluation):
+    prefix-YYYYmmdd-HHMMSS[-n].json."""
+    folder.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    target, n = folder / f"{prefix}-{stamp}.json", 1
+    while target.exists():
+        n += 1
+        target = folder / f"{prefix}-{stamp}-{n}.json"
+    return target

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from app.config.data_section import DataConfig
 from app.host.procs import pid_alive
-from app.run import integrity, layout, lookup, proof, store
+from app.run import benchmarks, integrity, layout, lookup, proof, store
 
 
 def run_summary(d: Path, records: list[dict] | None = None) -> dict:
@@ -36,7 +37,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "status": status,
         "method": cfg.get("method"),
         "model": (cfg.get("model") or {}).get("name_or_path"),
-        "dataset": (cfg.get("data") or {}).get("dataset"),
+        "dataset": _data_label(cfg.get("data") or {}),
         "step": st.get("step"),
         "max_steps": st.get("max_steps"),
         "loss": _fmt(last.get("loss")),
@@ -53,6 +54,8 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "adapter": str(d / layout.ADAPTER) if lookup.has_adapter(d) else None,
         "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
+        # general ability, base vs adapter: the newest `qlora-app eval` (lm-evaluation-harness) of the run
+        "general_ability": benchmarks.eval_text(benchmarks.latest_eval(d)),
         "tools": tools_text(st.get(layout.TOOL_COUNTS)),
         "judgements": tools_text(st.get(layout.JUDGE_COUNTS), "judgements"),
         # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
@@ -63,6 +66,16 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in
                            (layout.CRASHED, layout.INTERRUPTED, layout.FAILED) else None),
     }
+
+
+def _data_label(data: dict) -> str | None:
+    """The run's data as config.data.label says it: its dataset, or its mix ('arith 70% + my.jsonl 30%')."""
+    if not data.get("mix"):
+        return data.get("dataset")
+    try:
+        return DataConfig.model_validate(data).label
+    except ValueError:  # a config.yaml edited by hand into something invalid: its datasets, as listed
+        return " + ".join(str(p.get("dataset")) for p in data["mix"] if isinstance(p, dict))
 
 
 def tools_text(counts: dict | None, calls: str = "calls") -> str | None:
@@ -118,7 +131,23 @@ def comparison_text(cmp: dict | None) -> str | None:
         head = f"mean reward base {base} -> adapter {adapter}"
     rows = f"on {s['n']} held-out rows" if s.get("heldout", True) else f"on {s['n']} typed prompts"
     pref = preference_text(cmp.get("preference"))
-    return f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}" + (f"; {pref}" if pref else "")
+    per = "; ".join(dataset_lines(s))
+    return (f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}"
+            + (f"; {pref}" if pref else "") + (f"; per dataset: {per}" if per else ""))
+
+
+def dataset_lines(summary: dict) -> list[str]:
+    """A mix's proof per dataset: 'arith (70 rows): accuracy 21.0% -> 52.0% (+31.0 pts)' (mean reward where its rows
+    have no reference). The terminal, the UI, `runs` and the card all say it this way."""
+    out = []
+    for name, f in (summary.get("by_dataset") or {}).items():
+        b, a = f["base"].get("accuracy"), f["adapter"].get("accuracy")
+        if b is not None and a is not None:
+            figure = f"accuracy {b:.1%} -> {a:.1%} ({(a - b) * 100:+.1f} pts)"
+        else:
+            figure = f"mean reward {_fmt(f['base'].get('mean_reward'))} -> {_fmt(f['adapter'].get('mean_reward'))}"
+        out.append(f"{name} ({f['n']} rows): {figure}")
+    return out
 
 
 def preference_text(p: dict | None) -> str | None:

@@ -31,6 +31,7 @@ from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
 from app.data.convert import reference_text, require_a_pair, to_dpo
 from app.data.loading import sampled_system_prompt
+from app.data.mixing import mix_note
 from app.data.preference import require_pairs
 from app.errors import UserError
 from app.host import machine as this_machine
@@ -235,6 +236,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         require_pairs(det)  # before any model file is read
         if rows is not None:
             require_a_pair(rows, det)
+    if det is not None and det.mix:  # how the mix was drawn, said with the run's other decisions
+        steps.say(mix_note(det))
     tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
     check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
     steps.settle()

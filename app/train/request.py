@@ -42,7 +42,7 @@ def check_request(cfg: AppConfig) -> None:
     if missing:
         raise UserError(f"runtime.report_to names {', '.join(missing)}, which is not installed: pip install "
                         f"{' '.join(missing)}, or drop it from runtime.report_to")
-    if not cfg.data.dataset:
+    if not cfg.data.datasets:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
 
 

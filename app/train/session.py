@@ -172,7 +172,7 @@ class Session:
         try:
             if self.dir is None:
                 cfg = self.plan.cfg
-                self.rec.create(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.dataset, self.run_dir)
+                self.rec.create(cfg.output_dir, cfg.run_name, cfg.method, cfg.data.datasets, self.run_dir)
                 self.handler = setup_logging(self.dir) if self.main else None
             if self.main:
                 self._record_start()
@@ -304,13 +304,14 @@ class Session:
         now = time.time()  # a new run's creation time is the order runs are listed in (app.run.lookup.created)
         self.record(layout.RUNNING, pid=os.getpid(), started=now, **({} if resumed else {"created": now}),
                     method=plan.cfg.method,
-                    model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.dataset,
+                    model=plan.cfg.model.name_or_path, dataset=plan.cfg.data.label,
+                    **({layout.MIX: self.det.mix} if self.det is not None and self.det.mix else {}),
                     step=integrity.checkpoint_step(self.ckpt) if self.ckpt else 0, error=None, **fields)
         for line in warnings_for(plan.cfg) + list(plan.notes) + self.busy:
             self.note(line)
         log.info(plan.describe().replace("\n", "; "))
         log.info("run %s: %s on %s, %d train rows, %d held out; fields: %s", self.dir.name, plan.cfg.method,
-                 plan.cfg.data.dataset, len(self.rows), len(self.heldout_rows), self.det.fields_line())
+                 plan.cfg.data.label, len(self.rows), len(self.heldout_rows), self.det.fields_line())
 
     def _changed_on_resume(self) -> bool:
         """Whether a resume changes the run's plan (--max-steps N extends it, --set changes a key). config.yaml then

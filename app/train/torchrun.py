@@ -102,7 +102,7 @@ def worker_run_dir(cfg, run_dir: Path | None) -> Path:
         return (newrun.check_new_run_dir(run_dir) if rt.node_rank == 0 else Path(run_dir)).resolve()
     cfg = with_absolute_paths(cfg, Path.cwd())
     return newrun.unused_run_dir(cfg.output_dir, cfg.run_name or newrun.default_run_name(cfg.method,
-                                                                                           cfg.data.dataset))
+                                                                                           cfg.data.datasets))
 
 
 def launch_workers(cfg, run_dir: Path, resume: bool, sets: list[str], max_steps: int | None) -> int:

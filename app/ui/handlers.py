@@ -9,21 +9,16 @@ command starts; the UI never writes into a run folder (the run's session does).
 
 from __future__ import annotations
 
-import hashlib
 import shlex
-import shutil
 from pathlib import Path
 
 from app.config.build import build_config, with_absolute_paths, with_values
-from app.config.flags import WIDGETS, flags_layer
+from app.config.flags import WIDGETS, flags_layer, split_datasets
 from app.config.presets import list_presets, load_preset, presets_dir
 from app.config.resolve import model_name
 from app.config.reward_components import BY_NAME as REWARD_SPECS
 from app.config.reward_components import NAMES as REWARD_COMPONENTS
 from app.config.schema import AppConfig, RewardConfig
-from app.data import prompt_text, reference_text, resolve_dataset
-from app.data.loading import detect_dataset
-from app.data.preference import pair_of
 from app.errors import UserError
 from app.host.offline import hub_offline
 from app.model.source import check_model_source
@@ -39,14 +34,10 @@ NO_PRESET = "(none)"
 # built-in defaults with the tiny model learn nothing in 40 steps); a GPU user picks gsm8k-grpo or a gpu-* preset.
 DEFAULT_PRESET = "demo-grpo"
 AUTO = "(auto)"
-UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
-UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
 
 WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
 LIST_WIDGETS = ("tools",)  # multi-select widgets: their value is the list itself (one --tools per item)
 FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_field")  # column dropdowns
-ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field", "pair_fields",
-         "preference_field")
 # Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
 # are text boxes and their text is parsed here.
 AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",
@@ -167,6 +158,9 @@ def form_defaults(preset: str | None = None, local_only: bool = False, dataset: 
         out[name] = _get(data, flag.key)
         if isinstance(out[name], list) and name not in LIST_WIDGETS:  # shown as comma-separated text
             out[name] = ",".join(map(str, out[name]))
+    if data["data"]["mix"]:  # a mix: its datasets in the Dataset box, their shares in the Mix box
+        out["dataset"] = ", ".join(p["dataset"] for p in data["data"]["mix"])
+        out["mix"] = ",".join(f"{p['share']:g}" for p in data["data"]["mix"] if p["share"] is not None)
     out["local_only"] = bool(out["local_only"] or local_only)
 
     weights = effective_weights(RewardConfig.model_validate(data["reward"]))
@@ -201,9 +195,18 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
         v = _number(name, form.get(name)) if name in AUTO_NUMBERS else _clean(form.get(name))
         if name == "local_only":
             v = bool(v)
-        if _same(v, _get(base, flag.key)):
+        if flag.kind == "datasets":  # 'a.jsonl, b.jsonl': a mix, one --dataset each
+            v = split_datasets(v)
+            if len(v or []) > 1 and any(_clean(form.get(f)) for f in FIELD_OVERRIDES):
+                raise UserError("the column overrides name columns of one dataset; with a mix of datasets set them "
+                                "back to (auto): each dataset's fields are detected on its own")
+            if v == ([base["data"]["dataset"]] if base["data"]["dataset"] else None):
+                continue
+        elif flag.kind == "shares" and not v:
             continue
-        if flag.cli and flag.kind == "list" and v:  # a repeatable option, once per item
+        elif _same(v, _get(base, flag.key)):
+            continue
+        if flag.cli and flag.kind in ("list", "datasets") and v:  # a repeatable option, once per item
             given[flag.param] = list(v)
             argv += [x for item in v for x in (flag.cli, str(item))]
         elif flag.cli and v is not None and v is not False and v != []:  # a flag sets a value, never unsets one
@@ -272,87 +275,6 @@ def form_view(form: dict, runs_dir: str | Path) -> tuple[str, str]:
     return shlex.join(argv), format_estimate(plan.estimate, verdicts)
 
 
-# ------------------------------------------------------------------------------------------------ data
-
-
-def save_upload(tmp_path: str | None, runs_dir: str | Path) -> str:
-    """Copy a Gradio upload (a temp file that is cleaned up later) into <runs>/_uploads/ so the training
-    subprocess and later resumes can read it. The name carries a content hash: nothing is overwritten."""
-    if not tmp_path:
-        raise UserError("no file uploaded")
-    src = Path(tmp_path)
-    if src.suffix.lower() not in UPLOAD_TYPES:
-        raise UserError(f"'{src.name}' is not a dataset file; upload one of {', '.join(UPLOAD_TYPES)}")
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:10]
-    dest_dir = Path(runs_dir) / UPLOAD_DIR
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / f"{src.stem}-{digest}{src.suffix.lower()}"
-    if not dest.exists():
-        shutil.copyfile(src, dest)
-    return str(dest.resolve())
-
-
-def column_overrides(dataset: str | None, preset: str | None, local_only: bool = False) -> list[str]:
-    """The column overrides (FIELD_OVERRIDES order) a dataset starts with: an override names a column of the dataset
-    it was picked for, so another dataset (typed, pasted or uploaded) starts from auto-detection, while the preset's
-    own dataset keeps the preset's columns."""
-    try:
-        d = widget_values(form_defaults(preset, local_only))
-    except UserError:  # no or a broken preset: nothing to keep
-        d = {}
-    same = _clean(dataset) is not None and _clean(dataset) == _clean(d.get("dataset"))
-    return [d[n] if same else AUTO for n in FIELD_OVERRIDES]
-
-
-def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
-           reference_field: str | None = None, local_only: bool = False, n_samples: int = 3,
-           chosen_field: str | None = None, rejected_field: str | None = None) -> dict:
-    """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
-    see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
-    dataset = _clean(dataset)
-    if not dataset:
-        raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
-
-    dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
-    split = "train" if "train" in dd else next(iter(dd))
-    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field),
-                             chosen_field=_clean(chosen_field), rejected_field=_clean(rejected_field))
-    rows = ds.select(range(min(n_samples, len(ds)))).to_list()
-    samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
-                "reference": _short(reference_text(r, det))} for r in rows]
-    if det.format == "preference":  # the pair each row makes (None: the row makes none and is skipped)
-        for s, r in zip(samples, rows):
-            pair = pair_of(r, det)
-            s["chosen"], s["rejected"] = (_short(pair.chosen), _short(pair.rejected)) if pair else ("–", "–")
-    return {"detection": det.to_dict(), "split": split, "samples": samples}
-
-
-def _short(text, n: int = 240) -> str:
-    if text is None:
-        return "–"
-    text = str(text).strip()
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def detection_markdown(result: dict) -> str:
-    d = result["detection"]
-    size = f"{d['num_rows']:,} rows" if d.get("num_rows") is not None else "rows: not counted"
-    lines = [f"**Split `{result['split']}`**: {size}, columns: {', '.join(f'`{c}`' for c in d['columns'])}", ""]
-    for role in ROLES:
-        if d.get(role) or role in ("prompt_field", "reference_field"):
-            why = d["reasons"].get(role, "")
-            value = d.get(role)
-            shown = " / ".join(value) if isinstance(value, list) else value or "—"
-            lines.append(f"- **{role.replace('_fields', '').replace('_field', '')}**: `{shown}`"
-                         + (f" — {why}" if why else ""))
-    if d.get("context_fields"):
-        lines.append(f"- **context**: {', '.join(f'`{c}`' for c in d['context_fields'])}")
-    for k, why in d["reasons"].items():
-        if k not in ROLES:
-            lines.append(f"- *{k}*: {why}")
-    return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------------ train / runs
 
 
@@ -362,7 +284,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     in the form are relative to the folder the UI was started in, where the subprocess runs too; the session
     writes them into config.yaml as absolute paths."""
     cfg = with_absolute_paths(config_from_form(form, runs_dir), jobs.cwd)
-    if not cfg.data.dataset:
+    if not cfg.data.datasets:
         raise UserError("no dataset: enter a hub id, a local file path or 'arith', or upload a file")
     # a model that cannot be found is said here, before a run is started that would only fail
     check_model_source(model_name(cfg), cfg.runtime.local_only or hub_offline(),
@@ -370,7 +292,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
                        "this machine is offline (HF_HUB_OFFLINE=1 where the UI was started)")
     jobs.check_free()
     _, _, _, argv = form_to_cli(form, runs_dir)
-    d = newrun.unused_run_dir(runs_dir, cfg.run_name or newrun.default_run_name(cfg.method, cfg.data.dataset))
+    d = newrun.unused_run_dir(runs_dir, cfg.run_name or newrun.default_run_name(cfg.method, cfg.data.datasets))
     jobs.start(d, args=argv[2:])
     return d
 

@@ -115,6 +115,8 @@ def status_markdown(s: dict) -> str:
         parts.append(f"held-out during training: {s['heldout']}")
     if s.get("comparison"):
         parts.append(f"held-out comparison: {s['comparison']}")
+    if s.get("general_ability"):  # the newest `qlora-app eval` (lm-evaluation-harness), base vs adapter
+        parts.append(f"general ability: {html.escape(s['general_ability'])}")
     if s.get("resume_command"):
         parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
     elif s["status"] == layout.CRASHED:

@@ -14,7 +14,7 @@ from pathlib import Path
 from app.errors import UserError
 from app.host.net import is_loopback
 from app.ui.app import CSS, build_app
-from app.ui.handlers import UPLOAD_DIR
+from app.ui.data_form import UPLOAD_DIR
 
 MAX_UPLOAD = "200mb"  # a dataset file; anything bigger belongs on disk, passed as a path
 

@@ -7,6 +7,7 @@ from app.config.reward_components import BY_NAME
 from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS, REFERENCE_MATCHES
 from app.errors import UserError
 from app.tools.builtin import BUILTIN_TOOLS
+from app.ui import data_form as df
 from app.ui import handlers as h
 from app.ui import run_view as rv
 from app.ui.jobs import BUSY_MESSAGE
@@ -40,14 +41,16 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     w["model"] = gr.Textbox(dflt["model"], label=f"{_label('model')}: hub id or local folder", elem_id="model",
                             info=_info("model"), placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
     with gr.Row():
-        w["dataset"] = gr.Textbox(dflt["dataset"], label=f"{_label('dataset')}: name, hub id or local file", scale=3,
-                                  elem_id="dataset",
+        w["dataset"] = gr.Textbox(dflt["dataset"], label=f"{_label('dataset')}: name, hub id or local file (several, "
+                                                         "comma-separated: a mix)", scale=3, elem_id="dataset",
                                   placeholder="gsm8k, arith, data.jsonl", info=_info("dataset"))
+        w["mix"] = gr.Textbox(dflt["mix"], label=_label("mix"), scale=1, elem_id="mix", placeholder="0.7,0.3",
+                              info="each dataset's share of the training rows, in order (empty: each whole)")
         w["dataset_config"] = gr.Textbox(dflt["dataset_config"], label=_label("dataset_config"), scale=1,
                                          elem_id="dataset-config",
                                          placeholder="e.g. main", info=_info("dataset_config"))
     parts = {}
-    parts["upload"] = gr.File(label="…or upload a dataset file", file_types=list(h.UPLOAD_TYPES), height=120,
+    parts["upload"] = gr.File(label="…or upload a dataset file", file_types=list(df.UPLOAD_TYPES), height=120,
                      elem_id="upload")
     parts["detect_btn"] = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
     parts["detect_md"] = gr.Markdown(elem_id="detect-md")
@@ -216,7 +219,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     def on_upload(path):
         try:
-            return h.save_upload(path, ctx.runs_dir), ""
+            return df.save_upload(path, ctx.runs_dir), ""
         except Exception as e:  # noqa: BLE001
             return gr.update(), err(e)
 
@@ -224,7 +227,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     overrides = [w[n] for n in h.FIELD_OVERRIDES]
     def on_dataset(dataset, preset):
-        return h.column_overrides(dataset, preset, ctx.local_only)
+        return df.column_overrides(dataset, preset, ctx.local_only)
 
     w["dataset"].change(on_dataset, [w["dataset"], w["preset"]], overrides, show_progress="hidden")
     _wire_reward(w)
@@ -236,7 +239,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     def on_detect(dataset, config_name, lo, pf, rf, cf, xf):
         try:
-            res = h.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf)
+            res = df.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf)
         except Exception as e:  # noqa: BLE001
             return [err(e), gr.update(visible=False)] + [gr.update() for _ in overrides] + [gr.update()]
         cols = [h.AUTO, *res["detection"]["columns"]]
@@ -246,7 +249,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
         # every column in view (wrapped text): the first would otherwise take the width and hide the pair's answers
         n = len(table["headers"])
         widths = ["40%"] + [f"{60 // (n - 1)}%"] * (n - 1) if n > 1 else None
-        return ([h.detection_markdown(res), gr.update(value=table, visible=True, column_widths=widths)]
+        return ([df.detection_markdown(res), gr.update(value=table, visible=True, column_widths=widths)]
                 + [gr.update(choices=cols) for _ in overrides] + [""])
 
     detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], *overrides],

@@ -1,0 +1,251 @@
+"""`qlora-app eval RUN --tasks ...`: EleutherAI's lm-evaluation-harness on a run's base and on its adapter.
+
+The proof (compare.json) answers "did the adapter learn the task"; this answers "did it keep what the base could do",
+with the field's standard harness and its tasks. One base is loaded in 4-bit, as trained, and wrapped once with the
+adapter (compare's ``load_pair``); the harness's own HF model class (``HFLM``) is handed that model, and each task runs
+twice: inside PEFT's ``disable_adapter()`` (the base) and with the adapter on. Same prompts, same generation settings,
+same seeds; the only difference is the LoRA deltas.
+
+Tasks: any harness task by name (its data from the hub, or the local cache under --local-only), a YAML file or a
+folder of them (``--include-path``, the harness's own task format), and the tasks shipped in ``lm_tasks/``
+(``qlora_arith``: the built-in arith test split; ``qlora_gsm8k_file``: any GSM8K-format file, ``--metadata
+path=FILE``). Every task is loaded before the model, so a task that needs the network under --local-only, an unknown
+name or a task whose data cannot be read is one line and nothing loads.
+
+Standard library only at import; lm_eval / torch / peft load inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import time
+from importlib import metadata as md
+from pathlib import Path
+
+from app.errors import UserError
+from app.eval.compare import load_pair, resolve_target
+from app.host.offline import hub_offline, hub_reachable, offline
+from app.host.threads import use_free_cores
+from app.model.placement import context_length
+from app.model.source import check_model_source
+
+SHIPPED_TASKS = Path(__file__).parent / "lm_tasks"  # qlora_arith, qlora_gsm8k_file
+INSTALL_HINT = "pip install 'qlora-app[eval]' (or: pip install lm-eval)"
+# Metrics that are shares of the rows (shown as %, their change in points); any other metric is shown as a number.
+SHARE_METRICS = ("acc", "exact_match", "em", "f1", "mc1", "mc2", "pass@", "prompt_level", "inst_level", "contains")
+
+
+def lm_eval_version() -> str:
+    try:
+        return md.version("lm_eval")
+    except md.PackageNotFoundError:
+        raise UserError(f"`qlora-app eval` runs EleutherAI's lm-evaluation-harness, which is not installed; "
+                        f"{INSTALL_HINT}") from None
+
+
+def parse_metadata(items: list[str]) -> dict:
+    """``--metadata path=FILE`` (repeatable) or one JSON object, as the harness's own ``--metadata`` takes it."""
+    import json
+
+    out: dict = {}
+    for item in items:
+        item = item.strip()
+        if item.startswith("{"):
+            try:
+                value = json.loads(item)
+            except ValueError as e:
+                raise UserError(f"--metadata '{item}' is not valid JSON ({e}); pass KEY=VALUE or a JSON object") \
+                    from None
+            if not isinstance(value, dict):
+                raise UserError("--metadata JSON must be an object; pass KEY=VALUE or {\"key\": value}")
+            out.update(value)
+        elif "=" in item:
+            key, value = item.split("=", 1)
+            out[key.strip()] = value
+        else:
+            raise UserError(f"--metadata '{item}' is not KEY=VALUE; e.g. --metadata path=my-test.jsonl")
+    return out
+
+
+def split_tasks(tasks: list[str]) -> list[str]:
+    """``--tasks a,b --tasks c`` -> [a, b, c], in order, once each."""
+    out: list[str] = []
+    for t in tasks:
+        out += [x.strip() for x in t.split(",") if x.strip() and x.strip() not in out]
+    if not out:
+        raise UserError("no task given; pass --tasks NAME (e.g. qlora_arith, or any lm-evaluation-harness task)")
+    return out
+
+
+def _is_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or Path(name).expanduser().is_dir()
+
+
+def task_manager(tasks: list[str], include_paths: list[Path], meta: dict):
+    """The harness's TaskManager over our shipped tasks and ``include_paths``; its ~15,000 built-in tasks are
+    indexed (about 6 s) only when a name is not found among ours and the user's."""
+    from lm_eval.tasks import TaskManager
+
+    for p in include_paths:
+        if not Path(p).expanduser().exists():
+            raise UserError(f"--include-path '{p}' does not exist; pass a folder (or a YAML file) of harness tasks")
+    paths = [str(SHIPPED_TASKS)] + [str(Path(p).expanduser()) for p in include_paths]
+    tm = TaskManager(include_path=paths, include_defaults=False, metadata=meta or None)
+    if all(t in tm.all_tasks or _is_path(t) for t in tasks):
+        return tm
+    tm = TaskManager(include_path=paths, metadata=meta or None)
+    for t in tasks:
+        if t not in tm.all_tasks and not _is_path(t):
+            if Path(t).suffix in (".yaml", ".yml") and not Path(t).exists():
+                raise UserError(f"task file '{t}' not found; check the path")
+            close = difflib.get_close_matches(t, tm.all_tasks, n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else "list them with `lm_eval ls tasks`"
+            raise UserError(f"unknown task '{t}': not a harness task, a shipped one (qlora_arith, qlora_gsm8k_file) "
+                            f"or one under --include-path; {hint}")
+    return tm
+
+
+def check_tasks(tm, tasks: list[str], local_only: bool) -> dict[str, int]:
+    """Load every task once before any model does ({task: rows}); each failure is one line naming the task."""
+    rows: dict[str, int] = {}
+    for name in tasks:
+        entry = tm.task_index.get(name)
+        hub = _hub_dataset(entry.cfg if entry is not None and isinstance(entry.cfg, dict) else {})
+        unreachable = bool(hub) and not (local_only or hub_offline()) and not hub_reachable()
+        try:
+            with offline(local_only or unreachable):
+                loaded = tm.load([name])
+        except Exception as e:  # noqa: BLE001 - the harness raises what its loaders raise; one line each
+            msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
+            network = isinstance(e, (ConnectionError, OSError)) or "offline" in msg.lower() or "reach" in msg.lower()
+            if network and (local_only or hub_offline()):
+                raise UserError(f"task '{name}' needs its data from the Hugging Face Hub"
+                                f"{f' ({hub})' if hub else ''}, which is not in this machine's cache, and --local-only "
+                                "never downloads; run it once with the network (the harness caches it), or use a "
+                                "local task (--include-path)") from None
+            if network:
+                raise UserError(f"task '{name}' needs its data from the Hugging Face Hub{f' ({hub})' if hub else ''} "
+                                f"and it cannot be reached from here ({msg}); use a local task (--include-path)") \
+                    from None
+            raise UserError(f"task '{name}' could not be loaded: {msg}") from None
+        for task_name, task in loaded["tasks"].items():
+            docs = task.eval_docs
+            rows[task_name] = len(docs) if docs is not None else 0
+    return rows
+
+
+def _hub_dataset(cfg: dict) -> str | None:
+    """The hub dataset a task's YAML reads, or None for local data (a builder over local files, custom data)."""
+    path = cfg.get("dataset_path")
+    if not path or cfg.get("custom_dataset") or path in ("json", "csv", "parquet", "text", "arrow", "pandas"):
+        return None
+    return None if Path(str(path)).expanduser().exists() else str(path)
+
+
+def _shown_metric(metric: str) -> bool:
+    return metric.split(",")[0].startswith(SHARE_METRICS)
+
+
+def table(results: dict[str, dict], asked: list[str]) -> list[dict]:
+    """One row per (task, metric, filter) of the asked tasks and groups: base, adapter, change, and whether the
+    change is beyond the noise (more than twice the two sides' combined standard error)."""
+    base, adapter = results["base"], results["adapter"]
+    rows = []
+    for section in ("groups", "results"):
+        for task, metrics in (base.get(section) or {}).items():
+            if task not in asked and section == "results" and any(t in asked for t in (base.get("groups") or {})):
+                continue  # a group's subtasks: the group's row stands for them (all of them are in the file)
+            other = (adapter.get(section) or {}).get(task, {})
+            for key, b in metrics.items():
+                if "_stderr" in key or key in ("alias", "name", "sample_len", " ") or not isinstance(b, (int, float)):
+                    continue
+                a = other.get(key)
+                if not isinstance(a, (int, float)):
+                    continue
+                metric, _, filt = key.partition(",")
+                se = [_num(metrics.get(f"{metric}_stderr,{filt}")), _num(other.get(f"{metric}_stderr,{filt}"))]
+                noise = 2 * math.sqrt(sum(s * s for s in se)) if all(s is not None for s in se) else None
+                hib = (base.get("higher_is_better") or {}).get(task, {}).get(metric, True)
+                delta = float(a) - float(b)
+                change = ("within noise" if noise is not None and abs(delta) <= noise else
+                          "better" if (delta > 0) == bool(hib) and delta != 0 else "worse" if delta else "same")
+                rows.append({"task": task, "metric": metric, "filter": filt or None,
+                             "n": (base.get("n-samples") or {}).get(task, {}).get("effective"),
+                             "higher_is_better": hib, "share": _shown_metric(key),
+                             "base": float(b), "adapter": float(a), "delta": delta,
+                             "base_stderr": se[0], "adapter_stderr": se[1], "change": change})
+    order = {t: i for i, t in enumerate(asked)}
+    return sorted(rows, key=lambda r: (order.get(r["task"], len(order)), r["task"]))
+
+
+def _num(x):
+    return float(x) if isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x)) else None
+
+
+def _keep(results: dict) -> dict:
+    """The harness's result object without its per-sample logs and environment dump (kept apart / dropped)."""
+    return {k: v for k, v in results.items() if k in ("results", "groups", "group_subtasks", "configs", "versions",
+                                                       "n-shot", "higher_is_better", "n-samples", "config")}
+
+
+def run_harness(run, tasks: list[str], *, limit: float | None = None, include_paths: list[Path] = (),
+                meta: dict | None = None, num_fewshot: int | None = None, batch_size: int = 16,
+                chat_template: bool | None = None, max_new_tokens: int | None = None, local_only: bool = False,
+                model: str | None = None, on_side=None) -> dict:
+    """The harness on base and adapter. ``chat_template`` None: the run's chat template and system prompt when its
+    tokenizer has one (how the adapter was trained to be asked). ``max_new_tokens``: the generation tasks' answer
+    length (default: each task's own). ``on_side(side, i, n)`` before each side runs.
+    Returns the evaluation as it is kept (RUN/evals/*.json) with ``samples`` ({side: {task: [...]}}) beside it."""
+    version = lm_eval_version()
+    tasks = split_tasks(tasks)
+    adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
+    check_model_source(mc.name_or_path, local_only)
+    tm = task_manager(tasks, list(include_paths), meta or {})
+    rows = check_tasks(tm, tasks, local_only)
+
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    use_free_cores()
+    t0 = time.monotonic()
+    peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,
+                                device=run_cfg.runtime.device if run_cfg else "auto")
+    templated = bool(getattr(tok, "chat_template", None)) if chat_template is None else chat_template
+    if templated and not getattr(tok, "chat_template", None):
+        raise UserError("--chat-template: this model's tokenizer has no chat template; drop it")
+    system = (run_cfg.data.system_prompt if run_cfg else None) if templated else None
+    lm = HFLM(pretrained=peft_model, tokenizer=tok, batch_size=batch_size,
+              max_length=context_length(peft_model.config) or 2048)
+    loaded_s = time.monotonic() - t0
+    out, samples, seconds = {}, {}, {}
+    for i, side in enumerate(("base", "adapter")):
+        if on_side:
+            on_side(side, i, 2)
+        t1 = time.monotonic()
+        try:
+            with peft_model.disable_adapter() if side == "base" else contextlib.nullcontext():
+                res = lm_eval.simple_evaluate(
+                    model=lm, tasks=tasks, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
+                    gen_kwargs={"max_gen_toks": max_new_tokens} if max_new_tokens else None,
+                    apply_chat_template=templated, system_instruction=system, log_samples=True,
+                    random_seed=0, numpy_random_seed=1234, torch_random_seed=1234, fewshot_random_seed=1234)
+        except (AssertionError, ValueError) as e:  # the harness checks a task's settings against the model here
+            msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:240].rstrip(".")
+            hint = ("; pass --max-new-tokens N below it" if "max tokens" in msg or "sequence length" in msg
+                    else "")
+            raise UserError(f"lm-evaluation-harness stopped on {', '.join(tasks)} ({side}): {msg}{hint}") from None
+        seconds[side] = round(time.monotonic() - t1, 2)
+        out[side] = _keep(res)
+        samples[side] = res.get("samples") or {}
+    name = adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name
+    return {
+        "kind": "lm-eval", "lm_eval_version": version, "run": name, "adapter": str(adapter_dir),
+        "base_model": mc.name_or_path, "tasks": tasks, "rows_per_task": rows, "limit": limit,
+        "num_fewshot": num_fewshot, "max_new_tokens": max_new_tokens, "chat_template": templated,
+        "system_instruction": system,
+        "include_paths": [str(Path(p).expanduser().resolve()) for p in include_paths], "metadata": meta or {},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": {"load": round(loaded_s, 2), **seconds},
+        "table": table(out, tasks), "results": out, "samples": samples,
+    }

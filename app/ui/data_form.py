@@ -1,0 +1,104 @@
+"""The Train form's dataset part, as plain functions (no Gradio imports): an uploaded file kept where the run can
+read it, the fields detected with their reasons and sample rows, and the column overrides a dataset starts with.
+
+Owns: reading a dataset for the form. Must not start runs or build the command line (app/ui/handlers.py does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from app.config.flags import split_datasets
+from app.data import prompt_text, reference_text, resolve_dataset
+from app.data.loading import detect_dataset
+from app.data.preference import pair_of
+from app.errors import UserError
+from app.ui.handlers import AUTO, FIELD_OVERRIDES, _clean, form_defaults, widget_values
+
+UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
+UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
+ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field", "pair_fields",
+         "preference_field")
+
+
+def save_upload(tmp_path: str | None, runs_dir: str | Path) -> str:
+    """Copy a Gradio upload (a temp file that is cleaned up later) into <runs>/_uploads/ so the training
+    subprocess and later resumes can read it. The name carries a content hash: nothing is overwritten."""
+    if not tmp_path:
+        raise UserError("no file uploaded")
+    src = Path(tmp_path)
+    if src.suffix.lower() not in UPLOAD_TYPES:
+        raise UserError(f"'{src.name}' is not a dataset file; upload one of {', '.join(UPLOAD_TYPES)}")
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:10]
+    dest_dir = Path(runs_dir) / UPLOAD_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{src.stem}-{digest}{src.suffix.lower()}"
+    if not dest.exists():
+        shutil.copyfile(src, dest)
+    return str(dest.resolve())
+
+
+def column_overrides(dataset: str | None, preset: str | None, local_only: bool = False) -> list[str]:
+    """The column overrides (FIELD_OVERRIDES order) a dataset starts with: an override names a column of the dataset
+    it was picked for, so another dataset (typed, pasted or uploaded) starts from auto-detection, while the preset's
+    own dataset keeps the preset's columns."""
+    try:
+        d = widget_values(form_defaults(preset, local_only))
+    except UserError:  # no or a broken preset: nothing to keep
+        d = {}
+    same = _clean(dataset) is not None and _clean(dataset) == _clean(d.get("dataset"))
+    return [d[n] if same else AUTO for n in FIELD_OVERRIDES]
+
+
+def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
+           reference_field: str | None = None, local_only: bool = False, n_samples: int = 3,
+           chosen_field: str | None = None, rejected_field: str | None = None) -> dict:
+    """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
+    see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
+    dataset = _clean(dataset)
+    if not dataset:
+        raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
+    if len(split_datasets(dataset) or []) > 1:
+        raise UserError("Detect fields reads one dataset: type one of the mix's to see its fields (when the run "
+                        "starts, each is detected on its own)")
+
+    dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
+    split = "train" if "train" in dd else next(iter(dd))
+    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field),
+                             chosen_field=_clean(chosen_field), rejected_field=_clean(rejected_field))
+    rows = ds.select(range(min(n_samples, len(ds)))).to_list()
+    samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
+                "reference": _short(reference_text(r, det))} for r in rows]
+    if det.format == "preference":  # the pair each row makes (None: the row makes none and is skipped)
+        for s, r in zip(samples, rows):
+            pair = pair_of(r, det)
+            s["chosen"], s["rejected"] = (_short(pair.chosen), _short(pair.rejected)) if pair else ("–", "–")
+    return {"detection": det.to_dict(), "split": split, "samples": samples}
+
+
+def _short(text, n: int = 240) -> str:
+    if text is None:
+        return "–"
+    text = str(text).strip()
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def detection_markdown(result: dict) -> str:
+    d = result["detection"]
+    size = f"{d['num_rows']:,} rows" if d.get("num_rows") is not None else "rows: not counted"
+    lines = [f"**Split `{result['split']}`**: {size}, columns: {', '.join(f'`{c}`' for c in d['columns'])}", ""]
+    for role in ROLES:
+        if d.get(role) or role in ("prompt_field", "reference_field"):
+            why = d["reasons"].get(role, "")
+            value = d.get(role)
+            shown = " / ".join(value) if isinstance(value, list) else value or "—"
+            lines.append(f"- **{role.replace('_fields', '').replace('_field', '')}**: `{shown}`"
+                         + (f" — {why}" if why else ""))
+    if d.get("context_fields"):
+        lines.append(f"- **context**: {', '.join(f'`{c}`' for c in d['context_fields'])}")
+    for k, why in d["reasons"].items():
+        if k not in ROLES:
+            lines.append(f"- *{k}*: {why}")
+    return "\n".join(lines)
