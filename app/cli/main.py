@@ -42,6 +42,7 @@ from app.run.summary import run_summary
 from app.serve.engine import Engine
 from app.serve.server import api_key as serve_key
 from app.serve.server import banner, check_exposure, server
+from app.serve.vllm_engine import serve_with_vllm
 from app.train import launcher
 from app.train.session import Session
 from app.train.torchrun import is_worker, wants_launcher
@@ -292,12 +293,18 @@ def serve(
     api_key: Optional[str] = typer.Option(None, help="Key clients send as 'Authorization: Bearer KEY' (or "
                                                      "QLORA_APP_API_KEY)."),
     model: Optional[str] = typer.Option(None, help="Base model, when the adapter does not say which."),
+    engine: str = typer.Option("builtin", help="builtin (CPU or GPU, one request at a time) or vllm (CUDA, vllm "
+                                               "installed: batched)."),
     local_only: bool = switch("--local-only"),
 ):
     """The run's adapter, and its base beside it, over the OpenAI API (/v1/chat/completions, /v1/completions)."""
     apply_local_only(local_only)
     key = serve_key(api_key)
     check_exposure(host, key)
+    if engine not in ("builtin", "vllm"):
+        raise UserError(f"--engine {engine} is not an engine here; pass builtin or vllm")
+    if engine == "vllm":
+        raise typer.Exit(serve_with_vllm(run, host, port, key, model, say=console.print))
     engine = Engine(run, local_only=local_only, model=model)
     console.print(banner(engine, host, port, key), highlight=False, soft_wrap=True)
     server(engine, host, port, key).run()

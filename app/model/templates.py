@@ -50,15 +50,20 @@ def tool_templates() -> list[str]:
     return names
 
 
-def apply_named_template(tok, name: str | None):
-    """``tok`` with the shipped template ``name`` in place of its own (None: as it is)."""
-    if not name:
-        return tok
+def template_file(name: str) -> Path:
+    """The file of the shipped template ``name`` (a UserError naming the others when there is none)."""
     path = _templates_dir() / f"{name}.jinja"
     if name.endswith("_training") or not path.is_file():
         raise UserError(f"model.chat_template '{name}' is not a template TRL ships; pick one of: "
                         f"{', '.join(shipped_templates())}")
-    tok.chat_template = path.read_text(encoding="utf-8")
+    return path
+
+
+def apply_named_template(tok, name: str | None):
+    """``tok`` with the shipped template ``name`` in place of its own (None: as it is)."""
+    if not name:
+        return tok
+    tok.chat_template = template_file(name).read_text(encoding="utf-8")
     return tok
 
 

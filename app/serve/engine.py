@@ -25,6 +25,12 @@ from app.model.source import check_model_source
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
 
 
+def served_names(adapter_dir) -> dict[str, str]:
+    """{model name: side}: the run's name is its adapter, the name + BASE_SUFFIX its base (every engine's names)."""
+    name = adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name
+    return {name: "adapter", name + BASE_SUFFIX: "base"}
+
+
 @dataclass
 class Stats:
     """What the server did, for its log and its tests."""
@@ -44,8 +50,7 @@ class Engine:
         use_free_cores()
         self.run_cfg = run_cfg
         self.system = run_cfg.data.system_prompt if run_cfg else None
-        name = (adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name)
-        self.names = {name: "adapter", name + BASE_SUFFIX: "base"}
+        self.names = served_names(adapter_dir)
         self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
                                          device=run_cfg.runtime.device if run_cfg else "auto")
         self.context = context_length(self.model.config)
