@@ -1,6 +1,7 @@
 """The one configuration object shared by the CLI, the UI and the presets.
 
     schema.py             the sections and their fields (pydantic), the methods, the loss families
+    data_section.py       the data section: one dataset or a mix of them (data.mix), each with its own fields
     build.py              defaults < preset < flags < --set, validated once, with paths made absolute
     resolve.py            what "auto" becomes for a method ("LoRA Without Regret" defaults), the run's warnings
     keys.py               dotted keys: --set parsing, suggestions for a mistyped key, --explain rows, differences

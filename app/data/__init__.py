@@ -5,6 +5,8 @@ Public API (used by the engine, compare and the UI)::
     resolve_dataset, detect_fields, build_splits, prompt_text, to_grpo, to_sft,
     Detection, DataError
 
+A mix of datasets (data.mix) is each dataset read and detected alone, then drawn to its share: mixing.py.
+
 Importing this package is cheap (standard library only); ``datasets`` is imported when data is loaded.
 
 Owns: reading every supported source and deciding its fields, with reasons. Must not load models or rewards.

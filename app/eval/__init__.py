@@ -5,6 +5,7 @@
     compare.py  resolve the adapter's base, generate both sides, score them
     render.py   terminal table, --html page, the UI's summary and rows
     pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs
+    harness.py  `qlora-app eval`: lm-evaluation-harness on the base and the adapter (lm_tasks/: the shipped tasks)
 
 Standard library only at import; torch / transformers / peft load inside the functions that need them.
 

@@ -5,6 +5,8 @@
                generating at a time (the others wait their turn)
     api.py     the HTTP routes (/v1/models, /v1/chat/completions with streaming, /v1/completions), OpenAI-style
                errors, the API key, a client that goes away mid-stream
+    server.py  who may reach it (loopback, or a key), the start line, uvicorn
+    vllm_engine.py  --engine vllm: the command of vLLM's own OpenAI server on the run's base and adapter (CUDA only)
 
 Owns: serving a trained run. Must not train, plan or change a run folder.
 """
