@@ -145,6 +145,13 @@ def test_launcher_command():
             "--master-port=29600"} <= set(argv)
     assert argv[argv.index("-m", 3):] == ["-m", "app.cli", "train", "--config", "r/config.yaml", "--run-dir", "r",
                                           "--no-progress"]
+    # no port given: several machines meet on torchrun's 29500; one machine takes a port free right now, so two runs
+    # on one machine (or two test workers) never collide on it
+    assert "--master-port=29500" in launcher_argv(RuntimeConfig(num_processes=4, nnodes=2, master_addr="10.0.0.1"),
+                                                  [])
+    ports = {int(next(a for a in launcher_argv(RuntimeConfig(num_processes=2), []) if a.startswith(
+        "--master-port=")).split("=")[1]) for _ in range(3)}
+    assert 29500 not in ports and all(1024 < p < 65536 for p in ports)
 
 
 def test_fsdp_qlora_translation(tiny_model, tmp_path):

@@ -126,7 +126,9 @@ class RuntimeConfig(StrictModel):
     nnodes: int = _d(1, "machines taking part; every machine runs the same command with its own node_rank", ge=1)
     node_rank: int = _d(0, "this machine's index among nnodes (0 = the machine at master_addr)", ge=0)
     master_addr: str = _d("127.0.0.1", "address of the node_rank 0 machine, reachable from every machine")
-    master_port: int = _d(29500, "a free TCP port on the master machine", ge=1, le=65535)
+    master_port: int | None = _d(None, "a free TCP port on the master machine; empty = on one machine, a free port "
+                                       "picked at launch (two runs on one machine never collide), on several: 29500",
+                                 ge=1, le=65535)
     threads: int | None = _d(None, "CPU threads torch may use; empty = auto: the cores other processes leave free "
                                    "(at least one), re-checked while training; OMP_NUM_THREADS also fixes it", ge=1)
     fit_check: bool = _d(True, "refuse, before any download, a run the memory estimate says cannot fit the "

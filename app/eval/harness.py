@@ -119,7 +119,9 @@ def check_tasks(tm, tasks: list[str], local_only: bool) -> dict[str, int]:
                 loaded = tm.load([name])
         except Exception as e:  # noqa: BLE001 - the harness raises what its loaders raise; one line each
             msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:240]
-            network = isinstance(e, (ConnectionError, OSError)) or "offline" in msg.lower() or "reach" in msg.lower()
+            # the hub's loaders raise ConnectionError (offline mode, no route); a missing local file is not that
+            network = not isinstance(e, FileNotFoundError) and (
+                isinstance(e, ConnectionError) or any(w in msg.lower() for w in ("offline", "reach", "connection")))
             if network and (local_only or hub_offline()):
                 raise UserError(f"task '{name}' needs its data from the Hugging Face Hub"
                                 f"{f' ({hub})' if hub else ''}, which is not in this machine's cache, and --local-only "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,11 +52,26 @@ def wants_launcher(runtime) -> bool:
     return (runtime.num_processes > 1 or runtime.nnodes > 1) and not is_worker()
 
 
+MULTI_NODE_PORT = 29500  # torchrun's own default: every machine of a multi-node run must name the same port
+
+
+def master_port(runtime) -> int:
+    """runtime.master_port, else: one machine, a port free right now (the OS picks it; two runs on one machine, or
+    two test workers, never meet on 29500); several machines, MULTI_NODE_PORT (they cannot agree on a random one)."""
+    if runtime.master_port is not None:
+        return runtime.master_port
+    if runtime.nnodes > 1:
+        return MULTI_NODE_PORT
+    with socket.socket() as s:
+        s.bind((runtime.master_addr, 0))
+        return s.getsockname()[1]
+
+
 def launcher_argv(runtime, worker_args: list[str]) -> list[str]:
     """python -m torch.distributed.run ... -m app.cli train <worker_args>."""
     argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={runtime.num_processes}",
             f"--nnodes={runtime.nnodes}", f"--node-rank={runtime.node_rank}",
-            f"--master-addr={runtime.master_addr}", f"--master-port={runtime.master_port}"]
+            f"--master-addr={runtime.master_addr}", f"--master-port={master_port(runtime)}"]
     return argv + ["-m", "app.cli", "train", *worker_args, "--no-progress"]
 
 
