@@ -12,7 +12,7 @@ temp folder) and drives it in headless Chromium (Debian's /usr/bin/chromium) thr
   train-3-many-points  half-way: smoothed reward, held-out accuracy rising
   train-4-stopped      Stop pressed: checkpointed and interrupted
   runs-5-resumed       Resume from the Runs tab: the run view follows it without a Refresh
-  runs-6-finished      ... to the end, with the held-out summary
+  runs-6-finished      ... to the end, with the held-out summary and its `qlora-app eval` (general ability)
   compare, chat        the finished run against its base
 
 With --docs the four pictures the docs use (ui-train, ui-runs, ui-compare, ui-chat) are also copied into docs/.
@@ -25,6 +25,7 @@ import argparse
 import re
 import shutil
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -105,6 +106,11 @@ def tour(runs: Path, out: Path) -> list[Path]:
             shot("runs-5-resumed")
             expect(page.locator("#run-status")).to_contain_text("finished", timeout=600_000)
             expect(page.locator("#runs-table")).to_contain_text("finished", timeout=20_000)
+            # its general ability, base vs adapter (lm-evaluation-harness): the run view shows it without a Refresh
+            run = max((d for d in runs.iterdir() if (d / "config.yaml").is_file()), key=lambda d: d.stat().st_mtime)
+            subprocess.run([sys.executable, "-m", "app.cli", "eval", str(run), "--tasks", "qlora_arith",
+                            "--local-only"], check=True, capture_output=True, timeout=600)
+            expect(page.locator("#run-status")).to_contain_text("general ability", timeout=30_000)
             time.sleep(3.5)
             shot("runs-6-finished")
 

@@ -267,6 +267,11 @@ def test_runs_fingerprint_changes_whenever_a_runs_view_would(tmp_path, monkeypat
     store.write_status(d, layout.FINISHED)
     assert rv.runs_fingerprint(tmp_path) != seen
     seen = rv.runs_fingerprint(tmp_path)
+    from app.run import benchmarks
+
+    benchmarks.write_eval(d, {"table": []})  # `qlora-app eval` kept an evaluation: the run view shows it
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
     _fake_run(tmp_path, "ghost", layout.RUNNING, pid=2**22 + 7)
     assert rv.runs_fingerprint(tmp_path) != seen
     # the same files, but whether the process behind a "running" status lives changes

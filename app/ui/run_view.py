@@ -57,12 +57,13 @@ def curves_key(run_dir: Path | None, records: list[dict], summary: dict | None) 
 
 
 def runs_fingerprint(runs_dir: str | Path) -> tuple:
-    """Changes whenever anything a Runs view shows may have: a run's status.json or metrics.jsonl written, a run
-    made or removed, a "running" process gone (kill -9 writes nothing). A few stat calls per run."""
+    """Changes whenever anything a Runs view shows may have: a run's status.json or metrics.jsonl written, its proof
+    or an evaluation (`qlora-app eval`) added, a run made or removed, a "running" process gone (kill -9 writes
+    nothing). A few stat calls per run."""
     out = []
     for label, d in shown_runs(runs_dir):
         row: list = [label]
-        for name in (layout.STATUS, layout.METRICS):
+        for name in (layout.STATUS, layout.METRICS, layout.COMPARE_JSON, layout.EVALS):
             try:
                 st = (d / name).stat()
                 row += [st.st_mtime_ns, st.st_size]
