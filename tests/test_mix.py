@@ -93,6 +93,17 @@ def test_each_dataset_is_detected_on_its_own_and_held_out_on_its_own(sums):
     from app.data.mixing import mix_note
 
     assert "repeated x1.25" in mix_note(det2) and "whole passes" in mix_note(det2)
+    # the proof's held-out rows: from every dataset by its share, never more than a dataset holds
+    from app.eval.heldout import sample_examples
+
+    def drawn(d, n):
+        return Counter(x["dataset"] for x in sample_examples(held, d, n, seed=0))
+
+    assert drawn(det, 100) == {"arith": 70, "sums": 30}
+    assert drawn(det, 1000) == {"arith": 140, "sums": 60}  # the file's 60 held-out rows are the limit
+    whole = build_config(None, {"data": {"mix": [{"dataset": "arith"}, {"dataset": str(sums)}]}})
+    _, held_w, det_w = build_splits(whole.data, 42)
+    assert Counter(x["dataset"] for x in sample_examples(held_w, det_w, 26, seed=0)) == {"arith": 20, "sums": 6}
 
 
 def test_a_mix_of_pairs_maps_every_layout_to_chosen_and_rejected(pairs):

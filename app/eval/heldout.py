@@ -45,11 +45,11 @@ def _indices(heldout, det, n: int, seed: int) -> list[int]:
     for i, name in enumerate(heldout[SOURCE]):
         where.setdefault(name, []).append(i)
     parts = [p for p in det.mix if where.get(p["name"])]
-    shares = [p["share"] for p in parts] if all(p.get("share") for p in parts) else None
-    counts = allocate([len(where[p["name"]]) for p in parts], shares or [None] * len(parts))
-    scale = min(1.0, n / max(sum(counts), 1)) if shares is None else None
-    asked = allocate([len(where[p["name"]]) for p in parts], shares, min(n, sum(counts))) if shares else \
-        [round(c * scale) for c in counts]
+    sizes = [len(where[p["name"]]) for p in parts]
+    shares = [p.get("share") for p in parts]
+    if None in shares:  # each dataset whole: shares by size
+        shares = [k / sum(sizes) for k in sizes]
+    asked = allocate(sizes, shares, min(n, sum(allocate(sizes, shares))))  # never more than a dataset holds
     out = []
     for p, k in zip(parts, asked):
         rows = where[p["name"]]

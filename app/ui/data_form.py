@@ -15,7 +15,7 @@ from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.data.preference import pair_of
 from app.errors import UserError
-from app.ui.handlers import AUTO, FIELD_OVERRIDES, _clean, form_defaults, widget_values
+from app.ui.handlers import AUTO, FIELD_OVERRIDES, form_defaults, widget_value, widget_values
 
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
@@ -48,7 +48,7 @@ def column_overrides(dataset: str | None, preset: str | None, local_only: bool =
         d = widget_values(form_defaults(preset, local_only))
     except UserError:  # no or a broken preset: nothing to keep
         d = {}
-    same = _clean(dataset) is not None and _clean(dataset) == _clean(d.get("dataset"))
+    same = widget_value(dataset) is not None and widget_value(dataset) == widget_value(d.get("dataset"))
     return [d[n] if same else AUTO for n in FIELD_OVERRIDES]
 
 
@@ -57,17 +57,17 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
            chosen_field: str | None = None, rejected_field: str | None = None) -> dict:
     """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
     see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
-    dataset = _clean(dataset)
+    dataset = widget_value(dataset)
     if not dataset:
         raise UserError("enter a dataset first: a hub id, a local file path, 'arith', or upload a file")
     if len(split_datasets(dataset) or []) > 1:
         raise UserError("Detect fields reads one dataset: type one of the mix's to see its fields (when the run "
                         "starts, each is detected on its own)")
 
-    dd = resolve_dataset(dataset, _clean(config_name), local_only=local_only)
+    dd = resolve_dataset(dataset, widget_value(config_name), local_only=local_only)
     split = "train" if "train" in dd else next(iter(dd))
-    ds, det = detect_dataset(dd[split], _clean(prompt_field), _clean(reference_field),
-                             chosen_field=_clean(chosen_field), rejected_field=_clean(rejected_field))
+    ds, det = detect_dataset(dd[split], widget_value(prompt_field), widget_value(reference_field),
+                             chosen_field=widget_value(chosen_field), rejected_field=widget_value(rejected_field))
     rows = ds.select(range(min(n_samples, len(ds)))).to_list()
     samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
                 "reference": _short(reference_text(r, det))} for r in rows]

@@ -53,7 +53,7 @@ def _get(d: dict, dotted: str):
     return d
 
 
-def _clean(v):
+def widget_value(v):
     """Widget value -> config value: empty text and the '(auto)' choice mean unset; whole floats from number
     boxes become ints (pydantic would refuse 4.0 for an int field)."""
     if isinstance(v, str):
@@ -68,11 +68,11 @@ def _clean(v):
 
 def _number(name: str, v):
     """Text of an AUTO_NUMBERS box -> int / float / None (auto)."""
-    v = _clean(v)
+    v = widget_value(v)
     if not isinstance(v, str):
         return v
     try:
-        return _clean(float(v))
+        return widget_value(float(v))
     except ValueError:
         raise UserError(f"{AUTO_NUMBERS[name]} must be a number or empty for auto (got '{v}')") from None
 
@@ -121,7 +121,7 @@ def switch_method(form: dict, method: str, local_only: bool = False) -> dict:
     new_values = widget_values(form_defaults(new, local_only, dataset))
     own = widget_values(form_defaults(old, local_only))  # the old preset on its own dataset: its fields too
     kept = {k: v for k, v in form.items() if k not in ("preset", "method")
-            and not any(_same(_clean(v), _clean(d.get(k))) for d in (old_values, own))}
+            and not any(_same(widget_value(v), widget_value(d.get(k))) for d in (old_values, own))}
     return {**new_values, **kept, "preset": new, "method": method}
 
 
@@ -140,7 +140,7 @@ def _preset_for(preset: str, method: str) -> str:
 def _preset_on(preset: str | None, dataset: str | None) -> AppConfig:
     """The preset as it applies to ``dataset`` (None: its own): its split and fields belong to its own dataset
     (app.config.build.DATASET_KEYS)."""
-    dataset = _clean(dataset)
+    dataset = widget_value(dataset)
     return build_config(_load_preset(preset), {"data": {"dataset": dataset}} if dataset else None)
 
 
@@ -192,12 +192,12 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     argv = ["qlora-app", "train"] + (["--preset", preset] if preset else [])
     sets: list[str] = []
     for name, flag in WIDGETS.items():
-        v = _number(name, form.get(name)) if name in AUTO_NUMBERS else _clean(form.get(name))
+        v = _number(name, form.get(name)) if name in AUTO_NUMBERS else widget_value(form.get(name))
         if name == "local_only":
             v = bool(v)
         if flag.kind == "datasets":  # 'a.jsonl, b.jsonl': a mix, one --dataset each
             v = split_datasets(v)
-            if len(v or []) > 1 and any(_clean(form.get(f)) for f in FIELD_OVERRIDES):
+            if len(v or []) > 1 and any(widget_value(form.get(f)) for f in FIELD_OVERRIDES):
                 raise UserError("the column overrides name columns of one dataset; with a mix of datasets set them "
                                 "back to (auto): each dataset's fields are detected on its own")
             if v == ([base["data"]["dataset"]] if base["data"]["dataset"] else None):
@@ -218,7 +218,7 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
     weights = effective_weights(_form_reward(form, base_cfg))
     for name, comp in WEIGHTS.items():
         if name in form:  # weights merge key by key: only the sliders the user moved are passed
-            w = float(_clean(form.get(name)) or 0.0)
+            w = float(widget_value(form.get(name)) or 0.0)
             if not _same(weights[comp], w):
                 sets.append(f"reward.weights.{comp}={_fmt(w)}")
     argv += ["--output-dir", str(runs_dir)]
@@ -234,7 +234,7 @@ def _form_preset(form: dict) -> str | None:  # the preset the form is built on (
 def _form_reward(form: dict, base: AppConfig) -> RewardConfig:
     """The reward section the form's reward settings (json schema, patterns, judge) make of ``base`` (the preset's),
     weights aside: what the weight sliders are measured against. Settings that do not validate yet: the preset's."""
-    values = {f.key: _clean(form.get(n)) for n, f in WIDGETS.items() if f.key.startswith("reward.") and n in form}
+    values = {f.key: widget_value(form.get(n)) for n, f in WIDGETS.items() if f.key.startswith("reward.") and n in form}
     try:
         return with_values(base, values).reward
     except UserError:
@@ -247,7 +247,7 @@ def opt_in_sliders(form: dict) -> dict[str, float]:
     weights = effective_weights(_form_reward(form, _preset_on(_form_preset(form), form.get("dataset"))))
     out = {}
     for name, comp in WEIGHTS.items():
-        shown = float(_clean(form.get(name)) or 0.0)
+        shown = float(widget_value(form.get(name)) or 0.0)
         if weights[comp] and not shown:
             out[name] = weights[comp]
         elif not weights[comp] and shown and not REWARD_SPECS[comp].weight_switches:
