@@ -69,7 +69,7 @@ def unused_run_dir(output_dir: str | Path, run_name: str) -> Path:
         n += 1
 
 
-def create_run_dir(output_dir: str | Path, run_name: str | None, method: str, dataset: str | None,
+def create_run_dir(output_dir: str | Path, run_name: str | None, method: str, dataset: str | list[str] | None,
                    run_dir: str | Path | None = None) -> Path:
     """The run directory of a new run: ``run_dir`` when the caller names one (new or empty:
     ``check_new_run_dir``), else a fresh <output_dir>/<run_name or date-method-dataset>. Only the run's session

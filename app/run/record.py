@@ -32,7 +32,8 @@ class RunRecord:
         self.main = main
         self.dir: Path | None = folder
 
-    def create(self, output_dir, run_name: str | None, method: str, dataset: str | None, run_dir: Path | None) -> Path:
+    def create(self, output_dir, run_name: str | None, method: str, dataset: str | list[str] | None,
+               run_dir: Path | None) -> Path:
         """The run folder (``run_dir`` when the caller named one); a worker adopts the folder rank 0 made."""
         if self.main:
             self.dir = newrun.create_run_dir(output_dir, run_name, method, dataset, run_dir)
