@@ -69,7 +69,8 @@ def test_the_harness_scores_base_and_adapter_as_compare_does_and_the_run_keeps_i
     assert "qlora_arith exact_match" in listed[0]["general_ability"]
     from app.ui.run_view import status_markdown
 
-    assert f"general ability: qlora_arith exact_match [last-number] base {row['base']:.1%}" in status_markdown(listed[0])
+    shown_in_ui = status_markdown(listed[0])
+    assert f"general ability: qlora_arith exact_match [last-number] base {row['base']:.1%}" in shown_in_ui
     out = tmp_path / "export"
     ex = _cli("export", str(trained), "--out", str(out))
     assert ex.returncode == 0, ex.stderr[-2000:]
