@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from pathlib import PurePath
 
 from app.data.convert import completion_text, prompt_messages, reference_text
 from app.data.detect import SOURCE, DataError, Detection
@@ -127,8 +128,6 @@ def mix_splits(data_cfg, seed: int, built: list[tuple]):
 
 def _names(datasets: list[str]) -> list[str]:
     """Short, distinct names for the source column: a file's stem, a hub id's last part."""
-    from pathlib import PurePath
-
     short = [PurePath(str(d)).name.split(".")[0] or str(d) for d in datasets]
     return [s if short.count(s) == 1 else f"{s}-{i + 1}" for i, s in enumerate(short)]
 

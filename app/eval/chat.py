@@ -26,10 +26,10 @@ from app.tools.loop import call_lines, run_tool_loop
 SIDES = ("adapter", "base")
 
 
-def _plain(messages: list[dict]) -> str:
-    """A conversation for a tokenizer without a chat template: the texts one after another, as compare's plain
-    prompt is (system prompt, blank line, message)."""
-    return "\n\n".join(m["content"] for m in messages)
+def conversation_prompt(tok, messages: list[dict]) -> str:
+    """A conversation's prompt text: the tokenizer's chat template, or without one the texts one after another, as
+    compare's plain prompt is (system prompt, blank line, message). Chat's and the API server's."""
+    return format_prompt(tok, {"messages": messages, "plain": "\n\n".join(m["content"] for m in messages)})
 
 
 class Chat:
@@ -68,7 +68,7 @@ class Chat:
 
     def prompt(self, side: str, message: str) -> str:
         msgs = self.messages(side, message)
-        return format_prompt(self.tok, {"messages": msgs, "plain": _plain(msgs)})
+        return conversation_prompt(self.tok, msgs)
 
     def _fit(self, side: str, message: str, max_new_tokens: int) -> list[int]:
         """The prompt's token ids, dropping the oldest exchanges while they leave no room for the reply; a message

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import math
 import time
 from importlib import metadata as md
@@ -30,6 +31,7 @@ from app.host.offline import hub_offline, hub_reachable, offline
 from app.host.threads import use_free_cores
 from app.model.placement import context_length
 from app.model.source import check_model_source
+from app.run.lookup import adapter_name
 
 SHIPPED_TASKS = Path(__file__).parent / "lm_tasks"  # qlora_arith, qlora_gsm8k_file
 INSTALL_HINT = "pip install 'qlora-app[eval]' (or: pip install lm-eval)"
@@ -47,8 +49,6 @@ def lm_eval_version() -> str:
 
 def parse_metadata(items: list[str]) -> dict:
     """``--metadata path=FILE`` (repeatable) or one JSON object, as the harness's own ``--metadata`` takes it."""
-    import json
-
     out: dict = {}
     for item in items:
         item = item.strip()
@@ -241,9 +241,8 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
         seconds[side] = round(time.monotonic() - t1, 2)
         out[side] = _keep(res)
         samples[side] = res.get("samples") or {}
-    name = adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name
     return {
-        "kind": "lm-eval", "lm_eval_version": version, "run": name, "adapter": str(adapter_dir),
+        "kind": "lm-eval", "lm_eval_version": version, "run": adapter_name(adapter_dir), "adapter": str(adapter_dir),
         "base_model": mc.name_or_path, "tasks": tasks, "rows_per_task": rows, "limit": limit,
         "num_fewshot": num_fewshot, "max_new_tokens": max_new_tokens, "chat_template": templated,
         "system_instruction": system,

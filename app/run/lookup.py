@@ -55,6 +55,13 @@ def has_adapter(run_dir: Path) -> bool:
     return (Path(run_dir) / ADAPTER / ADAPTER_CONFIG).is_file()
 
 
+def adapter_name(adapter_dir: str | Path) -> str:
+    """What an adapter is called (the served model's name, an evaluation's): its run's name for RUN/adapter and
+    RUN/adapter-best, else its own folder's."""
+    a = Path(adapter_dir)
+    return a.parent.name if a.name in (ADAPTER, BEST_ADAPTER) else a.name
+
+
 def run_of_adapter(adapter_dir: str | Path) -> Path | None:
     """The run an adapter folder belongs to: RUN/adapter, RUN/adapter-best, RUN/checkpoints/checkpoint-N, or a run
     folder holding the adapter files itself; None for a bare adapter."""

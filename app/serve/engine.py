@@ -15,19 +15,20 @@ import time
 from dataclasses import dataclass, field
 
 from app.errors import UserError
-from app.eval.chat import _plain
+from app.eval.chat import conversation_prompt
 from app.eval.compare import load_pair, resolve_target
 from app.host.threads import use_free_cores
-from app.model.generation import adds_special_tokens, format_prompt, generate_one
+from app.model.generation import adds_special_tokens, generate_one
 from app.model.placement import context_length
 from app.model.source import check_model_source
+from app.run.lookup import adapter_name
 
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
 
 
 def served_names(adapter_dir) -> dict[str, str]:
     """{model name: side}: the run's name is its adapter, the name + BASE_SUFFIX its base (every engine's names)."""
-    name = adapter_dir.parent.name if adapter_dir.name in ("adapter", "adapter-best") else adapter_dir.name
+    name = adapter_name(adapter_dir)
     return {name: "adapter", name + BASE_SUFFIX: "base"}
 
 
@@ -68,7 +69,7 @@ class Engine:
         msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
         if self.system and not any(m["role"] == "system" for m in msgs):
             msgs = [{"role": "system", "content": self.system}] + msgs
-        return format_prompt(self.tok, {"messages": msgs, "plain": _plain(msgs)})
+        return conversation_prompt(self.tok, msgs)
 
     def ids(self, text: str, max_tokens: int) -> list[int]:
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]

@@ -15,6 +15,7 @@ only at import.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -49,8 +50,6 @@ def max_lora_rank(r: int) -> int:
 def vllm_command(run, host: str, port: int, key: str | None, model: str | None = None,
                  gpu_memory_utilization: float | None = None) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """(argv, environment additions, {model name: side}) for vLLM's OpenAI-compatible server on this run."""
-    import json
-
     adapter_dir, run_cfg, mc, _ = resolve_target(run, model)
     names = served_names(adapter_dir)
     adapter, base = (next(n for n, side in names.items() if side == s) for s in ("adapter", "base"))
