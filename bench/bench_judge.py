@@ -170,7 +170,7 @@ judged once).
 |---|---:|---:|---|---:|
 {table}
 
-Silent on {silent} of {len(diag)} runs. Each kind is raised by a run built to show it in tests/test_diagnosis.py
+Silent on {silent} of {len(diag)} runs. Each kind is raised by a run built to show it in tests/run/test_diagnosis.py
 (identical rewards, truncation, an unreachable reference, a gamed component, a frozen learning rate).
 """
     write_section("judge and diagnosis", md)

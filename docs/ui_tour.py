@@ -16,7 +16,7 @@ temp folder) and drives it in headless Chromium (Debian's /usr/bin/chromium) thr
   compare, chat        the finished run against its base
 
 With --docs the four pictures the docs use (ui-train, ui-runs, ui-compare, ui-chat) are also copied into docs/.
-Not a test (tests/test_ui_browser.py is): it takes minutes and writes into a real folder.
+Not a test (tests/e2e/test_ui_browser.py is): it takes minutes and writes into a real folder.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from rich.progress import Progress
 from app.errors import UserError
 from app.eval.compare import run_comparison
 from app.eval.render import page_html, print_result
+from app.host.threads import use_free_cores
 from app.run import layout
 
 
@@ -31,6 +32,7 @@ def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **reque
     for p in (json_out, html_out):  # fail before minutes of generation, not after
         if p is not None and Path(p).exists():
             raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")
+    use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
     with Progress(console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task("generating", total=None)
         result = run_comparison(adapter, **request, progress=lambda d, t: bar.update(task, completed=d, total=t))

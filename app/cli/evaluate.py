@@ -16,6 +16,7 @@ from app.cli.options import switch
 from app.errors import UserError
 from app.eval.harness import parse_metadata, run_harness
 from app.host.offline import apply_local_only
+from app.host.threads import use_free_cores
 from app.run import benchmarks, lookup
 
 console = Console()
@@ -63,6 +64,7 @@ def eval_(
         what = "the base (adapter off)" if side == "base" else "the adapter"
         console.print(f"[bold]{i + 1}/{n}[/] {what}: {', '.join(tasks)}", highlight=False)
 
+    use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
     ev = run_harness(adapter_dir, list(tasks), limit=int(limit) if limit and limit >= 1 else limit,
                      include_paths=list(include_path or []), meta=parse_metadata(list(metadata or [])),
                      num_fewshot=num_fewshot, batch_size=batch_size, chat_template=chat_template,

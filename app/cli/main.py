@@ -37,6 +37,7 @@ from app.demo.run import DemoInterrupted, run_demo
 from app.errors import UserError
 from app.host.offline import apply_local_only, no_telemetry
 from app.host.process import start_command
+from app.host.threads import use_free_cores
 from app.run import layout, lookup
 from app.run.summary import run_summary
 from app.serve.engine import Engine
@@ -305,6 +306,7 @@ def serve(
         raise UserError(f"--engine {engine} is not an engine here; pass builtin or vllm")
     if engine == "vllm":
         raise typer.Exit(serve_with_vllm(run, host, port, key, model, say=console.print))
+    use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
     engine = Engine(run, local_only=local_only, model=model)
     console.print(banner(engine, host, port, key), highlight=False, soft_wrap=True)
     server(engine, host, port, key).run()

@@ -16,9 +16,9 @@ from app.config.build import build_config, load_config_file
 from app.config.flags import flags_layer
 from app.config.presets import load_preset
 from app.errors import UserError
-from app.eval.compare import resolve_target
 from app.eval.pairs import PairsRequest, make_pairs
 from app.host.offline import apply_local_only
+from app.model.pair import find_target
 
 console = Console()
 
@@ -112,7 +112,7 @@ def hand_off(manifest: dict, out: Path, req: PairsRequest) -> list[str]:
 
 def _run_layer(adapter: str) -> tuple[dict, str]:
     """`pairs --adapter RUN` without --dataset: the run's own data (its fields, split, seed, reward) and base."""
-    _, run_cfg, _, _ = resolve_target(adapter, None)
+    run_cfg = find_target(adapter).run_cfg
     if run_cfg is None:
         return {}, "the defaults"
     data = run_cfg.model_dump(mode="json")

@@ -24,6 +24,7 @@ from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
 from app.train.memory import VERDICTS
 from app.train.plan import card_verdicts, decide_machine, make_plan
+from app.train.request import check_user_code
 
 
 def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,
@@ -38,6 +39,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False)
     no_weights = weights_problem(model_name(cfg))
     machine = decide_machine(cfg, card_gb=gpu_gb) if gpu_gb is not None else None  # --gpu-memory -3: exit 2
+    check_user_code(cfg)  # a misspelt tool or a broken reward file: said before the data is read, as the run says it
     rows = det = None
     # a folder without weights plans (the plan reads config.json), but the run would stop there: said first
     notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []

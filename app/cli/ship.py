@@ -19,6 +19,7 @@ from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch
 from app.export.push import push_run
 from app.host.offline import apply_local_only
+from app.host.threads import use_free_cores
 
 console = Console()
 err_console = Console(stderr=True)
@@ -51,6 +52,7 @@ def chat(
     if temperature < 0 or max_new_tokens < 1:
         raise UserError("--temperature must be >= 0 and --max-new-tokens >= 1")
     sides = ["adapter", "base"] if both else ["base"] if base else ["adapter"]
+    use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
     with console.status("loading the model", spinner="dots") if console.is_terminal else _nothing():
         session = Chat(run, local_only=local_only)
     if system is not None:

@@ -9,6 +9,10 @@
     presets.py            the shipped presets (presets/)
     reward_components.py  the shaped reward's components: names, default weights, ranges, plot colours
     builtin.py            where the tiny built-in base model lives
+    fields.py             the sections' building blocks, and the one walk of a dotted key (get_key / set_key)
+    method_sections.py    the sections one method reads (GRPO with its tools, DPO)
+    reward_section.py     the reward's section, beside its table
+    help.py               --explain's help per key, each method's auto value stated
 
 Owns: every setting's name, default and validation message. Must not import torch, transformers, datasets or
 gradio (the CLI loads it for --help), nor read data or models."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from app.config.fields import set_key
 from app.config.flags import FLAGS
 from app.config.keys import format_validation_error, parse_set
 from app.config.schema import (
@@ -131,11 +132,7 @@ def with_values(cfg: AppConfig, values: dict) -> AppConfig:
     way a decided change enters a config (the run plan's adjustments, its trial estimates, the out-of-memory ladder)."""
     data = cfg.model_dump()
     for dotted, value in values.items():
-        node = data
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
+        set_key(data, dotted, value)
     return revalidate(cfg, data)
 
 

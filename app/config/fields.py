@@ -10,6 +10,35 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+_MISSING = object()
+
+
+def get_key(node, dotted: str, default=_MISSING):
+    """The value at a dotted key ("reward.judge.url") of a config, a section or their dict form: the one walk of
+    a dotted key (every reader of keys uses it; app/config/keys.py imports the schema these sections build, so the
+    walk lives here, below both). A key that is not there: ``default`` when given, else KeyError."""
+    for part in dotted.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif not isinstance(node, dict) and hasattr(node, part):
+            node = getattr(node, part)
+        elif default is not _MISSING:
+            return default
+        else:
+            raise KeyError(dotted)
+    return node
+
+
+def set_key(data: dict, dotted: str, value) -> dict:
+    """Set a dotted key in a config's dict form, making the sections on the way ({"grpo": {"beta": 0.1}}); returns
+    ``data``. The one write of a dotted key."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    return data
+
 
 class StrictModel(BaseModel):
     """Base for every section: unknown keys are errors (a typo must not be silently ignored)."""

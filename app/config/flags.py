@@ -1,11 +1,12 @@
 """The one option -> config key -> UI widget table: `qlora-app train`'s options and the Train form's widgets are
-both made from ``FLAGS`` (tests/test_one_door.py), so a new setting is added once and its help states each
+both made from ``FLAGS`` (tests/structure/test_one_door.py), so a new setting is added once and its help states each
 method's default from the config itself."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from app.config.fields import set_key
 from app.errors import UserError
 
 # ---------------------------------------------------------------------------------------------- flags and widgets
@@ -102,11 +103,7 @@ def flags_layer(values: dict) -> dict:
         value = CLI_FLAGS[param].value(given)
         if value is None:
             continue
-        node = out
-        *parents, leaf = CLI_FLAGS[param].key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+        set_key(out, CLI_FLAGS[param].key, value)
     if "data" in out:
         out["data"] = mix_layer(out["data"])
     return out

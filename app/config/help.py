@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from app.config.build import validate
+from app.config.fields import get_key
 from app.config.keys import field_help, value_rows
 from app.config.resolve import resolve
 from app.config.schema import METHODS
@@ -21,17 +22,11 @@ BY_METHOD = {
 }
 
 
-def _value(cfg, dotted: str):
-    for part in dotted.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
-
-
 @lru_cache(maxsize=1)
 def method_defaults() -> dict[str, dict[str, object]]:
     """For each key of BY_METHOD, each method's auto value as ``resolve`` fills it (SFT with no row count)."""
     resolved = {m: resolve(validate({"method": m})) for m in METHODS}
-    return {key: {m: _value(cfg, key) for m, cfg in resolved.items()} for key in BY_METHOD}
+    return {key: {m: get_key(cfg, key) for m, cfg in resolved.items()} for key in BY_METHOD}
 
 
 def key_help() -> dict[str, str]:

@@ -9,6 +9,7 @@ import difflib
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from app.config.fields import get_key, set_key
 from app.config.schema import AppConfig
 from app.errors import UserError
 
@@ -57,9 +58,7 @@ def value_rows(cfg: AppConfig) -> list[tuple[str, str, str]]:
     data = cfg.model_dump(mode="json")
     rows = []
     for key, text in field_help().items():
-        v = data
-        for part in key.split("."):
-            v = v[part]
+        v = get_key(data, key)
         shown = yaml.safe_dump(v, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
         rows.append((key, shown, text))
     return rows
@@ -154,9 +153,5 @@ def parse_set(items: list[str], method: str | None = None) -> dict:
                 value = float(value)
             except ValueError:
                 pass
-        node = out
-        parts = dotted.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = value
+        set_key(out, dotted, value)
     return out

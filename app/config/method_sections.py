@@ -14,7 +14,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from app.config.fields import AutoBool, StrictModel, _d, _one_is_a_list
 
 # TRL's GRPO losses (trl 1.16, GRPOConfig.loss_type), checked here so a typo is one line before anything loads;
-# tests/test_config.py keeps this list equal to the names the installed TRL documents.
+# tests/config/test_build.py keeps this list equal to the names the installed TRL documents.
 LOSS_TYPES = {
     "dapo": "token-level, normalised by the tokens in the whole batch (TRL's default)",
     "grpo": "per-sequence mean (length bias: prefers short right and long wrong answers)",
@@ -84,7 +84,7 @@ class ToolsConfig(StrictModel):
         return bool(self.use or self.environment)
 
 
-# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/test_dpo.py keeps this list equal to the names the installed
+# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/e2e/test_dpo.py keeps this list equal to the names the installed
 # TRL documents.
 DPO_LOSS_TYPES = {
     "sigmoid": "DPO's logistic loss on the chosen-rejected reward difference (the original)",

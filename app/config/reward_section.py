@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from app.config.fields import StrictModel, _d, _one_is_a_list
+from app.config.fields import StrictModel, _d, _one_is_a_list, get_key
 from app.config.reward_components import BY_NAME, COMPONENTS, default_weights
 from app.config.reward_components import NAMES as COMPONENT_NAMES
 
@@ -54,12 +54,6 @@ class JudgeConfig(StrictModel):
             raise ValueError(f"reward.judge.url '{v}' is not an http(s) URL; give the endpoint's base URL, e.g. "
                              "http://127.0.0.1:8080/v1")
         return v or None
-
-
-def _get(section, dotted: str):
-    for part in dotted.split("."):
-        section = getattr(section, part)
-    return section
 
 
 def _compiles(v: str | None, key: str) -> str | None:
@@ -111,7 +105,7 @@ class RewardConfig(StrictModel):
         """Whether an opt-in component (off by default) is switched on by its own settings or a weight (the table
         says which: ComponentSpec.switches, weight_switches)."""
         spec = BY_NAME[name]
-        return any(_get(self, key) for key in spec.switches) or (spec.weight_switches and bool(self.weights.get(name)))
+        return any(get_key(self, key) for key in spec.switches) or (spec.weight_switches and bool(self.weights.get(name)))
 
     @field_validator("weights")
     @classmethod

@@ -5,6 +5,14 @@ Public API (used by the engine, compare and the UI)::
     resolve_dataset, detect_fields, build_splits, prompt_text, to_grpo, to_sft,
     Detection, DataError
 
+    loading.py    every source (hub id, local file, built-in) read, with one-line errors; preview.py, profile.py:
+                  `inspect`'s rows and column profiles
+    detect.py, rules.py, vocabulary.py
+                  which column is prompt / reference / chosen / rejected, and why; preference.py: pair layouts
+    convert.py, turns.py
+                  rows to TRL's formats; the text of cells and conversations
+    arith.py      the built-in arith word problems
+
 A mix of datasets (data.mix) is each dataset read and detected alone, then drawn to its share: mixing.py.
 
 Importing this package is cheap (standard library only); ``datasets`` is imported when data is loaded.

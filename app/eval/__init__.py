@@ -2,7 +2,9 @@
 
     result.py   the typed ``Comparison`` every view renders from (its ``to_dict`` is compare.json)
     heldout.py  the one held-out sampler (seeded by the run's own split seed)
-    compare.py  resolve the adapter's base, generate both sides, score them
+    compare.py  the held-out rows and prompts, both sides' answers (the run's pair: app/model/pair.py), scored
+    answers.py  the one way answers are got: plain generation, or a tool run's tool loop
+    chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
     render.py   terminal table, --html page, the UI's summary and rows
     pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs
     harness.py  `qlora-app eval`: lm-evaluation-harness on the base and the adapter (lm_tasks/: the shipped tasks)
@@ -10,5 +12,5 @@
 Standard library only at import; torch / transformers / peft load inside the functions that need them.
 
 Owns: running base and adapter on rows and scoring them (compare, chat, pairs, held-out preference log-probs).
-Must not import the trainer (tests/test_structure.py) nor write a run's config.yaml/status.json.
+Must not import the trainer (tests/structure/test_homes.py) nor write a run's config.yaml/status.json.
 """

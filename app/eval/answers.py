@@ -12,7 +12,8 @@ from typing import Callable
 
 from app.errors import UserError
 from app.model.generation import format_prompt, generate, generate_ids
-from app.tools.guard import Limits, ToolStats, public_methods
+from app.run.counts import CallCounts
+from app.tools.guard import Limits, public_methods
 from app.tools.loop import run_tool_loop
 from app.tools.toolbox import load_toolbox
 
@@ -28,10 +29,10 @@ def tool_names(run_cfg) -> list[str] | None:
     return [*run_cfg.tools.use] + ([run_cfg.tools.environment] if run_cfg.tools.environment else [])
 
 
-def item_tools(run_cfg, items: list[dict], stats: ToolStats | None = None) -> tuple[list[list[Callable]], list]:
+def item_tools(run_cfg, items: list[dict], stats: CallCounts | None = None) -> tuple[list[list[Callable]], list]:
     """(each item's guarded tools, each item's conversation): the environment's observation from reset() appended
     to the item's last user turn, as TRL appends it."""
-    functions, environment = load_toolbox(run_cfg.tools).guarded(Limits.of(run_cfg.tools), stats or ToolStats())
+    functions, environment = load_toolbox(run_cfg.tools).guarded(Limits.of(run_cfg.tools), stats or CallCounts())
     tools, convs = [], []
     for it in items:
         msgs = [dict(m) for m in it["messages"]]
@@ -55,7 +56,7 @@ def item_tools(run_cfg, items: list[dict], stats: ToolStats | None = None) -> tu
 
 def answer_items(model, tok, items: list[dict], run_cfg, max_new_tokens: int, temperature: float = 0.0,
                  batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None,
-                 stats: ToolStats | None = None) -> list[dict]:
+                 stats: CallCounts | None = None) -> list[dict]:
     """[{text, tokens, prompt_cut} (+ turns, tool_calls, tool_failures for a tool run)] in the order of ``items``."""
     if not uses_tools(run_cfg):
         texts = [format_prompt(tok, it) for it in items]

@@ -1,7 +1,7 @@
 """Chat with a run's adapter, its base, or both: the engine behind `qlora-app chat` and the UI's Chat tab.
 
-Built from compare's parts, so a greedy reply is compare's answer for the same prompt: the same 4-bit base wrapped
-once with the adapter (the base side runs under PEFT's ``disable_adapter()``, no second copy), the same prompt
+Built from compare's parts, so a greedy reply is compare's answer for the same prompt: the same pair (app/model/pair.py:
+the 4-bit base wrapped once with the adapter, the base side the adapter switched off, no second copy), the same prompt
 formatting (the run's system prompt and the tokenizer's chat template) and the same generation path
 (app/model/generation.py: chat generates one prompt at a time, as compare does at batch size 1; the module says when a
 batched compare may differ). Each side keeps its own history: in a side-by-side chat the base answers the
@@ -10,41 +10,28 @@ conversation it has had, not the adapter's.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Callable
 
 from app.errors import UserError
 from app.eval.answers import item_tools, uses_tools
-from app.eval.compare import load_pair, resolve_target
-from app.host.threads import use_free_cores
-from app.model.generation import adds_special_tokens, format_prompt, generate_ids, generate_one
+from app.model.generation import adds_special_tokens, generate_ids, generate_one
+from app.model.pair import SIDES, conversation_prompt, open_pair
 from app.model.placement import context_length
-from app.model.source import check_model_source
 from app.tools.loop import call_lines, run_tool_loop
-
-SIDES = ("adapter", "base")
-
-
-def conversation_prompt(tok, messages: list[dict]) -> str:
-    """A conversation's prompt text: the tokenizer's chat template, or without one the texts one after another, as
-    compare's plain prompt is (system prompt, blank line, message). Chat's and the API server's."""
-    return format_prompt(tok, {"messages": messages, "plain": "\n\n".join(m["content"] for m in messages)})
 
 
 class Chat:
     """One loaded model and a history per side. ``reply`` streams through ``on_text`` and honours ``stop``."""
 
     def __init__(self, run, local_only: bool = False, model: str | None = None):
-        adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
-        check_model_source(mc.name_or_path, local_only)
-        use_free_cores()  # the cores other processes leave free (OMP_NUM_THREADS fixes it)
-        self.adapter_dir, self.base_name = adapter_dir, mc.name_or_path
-        self.run_cfg = run_cfg
-        self.default_system = run_cfg.data.system_prompt if run_cfg else None
+        self.pair = open_pair(run, model, local_only)
+        target = self.pair.target
+        self.adapter_dir, self.base_name = target.adapter_dir, target.base.name_or_path
+        self.run_cfg = target.run_cfg
+        self.default_system = target.system_prompt
         self.system = self.default_system
-        self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
-                                         device=run_cfg.runtime.device if run_cfg else "auto")
+        self.model, self.tok = self.pair.model, self.pair.tok
         self.context = context_length(self.model.config)
         self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
         self._tools: dict[str, list] = {}
@@ -98,7 +85,7 @@ class Chat:
         if uses_tools(self.run_cfg):
             return self._reply_with_tools(side, message, temperature, max_new_tokens, seed, on_text)
         ids = self._fit(side, message, max_new_tokens)
-        with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+        with self.pair.side(side):
             text = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
         self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
         return text
@@ -109,7 +96,7 @@ class Chat:
         shown before the answer ("> calculator(expression='1 + 2') -> 3"); the history keeps the calls."""
         self._fit(side, message, max_new_tokens)  # a conversation that outgrew the context loses its oldest turns
         msgs = self.messages(side, message)
-        with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+        with self.pair.side(side):
             rollout = run_tool_loop(self.model, self.tok, [msgs], [self.tools(side)], self.run_cfg.grpo.max_tool_calls,
                                     max_new_tokens,
                                     lambda ids, n: generate_ids(self.model, self.tok, ids, n, temperature, seed))[0]

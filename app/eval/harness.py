@@ -1,9 +1,9 @@
 """`qlora-app eval RUN --tasks ...`: EleutherAI's lm-evaluation-harness on a run's base and on its adapter.
 
 The proof (compare.json) answers "did the adapter learn the task"; this answers "did it keep what the base could do",
-with the field's standard harness and its tasks. One base is loaded in 4-bit, as trained, and wrapped once with the
-adapter (compare's ``load_pair``); the harness's own HF model class (``HFLM``) is handed that model, and each task runs
-twice: inside PEFT's ``disable_adapter()`` (the base) and with the adapter on. Same prompts, same generation settings,
+with the field's standard harness and its tasks. The run's pair (app/model/pair.py: one base in 4-bit, as trained, wrapped
+once with the adapter) is handed to the harness's own HF model class (``HFLM``), and each task runs twice: as the
+base (the adapter switched off) and with the adapter on. Same prompts, same generation settings,
 same seeds; the only difference is the LoRA deltas.
 
 Tasks: any harness task by name (its data from the hub, or the local cache under --local-only), a YAML file or a
@@ -17,7 +17,6 @@ Standard library only at import; lm_eval / torch / peft load inside the function
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import math
@@ -26,11 +25,9 @@ from importlib import metadata as md
 from pathlib import Path
 
 from app.errors import UserError
-from app.eval.compare import load_pair, resolve_target
 from app.host.offline import hub_offline, hub_reachable, offline
-from app.host.threads import use_free_cores
+from app.model.pair import load_pair, open_target
 from app.model.placement import context_length
-from app.model.source import check_model_source
 from app.run.lookup import adapter_name
 
 SHIPPED_TASKS = Path(__file__).parent / "lm_tasks"  # qlora_arith, qlora_gsm8k_file
@@ -202,22 +199,21 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
     Returns the evaluation as it is kept (RUN/evals/*.json) with ``samples`` ({side: {task: [...]}}) beside it."""
     version = lm_eval_version()
     tasks = split_tasks(tasks)
-    adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
-    check_model_source(mc.name_or_path, local_only)
+    target = open_target(run, model, local_only)
+    adapter_dir, mc = target.adapter_dir, target.base
     tm = task_manager(tasks, list(include_paths), meta or {})
     rows = check_tasks(tm, tasks, local_only)
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    use_free_cores()
     t0 = time.monotonic()
-    peft_model, tok = load_pair(mc, adapter_dir, local_only, trained_on,
-                                device=run_cfg.runtime.device if run_cfg else "auto")
+    pair = load_pair(target, local_only)
+    peft_model, tok = pair.model, pair.tok
     templated = bool(getattr(tok, "chat_template", None)) if chat_template is None else chat_template
     if templated and not getattr(tok, "chat_template", None):
         raise UserError("--chat-template: this model's tokenizer has no chat template; drop it")
-    system = (run_cfg.data.system_prompt if run_cfg else None) if templated else None
+    system = target.system_prompt if templated else None
     lm = HFLM(pretrained=peft_model, tokenizer=tok, batch_size=batch_size,
               max_length=context_length(peft_model.config) or 2048)
     loaded_s = time.monotonic() - t0
@@ -227,7 +223,7 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
             on_side(side, i, 2)
         t1 = time.monotonic()
         try:
-            with peft_model.disable_adapter() if side == "base" else contextlib.nullcontext():
+            with pair.side(side):
                 res = lm_eval.simple_evaluate(
                     model=lm, tasks=tasks, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
                     gen_kwargs={"max_gen_toks": max_new_tokens} if max_new_tokens else None,

@@ -35,9 +35,9 @@ from app.data.convert import prompt_messages, reference_text, render_conversatio
 from app.data.loading import PAIRS_MANIFEST
 from app.data.turns import with_system
 from app.errors import UserError
-from app.eval.compare import load_pair, resolve_target
 from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
+from app.model.pair import find_target, load_pair
 from app.model.source import check_model_source
 from app.rewards import load_custom, score_completion
 from app.run.store import write_atomic
@@ -73,7 +73,7 @@ class PairsRequest:
 def _settings(cfg: AppConfig, req: PairsRequest, adapter: str | None) -> dict:
     """What decides the pairs: a resume must ask for the same."""
     d = cfg.data
-    sampled_with = resolve_target(adapter, None)[2].name_or_path if adapter else cfg.model.name_or_path
+    sampled_with = find_target(adapter).base.name_or_path if adapter else cfg.model.name_or_path
     return {"dataset": d.dataset, "config_name": d.config_name, "prompt_field": d.prompt_field,
             "reference_field": d.reference_field, "model": cfg.model.name_or_path, "adapter": adapter,
             "sampled_with": sampled_with,  # the base that answered (the adapter's own, with one)
@@ -110,8 +110,8 @@ def _save(out: Path, manifest: dict) -> None:
 def _load_model(cfg: AppConfig, adapter: str | None):
     """(model, tokenizer): the base in 4-bit, or a trained adapter on it (its own run's base)."""
     if adapter:
-        adapter_dir, _, mc, trained_on = resolve_target(adapter, None)
-        return load_pair(mc, adapter_dir, cfg.runtime.local_only, trained_on, device=cfg.runtime.device)
+        pair = load_pair(find_target(adapter), cfg.runtime.local_only, device=cfg.runtime.device)
+        return pair.model, pair.tok
     model, tok, _ = load_base_model(cfg.model, local_only=cfg.runtime.local_only, for_training=False,
                                     device=cfg.runtime.device)
     model.eval()

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from app.model.generation import adds_special_tokens, format_prompt
+from app.model.generation import adds_special_tokens, format_prompt, pad_left
+from app.model.pair import base_side
 
 BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
 
@@ -47,18 +48,10 @@ def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
     seqs = [seq for it in items for seq in _encode(tok, it)]
     device = next(model.parameters()).device
     out: list[float] = []
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
     for i in range(0, len(seqs), 2 * BATCH):
         chunk = seqs[i:i + 2 * BATCH]
-        width = max(len(p) + len(a) for p, a in chunk)
         keep = max(len(a) for _, a in chunk) + 1  # logits of the answer tokens only (left padding: the last ones)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, (p, a) in enumerate(chunk):
-            ids[r, width - len(p) - len(a):] = torch.tensor(p + a)
-            mask[r, width - len(p) - len(a):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding must not shift absolute positions
-        inputs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))
+        inputs = {k: v.to(device) for k, v in pad_left(tok, [p + a for p, a in chunk], positions=True).items()}
         with torch.no_grad():
             try:
                 logits = model(**inputs, logits_to_keep=keep).logits
@@ -101,7 +94,7 @@ def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | 
     if not pairs:
         return None, None
     if base is None:
-        with peft_model.disable_adapter():
+        with base_side(peft_model):
             base = answer_logprobs(peft_model, tok, pairs)
     adapter = answer_logprobs(peft_model, tok, pairs)
     return summarize(base, adapter, beta), base

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import UserError, write_failure
-from app.eval.compare import resolve_target
 from app.export import gguf as gguf_mod
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
+from app.model.pair import find_target, merged_model
 from app.run import lookup
 
 FORMATS = ("adapter", "merged", "gguf", "ollama")
@@ -69,7 +69,8 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
         raise UserError(f"--outtype {outtype} is not one of {', '.join(gguf_mod.OUTTYPES)} (f16 is the default)")
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
-    adapter_dir, run_cfg, mc, _ = resolve_target(run)
+    target = find_target(run)
+    adapter_dir, run_cfg, mc = target.adapter_dir, target.run_cfg, target.base
     run_dir = lookup.run_of_adapter(adapter_dir)
     out = Path(out)
     check_out(out, force)
@@ -150,11 +151,7 @@ def save_tokenizer(adapter_dir: Path, base: str, dest: Path, local_only: bool):
 
 def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True) -> None:
     """The adapter merged into a ``dtype`` copy of the base, saved in ``dest``; the model is freed on return."""
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch_dtype(dtype), local_files_only=local_only)
-    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()  # in place: no second copy
+    model = merged_model(adapter_dir, base, torch_dtype(dtype), local_only)
     model.save_pretrained(dest)
     del model
     gc.collect()

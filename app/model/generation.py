@@ -1,6 +1,8 @@
-"""Text generation from a loaded model: the prompt as training built it, the decoding arguments, left-padded batches,
-streaming and stopping. The one generation path of compare, the held-out evaluation during training, chat and
-export's checks, so a greedy answer is the same wherever it is asked for.
+"""Text generation from a loaded model: the prompt as training built it, the decoding arguments, left-padded batches
+(``pad_left``: the one padding of every batch a model reads here, generation's, the tool loop's, the local judge's and
+the preference log-probabilities'), prompts cut to the context (``fit_prompt``), streaming and stopping. The one
+generation path of compare, the held-out evaluation during training, chat and export's checks, so a greedy answer is
+the same wherever it is asked for.
 
 When are two greedy answers to the same prompt equal? Always when they are generated in batches of the same shape:
 chat generates one prompt at a time, as compare does with ``batch_size=1``. On a CPU (fp32) a left-padded batch
@@ -57,6 +59,40 @@ def decoding(model, tok, max_new_tokens: int, temperature: float) -> dict:
     return gen_kw
 
 
+def pad_id(tok) -> int:
+    """The id padding is written with: the tokenizer's pad token, else its end of sequence, else 0 (the mask hides it
+    either way)."""
+    for t in (tok.pad_token_id, tok.eos_token_id):
+        if isinstance(t, int):
+            return t
+    return 0
+
+
+def pad_left(tok, rows: list[list[int]], positions: bool = False) -> dict:
+    """A batch of token id rows, left-padded (TRL's ``pad``): ``input_ids`` and ``attention_mask`` and, with
+    ``positions``, ``position_ids`` counted from each row's first real token (a forward pass outside ``generate``
+    must not shift a padded row's positions; ``generate`` derives them from the mask itself). The caller's tokenizer
+    is never touched: a tokenizer set to left padding here would pad training's batches on the left too."""
+    import torch
+    from trl.trainer.utils import pad  # heavy
+
+    ids = pad([torch.tensor(r, dtype=torch.long) for r in rows], padding_value=pad_id(tok), padding_side="left")
+    mask = pad([torch.ones(len(r), dtype=torch.long) for r in rows], padding_value=0, padding_side="left")
+    out = {"input_ids": ids, "attention_mask": mask}
+    if positions:
+        out["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+    return out
+
+
+def fit_prompt(tok, ids: list[int], room: int | None) -> tuple[list[int], bool]:
+    """(ids, cut): a prompt longer than ``room`` keeps its end (where the question and the generation prompt are),
+    and its leading BOS when it has one; ``room`` None: the context is unknown, nothing is cut."""
+    if room is None or len(ids) <= room:
+        return ids, False
+    head = 1 if ids and tok.bos_token_id is not None and ids[0] == tok.bos_token_id and room > 1 else 0
+    return ids[:head] + ids[len(ids) - (room - head):], True
+
+
 def _new_tokens(tok, row) -> list[int]:
     return [t for t in row.tolist() if t != tok.pad_token_id]
 
@@ -91,24 +127,19 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     marked prompt_cut."""
     import torch
 
-    tok.padding_side = "left"
-    tok.truncation_side = "left"
     room = prompt_room(model, max_new_tokens)
     add_special = adds_special_tokens(tok)
-    lengths = [len(tok(t, add_special_tokens=add_special)["input_ids"]) for t in texts]
-    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    prompts = [fit_prompt(tok, tok(t, add_special_tokens=add_special)["input_ids"], room) for t in texts]
+    order = sorted(range(len(texts)), key=lambda i: -len(prompts[i][0]))
     gen_kw = decoding(model, tok, max_new_tokens, temperature)
     torch.manual_seed(seed)
     out: list[dict | None] = [None] * len(texts)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        enc = tok([texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=add_special,
-                  truncation=room is not None, max_length=room)
-        new = run_batch(model, tok, enc, gen_kw)
+        new = run_batch(model, tok, pad_left(tok, [prompts[i][0] for i in idx]), gen_kw)
         for row, i in enumerate(idx):
             ids = _new_tokens(tok, new[row])
-            out[i] = {"text": decode(tok, ids), "tokens": len(ids),
-                      "prompt_cut": room is not None and lengths[i] > room}
+            out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": prompts[i][1]}
         if on_batch:
             on_batch(len(idx))
     return out  # type: ignore[return-value]
@@ -120,18 +151,11 @@ def generate_ids(model, tok, prompt_ids: list[list[int]], max_new_tokens: int, t
     and with its first end-of-turn token, as a training rollout's completion ends."""
     import torch
 
-    width = max(len(p) for p in prompt_ids)
-    pad = tok.pad_token_id
-    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompt_ids):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
     gen_kw = decoding(model, tok, max_new_tokens, temperature)
     eos = gen_kw["eos_token_id"]
     eos = set(eos if isinstance(eos, (list, tuple)) else [eos])
     torch.manual_seed(seed)
-    new = run_batch(model, tok, {"input_ids": ids, "attention_mask": mask}, gen_kw)
+    new = run_batch(model, tok, pad_left(tok, prompt_ids), gen_kw)
     out = []
     for row in new.tolist():
         cut = next((i for i, t in enumerate(row) if t in eos), None)
@@ -153,7 +177,7 @@ def generate_one(model, tok, ids: list[int], max_new_tokens: int, temperature: f
             return torch.full((input_ids.shape[0],), bool(stop and stop.is_set()), dtype=torch.bool,
                               device=input_ids.device)
 
-    enc = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    enc = pad_left(tok, [ids])
     streamer = TextIteratorStreamer(tok, skip_prompt=True, skip_special_tokens=True)
     out: dict = {}
 

@@ -3,11 +3,15 @@ user functions), each a separate TRL reward function so TRL logs ``rewards/<comp
 
     total = sum(weight[c] * component[c])      (a None component counts 0, exactly as TRL's nansum does)
 
+The components: components.py (length, format, reference, boilerplate, accuracy), answer.py (reading a final
+answer), match.py (how a reference is compared), formats.py (JSON and patterns), judge/ (a model as judge).
+
 ``score_completion`` computes the same total for one completion, so ``score``, ``compare`` and the UI show the
 number training optimised. Only the standard library is imported here; math-verify (sympy) loads on first use.
 
 Owns: scoring a completion. Must not load models or data (a judge's model is app/rewards/judge's), nor keep state across
-runs (a run owns its ``RewardErrors`` and judge counts).
+runs: a run's reward functions are made for it by ``build_reward_funcs`` and count in its app.run.counts.RunCounts;
+the components cached here serve one-off scoring (score, compare, the UI), which counts for itself.
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from app.rewards.components import (
     FormatReward,
     LengthReward,
     ReferenceReward,
-    RewardErrors,
 )
 from app.rewards.formats import JsonReward, RegexReward
 from app.rewards.judge.reward import JudgeReward
+from app.run.counts import RewardErrors
 
 __all__ = ["build_reward_funcs", "score_completion", "explain_completion", "is_correct", "extract_final_answer",
            "RewardErrors", "effective_weights"]
@@ -46,17 +50,25 @@ def _cfg(reward_cfg):
     return reward_cfg
 
 
-# Built components per reward config: score, compare and the held-out evaluation score row after row, and a judge
-# (its client or local model, its cache) must be made once per process, not once per row; a training run's
-# reward functions are these same instances (one local judge in memory, as the memory plan counts it).
+# Built components per reward config, for one-off scoring (score, compare, the UI) row after row: a judge (its client
+# or local model, its cache) is made once per process, not once per row. A training run's reward functions are not
+# these: build_reward_funcs makes them for the run, counting in the run's counts.
 _BUILT: dict[str, list[Component]] = {}
+
+
+def _make(cfg) -> list[Component]:
+    return [_CLASSES[c.name].from_config(cfg) for c in COMPONENTS if cfg.enabled(c.name)]
+
+
+def _usable(components, has_reference: bool) -> list:
+    return [comp for comp in components if has_reference or not BY_NAME[comp.name].needs_reference]
 
 
 def _components(cfg, has_reference: bool) -> list[Component]:
     key = cfg.model_dump_json()
     if key not in _BUILT:
-        _BUILT[key] = [_CLASSES[c.name].from_config(cfg) for c in COMPONENTS if cfg.enabled(c.name)]
-    return [comp for comp in _BUILT[key] if has_reference or not BY_NAME[comp.name].needs_reference]
+        _BUILT[key] = _make(cfg)
+    return _usable(_BUILT[key], has_reference)
 
 
 def effective_weights(reward_cfg=None) -> dict[str, float]:
@@ -138,44 +150,43 @@ def _load_custom(entry: str) -> Callable:
 # ------------------------------------------------------------------------------------------------- public API
 
 
-def build_reward_funcs(reward_cfg, has_reference: bool, errors: RewardErrors | None = None, runtime=None,
-                       judge_stats=None) -> tuple[list[Callable], list[float]]:
-    """TRL reward functions and their weights (pass the weights as ``GRPOConfig.reward_weights``); they count
-    their failures in ``errors`` (a run's own counter) when given. ``runtime``: the run's RuntimeConfig (where a
-    local judge loads from and runs); ``judge_stats``: the run's judge counts (app.tools.guard.ToolStats).
+def build_reward_funcs(reward_cfg, has_reference: bool, counts=None,
+                       runtime=None) -> tuple[list[Callable], list[float]]:
+    """A run's TRL reward functions, made for it, and their weights (pass the weights as
+    ``GRPOConfig.reward_weights``). ``counts``: the run's app.run.counts.RunCounts (reward failures, the judge's
+    calls); ``runtime``: the run's RuntimeConfig (where a local judge loads from and runs).
 
     Without a reference column the reference (and accuracy) components are dropped; the caller says so.
     """
     cfg = _cfg(reward_cfg)
-    funcs: list[Callable] = list(_components(cfg, has_reference))
+    funcs: list[Callable] = _usable(_make(cfg), has_reference)
     for f in funcs:
-        if errors is not None:
-            f.errors = errors
+        if counts is not None:
+            f.count_in(counts)
         if isinstance(f, JudgeReward) and runtime is not None:
-            # a run's judge: placed as the run is, with its own counts and cache (what another run judged in this
-            # process is not this run's)
-            f.place(runtime.local_only, runtime.device)
-            f.start(judge_stats)
+            f.place(runtime.local_only, runtime.device)  # a run's judge: placed as the run is
     weights = [cfg.weight(f.name) for f in funcs]
     for entry in cfg.custom:
-        funcs.append(CustomReward(entry, errors))
+        funcs.append(CustomReward(entry, counts.reward_errors if counts is not None else None))
         weights.append(float(cfg.weights.get(entry, 1.0)))
     return funcs, weights
 
 
-def explain_completion(completion, reference, reward_cfg=None, prompt=None) -> list[dict]:
+def explain_completion(completion, reference, reward_cfg=None, prompt=None, funcs=None) -> list[dict]:
     """Per component: name, value (None -> counted 0), weight, weighted contribution and why. ``prompt``: the task
-    the completion answers (the judge reads it)."""
+    the completion answers (the judge reads it); ``funcs``: a run's own reward functions (build_reward_funcs: the
+    held-out evaluation during training scores with them, one judge in memory), else this process's components."""
     cfg = _cfg(reward_cfg)
     rows = []
-    comps = _components(cfg, has_reference=True)
+    comps = [f for f in funcs if isinstance(f, Component)] if funcs is not None else _components(cfg, True)
     for comp in comps:
         value, why = comp.safe_score(completion, reference, prompt)
         w = cfg.weight(comp.name)
         rows.append({"name": comp.name, "value": value, "weight": w,
                      "weighted": 0.0 if value is None else w * value, "why": why})
+    customs = {f.entry: f for f in funcs or () if isinstance(f, CustomReward)}
     for entry in cfg.custom:
-        fn = CustomReward(entry)
+        fn = customs.get(entry) or CustomReward(entry)
         value = fn([completion], reference=[reference], prompts=[""])[0]
         w = float(cfg.weights.get(entry, 1.0))
         rows.append({"name": fn.__name__, "value": value, "weight": w,
@@ -183,7 +194,7 @@ def explain_completion(completion, reference, reward_cfg=None, prompt=None) -> l
     return rows
 
 
-def score_completion(completion, reference, reward_cfg=None, prompt=None) -> dict:
+def score_completion(completion, reference, reward_cfg=None, prompt=None, funcs=None) -> dict:
     """{"total": weighted sum, "components": {name: value}} -- the number GRPO training optimises.
 
     A component that does not apply (no reference) or failed counts 0, as in TRL's nansum.
@@ -192,6 +203,6 @@ def score_completion(completion, reference, reward_cfg=None, prompt=None) -> dic
     >>> s["components"]["reference"], s["components"]["format"], round(s["total"], 3)
     (1.0, 1.0, 2.498)
     """
-    rows = explain_completion(completion, reference, reward_cfg, prompt)
+    rows = explain_completion(completion, reference, reward_cfg, prompt, funcs)
     comps = {r["name"]: (0.0 if r["value"] is None else float(r["value"])) for r in rows}
     return {"total": float(sum(r["weighted"] for r in rows)), "components": comps}

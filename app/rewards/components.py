@@ -13,45 +13,15 @@ training carries on either way.
 
 from __future__ import annotations
 
-import logging
 import re
-import threading
 import zlib
 
 from app.rewards import answer as A
 from app.rewards import match
-
-log = logging.getLogger(__name__)
+from app.run.counts import RewardErrors
 
 SCAN_CHARS = 4000  # boilerplate is looked for in the first and last SCAN_CHARS characters
 REPEAT_SCAN_CHARS = 20000
-
-class RewardErrors:
-    """The (component, sample) pairs that raised and were scored None, counted for one owner: a training run shares
-    one among its reward functions (``build_reward_funcs(errors=...)``) and reads it as ``errors()``; a component
-    built on its own (score, compare) counts for itself. Pickles as its count (TRL may copy reward functions)."""
-
-    def __init__(self):
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def __call__(self) -> int:
-        return self.count
-
-    def add(self, name: str, exc: BaseException) -> None:
-        with self._lock:
-            self.count += 1
-            n = self.count
-        if n <= 10 or n % 1000 == 0:  # a broken component must not flood the log once per sample
-            log.warning("reward component '%s' failed on a sample (%s: %s); it scores None (error #%d)",
-                        name, type(exc).__name__, str(exc)[:200], n)
-
-    def __getstate__(self):
-        return {"count": self.count}
-
-    def __setstate__(self, state):
-        self.count, self._lock = state["count"], threading.Lock()
-
 
 class Component:
     """Base: ``score(text, reference) -> (value | None, why)``; ``__call__`` is the TRL batch interface."""
@@ -61,7 +31,11 @@ class Component:
 
     def __init__(self):
         self.__name__ = self.name  # TRL's column name; an instance attribute so it survives pickling
-        self.errors = RewardErrors()  # replaced by the run's own counter when a run builds it
+        self.errors = RewardErrors()  # its own; a run's reward functions are built with the run's (count_in)
+
+    def count_in(self, counts) -> None:
+        """A fresh component made for a run counts its failures in the run's counts (app/run/counts.RunCounts)."""
+        self.errors = counts.reward_errors
 
     @classmethod
     def from_config(cls, reward_cfg) -> "Component":

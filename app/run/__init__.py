@@ -11,5 +11,7 @@
     proof.py      a run's comparisons on disk (compare.json and comparisons/)
     benchmarks.py a run's general-ability evaluations on disk (evals/: lm-evaluation-harness, base vs adapter)
     curves.py     the curves figure (curves.png and the UI's live view)
+    counts.py     a run's counts: reward failures, tool calls, judgements, handed to all that counts as one object
+    diagnosis.py  why a run's reward is flat, read from the logged steps (live, and by `doctor RUN`)
 
 Owns: every file a run folder holds. Must not train, load models or import the trainers."""

@@ -60,6 +60,11 @@ EVAL_TOOL_CALLS = "eval/tool_calls"
 JUDGE_PREFIX = "judge/"
 JUDGE_COUNTS = "judge_counts"
 
+# Reward samples that raised and scored None: metrics.jsonl's running count (each line), status.json's total and the
+# first failure of each component (why it failed: the summary says it).
+REWARD_ERRORS = "reward_errors"
+REWARD_ERROR_TEXTS = "reward_error_first"
+
 # Why a run's reward may not rise (app/run/diagnosis.py): status.json's list of what the run saw, each said once.
 DIAGNOSIS = "diagnosis"
 ADAPTER_UPDATE = "adapter/update"  # how far the adapter's weights moved since the last logged step, relative

@@ -6,8 +6,8 @@ importing anything of training. Failures are classified here once (a failed writ
 app/run/faults.py; bad input keeps its one line; anything else is its type and first line).
 
 Owns: creating the folder, writing config.yaml and status.json, the failure classification. Must not decide what a
-run does (the plan) nor import torch, transformers or the trainers (tests/test_one_door.py,
-tests/test_architecture.py).
+run does (the plan) nor import torch, transformers or the trainers (tests/structure/test_one_door.py,
+tests/structure/test_architecture.py).
 """
 
 from __future__ import annotations

@@ -79,15 +79,17 @@ def _data_label(data: dict) -> str | None:
 
 
 def tools_text(counts: dict | None, calls: str = "calls") -> str | None:
-    """'calculator 412 calls, 9 failed (2 timed out), 0.21 ms each': a tool run's totals per tool (status.json); a
-    judged run's judgements the same way ('judge 640 judgements, 3 failed (1 timed out), 12.5 ms each')."""
+    """'calculator 412 calls, 9 failed (2 timed out), 0.21 ms each (first failure: ToolFailed: ...)': a tool run's
+    totals per tool (status.json), with why the first failed call failed; a judged run's judgements the same way
+    ('judge 640 judgements, 3 failed (1 timed out), 12.5 ms each')."""
     if not counts:
         return None
     parts = []
     for name, c in counts.items():
         timed = f" ({c['timeouts']} timed out)" if c.get("timeouts") else ""
         latency = f", {c['mean_latency_ms']:.3g} ms each" if c.get("mean_latency_ms") is not None else ""
-        parts.append(f"{name} {c['calls']} {calls}, {c['failures']} failed{timed}{latency}")
+        why = f" (first failure: {c['first_error']})" if c.get("failures") and c.get("first_error") else ""
+        parts.append(f"{name} {c['calls']} {calls}, {c['failures']} failed{timed}{latency}{why}")
     return "; ".join(parts)
 
 

@@ -1,26 +1,22 @@
 """The model a server answers with: a run's adapter and its base, one copy in memory.
 
-Built from chat's parts (app/eval/chat.py, itself compare's): the base in 4-bit wrapped once with the adapter, the
-base side under PEFT's ``disable_adapter()``, the run's system prompt added when a request has none, the tokenizer's
-chat template, and ``generate_one`` (compare at batch size 1), so a greedy reply equals `compare`'s and `chat`'s.
+Built from chat's parts: the run's pair (app/model/pair.py: the base in 4-bit wrapped once with the adapter, the base
+side the adapter switched off), the run's system prompt added when a request has none, the tokenizer's chat template,
+and ``generate_one`` (compare at batch size 1), so a greedy reply equals `compare`'s and `chat`'s.
 Requests are served one at a time, in arrival order (a lock; a waiting request holds no model memory); a request
 whose client went away stops at its next token.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass, field
 
 from app.errors import UserError
-from app.eval.chat import conversation_prompt
-from app.eval.compare import load_pair, resolve_target
-from app.host.threads import use_free_cores
 from app.model.generation import adds_special_tokens, generate_one
+from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length
-from app.model.source import check_model_source
 from app.run.lookup import adapter_name
 
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
@@ -46,14 +42,11 @@ class Engine:
     """``names``: {model name: side}; ``reply(name, messages, ...)`` one answer at a time."""
 
     def __init__(self, run, local_only: bool = False, model: str | None = None):
-        adapter_dir, run_cfg, mc, trained_on = resolve_target(run, model)
-        check_model_source(mc.name_or_path, local_only)
-        use_free_cores()
-        self.run_cfg = run_cfg
-        self.system = run_cfg.data.system_prompt if run_cfg else None
-        self.names = served_names(adapter_dir)
-        self.model, self.tok = load_pair(mc, adapter_dir, local_only, trained_on,
-                                         device=run_cfg.runtime.device if run_cfg else "auto")
+        self.pair = open_pair(run, model, local_only)
+        self.run_cfg = self.pair.target.run_cfg
+        self.system = self.pair.target.system_prompt
+        self.names = served_names(self.pair.target.adapter_dir)
+        self.model, self.tok = self.pair.model, self.pair.tok
         self.context = context_length(self.model.config)
         self.created = int(time.time())
         self.stats = Stats()
@@ -66,10 +59,8 @@ class Engine:
 
     def chat_prompt(self, messages: list[dict]) -> str:
         """The prompt text for an OpenAI-style conversation: the run's system prompt first when it has none."""
-        msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
-        if self.system and not any(m["role"] == "system" for m in msgs):
-            msgs = [{"role": "system", "content": self.system}] + msgs
-        return conversation_prompt(self.tok, msgs)
+        return conversation_prompt(self.tok, [{"role": m["role"], "content": m["content"]} for m in messages],
+                                   self.system)
 
     def ids(self, text: str, max_tokens: int) -> list[int]:
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
@@ -86,7 +77,7 @@ class Engine:
         t0 = time.monotonic()
         with self._turn:
             waited = time.monotonic() - t0
-            with self.model.disable_adapter() if side == "base" else contextlib.nullcontext():
+            with self.pair.side(side):
                 out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed, on_text, stop)
         with self.stats.lock:
             self.stats.requests += 1

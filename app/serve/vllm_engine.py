@@ -21,9 +21,9 @@ import subprocess
 import sys
 
 from app.errors import UserError
-from app.eval.compare import resolve_target
 from app.host.machine import installed
 from app.host.offline import hub_offline
+from app.model.pair import find_target
 from app.model.templates import template_file
 from app.serve.engine import served_names
 
@@ -50,7 +50,8 @@ def max_lora_rank(r: int) -> int:
 def vllm_command(run, host: str, port: int, key: str | None, model: str | None = None,
                  gpu_memory_utilization: float | None = None) -> tuple[list[str], dict[str, str], dict[str, str]]:
     """(argv, environment additions, {model name: side}) for vLLM's OpenAI-compatible server on this run."""
-    adapter_dir, run_cfg, mc, _ = resolve_target(run, model)
+    target = find_target(run, model)
+    adapter_dir, mc = target.adapter_dir, target.base
     names = served_names(adapter_dir)
     adapter, base = (next(n for n, side in names.items() if side == s) for s in ("adapter", "base"))
     r = json.loads((adapter_dir / "adapter_config.json").read_text()).get("r") or 16

@@ -7,7 +7,9 @@ have scored:
     at most ``max_calls`` rounds; the answer is the last assistant turn.
 
 Generated tokens and the tool results' tokens share one budget (``max_new_tokens``, as TRL's max_completion_length):
-a round that would pass it is not started. Batched: every row still calling tools generates together.
+a round that would pass it is not started. Batched: every row still calling tools generates together. A prompt longer
+than the model's context leaves beside a round's tokens keeps its end, as plain generation cuts it
+(app/model/generation.fit_prompt), and its answer is marked ``prompt_cut``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from app.model.generation import fit_prompt
+from app.model.placement import context_length
 from app.model.templates import ensure_tool_parser
 from app.tools.guard import ToolFailed, error_result
 
@@ -110,13 +114,19 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
     calls = [0] * len(conversations)
     failures = [0] * len(conversations)
     done: list[bool] = [False] * len(conversations)
+    cut = [False] * len(conversations)
+    context = context_length(model.config)
     prompt_len = [len(_render(tok, m, t)) for m, t in zip(msgs, tools)]
     for round_ in range(max_calls + 1):
         active = [i for i, d in enumerate(done) if not d and max_new_tokens - used[i] >= MIN_ROUND_TOKENS]
         if not active:
             break
         prompts = [_render(tok, msgs[i] + turns[i], tools[i]) for i in active]
-        new = generate_ids(prompts, max(max_new_tokens - used[i] for i in active))
+        budget = max(max_new_tokens - used[i] for i in active)
+        fitted = [fit_prompt(tok, p, None if context is None else max(1, context - budget)) for p in prompts]
+        for i, (_, was_cut) in zip(active, fitted):
+            cut[i] = cut[i] or was_cut
+        new = generate_ids([ids for ids, _ in fitted], budget)
         for i, p, ids in zip(active, prompts, new):
             ids = ids[:max_new_tokens - used[i]]  # each answer within its own budget, as TRL cuts it
             used[i] += len(ids)
@@ -142,5 +152,5 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
     for i in range(len(conversations)):
         last = next((t for t in reversed(turns[i]) if t["role"] == "assistant" and not t.get("tool_calls")), None)
         out.append(Rollout(text=(last or {}).get("content", "").strip(), tokens=used[i], turns=turns[i],
-                           calls=calls[i], failures=failures[i]))
+                           calls=calls[i], failures=failures[i], prompt_cut=cut[i]))
     return out

@@ -16,8 +16,9 @@ from typing import Callable
 
 from app.errors import UserError
 from app.host.usercode import import_target, is_file_target
+from app.run.counts import CallCounts
 from app.tools.builtin import BUILTIN_TOOLS
-from app.tools.guard import Limits, ToolStats, guarded, guarded_environment, public_methods
+from app.tools.guard import Limits, guarded, guarded_environment, public_methods
 
 # Qwen2.5's words around the schemas, as long as most templates' (for the estimate only)
 TOOL_PREAMBLE = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
@@ -56,7 +57,7 @@ class Toolbox:
 
         return TOOL_PREAMBLE + "\n".join(json.dumps(s) for s in self.schemas())
 
-    def guarded(self, limits: Limits, stats: ToolStats) -> tuple[list[Callable], type | None]:
+    def guarded(self, limits: Limits, stats: CallCounts) -> tuple[list[Callable], type | None]:
         """(tools, environment factory) for TRL and the chat loop, every call guarded (app/tools/guard.py)."""
         return ([guarded(f, limits, stats) for f in self.functions],
                 guarded_environment(self.environment, limits, stats) if self.environment else None)

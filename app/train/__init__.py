@@ -1,6 +1,13 @@
 """Training: one Session (session.py) opens, plans, records and closes every run; TRL's SFT, GRPO and DPO trainers
 (sft.py, grpo.py, dpo.py) on a 4-bit base with a PEFT LoRA adapter, built as planned (plan.py, build.py).
 
+    request.py      the request's checks and the resume point;  preflight.py, memory.py: the memory estimate and fit
+    args.py         the config as TRL's arguments;  common.py: what every trainer shares;  batching.py, context.py
+    fastpaths.py    the GPU fast paths;  sampler.py: GRPO's merged sampler;  fsdp.py: sharding under torchrun
+    callbacks.py    metrics, status, Stop, counts;  heldout_eval.py: the held-out evaluation during training
+    checkpoints.py  saving the adapter;  oom.py: the out-of-memory ladder;  peakmem.py: peak memory
+    runlog.py       train.log;  launcher.py, torchrun.py: torchrun's workers
+
 Owns: the plan and every decision in it (memory, batching, context, fast paths, the OOM ladder), the trainers and
 their callbacks, the torchrun launcher. Must not write config.yaml/status.json itself (app/run/record.py does,
 for the session) nor change process-wide settings (app/host). The UI may import plan and memory (its per-card

@@ -14,7 +14,8 @@ from typing import Any
 
 from app.model.load import load_base_model
 from app.model.unsloth_backend import load_with_unsloth
-from app.rewards import RewardErrors
+from app.rewards import build_reward_funcs
+from app.run.counts import RunCounts
 from app.train.dpo import build_dpo_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
@@ -40,15 +41,22 @@ def load_model(plan: RunPlan) -> Loaded:
     return Loaded(model, tok, info["attention"], info["4bit"])
 
 
-def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, has_reference: bool, reward_errors: RewardErrors,
-                  on_sampler_change=None, tool_stats=None, judge_stats=None):
-    """The method's TRL trainer on the loaded model; GRPO's reward functions count their failures in the run's
-    ``reward_errors``, its tools their calls in ``tool_stats``. ``on_sampler_change(sampler, reason)`` hears a fast
-    sampler stepping down."""
+def run_rewards(plan: RunPlan, has_reference: bool, counts: RunCounts):
+    """A GRPO run's (reward functions, weights), made once for the run (an out-of-memory attempt reuses them: one
+    judge in memory) and counting in its ``counts``; None for the other methods, which train on no reward."""
+    if plan.cfg.method != "grpo":
+        return None
+    return build_reward_funcs(plan.cfg.reward, has_reference, counts, plan.cfg.runtime)
+
+
+def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCounts, rewards=None,
+                  on_sampler_change=None):
+    """The method's TRL trainer on the loaded model; GRPO trains on the run's ``rewards`` (``run_rewards``), its
+    tools count their calls in the run's ``counts``. ``on_sampler_change(sampler, reason)`` hears a fast sampler
+    stepping down."""
     if plan.cfg.method == "grpo":
-        return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, has_reference,
-                                  reward_errors, on_sampler_change=on_sampler_change, tool_stats=tool_stats,
-                                  judge_stats=judge_stats)
+        return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, rewards, counts,
+                                  on_sampler_change=on_sampler_change)
     if plan.cfg.method in ("dpo", "orpo"):
         return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
@@ -60,7 +68,7 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     held-out evaluation every training.eval_every steps."""
     # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
     # transformers before it loads
-    from app.train.callbacks import FaultCallback, RunDirCallback, StopFlag, TerminalProgress
+    from app.train.callbacks import FaultCallback, Reporting, RunDirCallback, StopFlag, TerminalProgress
 
     # heavy (transformers' TrainerCallback), imported after import_first for the same reason
     from app.train.heldout_eval import HeldoutEval
@@ -68,11 +76,9 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     plan, main = session.plan, session.main
     stop = StopFlag().install()
     bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
-    watch = RunDirCallback(session.dir, stop, session.reward_errors, bar, warn=session.warn if main else None,
-                           write=main, cuda=plan.where.cuda, every_step=session.threads.adjust, record=session.record,
-                           tool_stats=session.tool_stats if plan.tools else None,
-                           judge_stats=session.judge_stats if plan.cfg.reward.judge.enabled else None,
-                           diagnosis=session.diagnosis)
+    watch = RunDirCallback(session.dir, stop, session.counts,
+                           Reporting(record=session.record, warn=session.warn if main else None, progress=bar,
+                                     write=main, cuda=plan.where.cuda, every_step=session.threads.adjust))
     trainer.add_callback(watch)
     if session.faults.at:
         trainer.add_callback(FaultCallback(session.faults))
@@ -81,5 +87,6 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
     if main and heldout and t.eval_every != 0:
         trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
-                                         record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg))
+                                         record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg,
+                                         rewards=session.rewards[0] if session.rewards else None))
     return watch, stop, bar

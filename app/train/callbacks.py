@@ -12,12 +12,14 @@ import logging
 import math
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from transformers import TrainerCallback
 
 from app.run import layout, store
-from app.tools.guard import ToolStats, as_metrics
+from app.run.counts import RunCounts
 from app.train import peakmem
 
 log = logging.getLogger("qlora_app")
@@ -54,13 +56,6 @@ def _sum_over_ranks(counts: dict[str, dict[str, float]]) -> dict[str, dict[str, 
             for k, v in row.items():
                 mine[k] += v
     return out
-
-
-def _totals(stats: ToolStats) -> ToolStats:
-    """A run's totals, starting from what ``stats`` holds already (a resumed run's earlier attempts)."""
-    totals = ToolStats()
-    totals.restore(stats.summary())
-    return totals
 
 
 def _any_rank(flag: bool) -> bool:
@@ -117,38 +112,42 @@ ADAPTER_SAMPLE_TENSORS = 16  # trainable tensors whose movement adapter/update m
 ADAPTER_SAMPLE_VALUES = 65536  # values read of each
 
 
+@dataclass
+class Reporting:
+    """Where a run's callback reports: ``record(status, **fields)``, the session's record of the run (status.json);
+    ``warn(line)``, a line for the user; ``progress``, the terminal's bar; ``write``: this process writes the run
+    folder (rank 0; every rank has the callback, its stop and NaN decisions must be the same on all); ``cuda``: peak
+    memory is read from the GPU; ``every_step()``: at each step's end (the CPU thread governor follows the load)."""
+
+    record: Callable = lambda status, **fields: None
+    warn: Callable | None = None
+    progress: object | None = None
+    write: bool = True
+    cuda: bool = False
+    every_step: Callable | None = None
+
+
 class RunDirCallback(TrainerCallback):
     """Writes metrics.jsonl and status.json, turns a stop request into checkpoint + stop, stops on a NaN / inf
     loss or gradient norm (without saving the broken weights), measures how far the adapter moves
-    (adapter/update) and says what the run's diagnosis finds (app/run/diagnosis.py: why the reward may be flat)."""
+    (adapter/update), logs the run's counts (app/run/counts.py: reward failures, tool and judge calls, each line's
+    and, when training ends, those of the steps after the last line) and says what the run's diagnosis finds
+    (app/run/diagnosis.py: why the reward may be flat)."""
 
-    def __init__(self, run_dir: Path, stop: StopFlag, reward_errors=lambda: 0, progress=None, warn=None,
-                 write: bool = True, cuda: bool = False, every_step=None, record=None, tool_stats=None,
-                 judge_stats=None, diagnosis=None):
-        """``every_step()``: called at each step's end (the CPU thread governor follows the machine's load);
-        ``record(status, **fields)``: the session's record of the run's progress (status.json); ``tool_stats``: a
-        tool run's per-tool counts (app.tools.guard.ToolStats), ``judge_stats``: a judged run's judge counts (the
-        same kind), each logged with each step's line; ``diagnosis``: the run's app.run.diagnosis.Watch, fed each
-        line (what it finds is said once through ``warn`` and kept in status.json)."""
+    def __init__(self, run_dir: Path, stop: StopFlag, counts: RunCounts | None = None,
+                 report: Reporting | None = None):
+        """``counts``: the run's counts (its ``diagnosis`` fed each line; what it finds is said once through
+        ``report.warn`` and kept in status.json); ``report``: where it reports (``Reporting``)."""
         self.run_dir = Path(run_dir)
-        self.record = record or (lambda status, **fields: None)
-        self.every_step = every_step
-        self.cuda = cuda
-        # Every rank of a distributed run has this callback (stop and NaN decisions must be the same on all);
-        # only rank 0 (write=True) writes metrics.jsonl / status.json and warns.
-        self.write = write
         self.stop = stop
-        self.reward_errors = reward_errors
-        # (this process's counts, the run's totals: every process's and a resumed run's earlier attempts', metric
-        # prefix, status.json key) of each kind of call the run counts
-        self.counted = [(stats, _totals(stats), prefix, key) for stats, prefix, key in (
-            (tool_stats, layout.TOOL_PREFIX, layout.TOOL_COUNTS), (judge_stats, "", layout.JUDGE_COUNTS))
-            if stats is not None]
-        self.progress = progress
-        self.warn = warn or log.warning
+        self.counts = counts if counts is not None else RunCounts()
+        report = report or Reporting()
+        self.record, self.every_step, self.cuda, self.write = report.record, report.every_step, report.cuda, \
+            report.write
+        self.progress = report.progress
+        self.warn = report.warn or log.warning
         self.t0 = time.time()
         self.nonfinite: dict | None = None  # {"key", "value", "step"} of the first NaN / inf seen
-        self.diagnosis = diagnosis
         self._adapter_before = None  # the sampled adapter values at the last logged step
         # step -> more values for that step's metrics.jsonl line (the held-out evaluation's), so a file keeps one
         # line per logged step; a step that is not logged gets its own line, in step order
@@ -167,7 +166,7 @@ class RunDirCallback(TrainerCallback):
             return
         # The logged values are global (gathered over ranks), so every rank takes the same decision here.
         self._check_finite(logs, state.global_step, control)
-        counts = self._call_counts()  # a collective under torchrun: every rank takes part
+        taken = self.counts.take(_sum_over_ranks)  # a collective under torchrun: every rank takes part
         if not self.write:
             return
         rec = {"step": state.global_step, "time": round(time.time() - self.t0, 2)}
@@ -175,40 +174,33 @@ class RunDirCallback(TrainerCallback):
             k = _RENAME.get(k, k)
             if k.startswith(_KEEP_PREFIXES):
                 rec[k] = _clean(v)
-        rec["reward_errors"] = self.reward_errors()
+        rec.update(self.counts.metrics(taken))  # calls, failures, timeouts and latency since the last line
         moved = self._adapter_update(kw.get("model"))
         if moved is not None:
             rec[layout.ADAPTER_UPDATE] = moved
-        for (_, totals, prefix, key), c in zip(self.counted, counts):
-            rec.update(as_metrics(c, prefix))  # calls, failures, timeouts and latency since the last line
-            if c:  # the run's totals, as they stand after this step
-                self.record(None, **{key: totals.summary()})
+        self._record_counts(taken)
         peak = peakmem.sample(self.cuda)
         rec.update(peak)
         self.flush_pending(before=state.global_step)
         rec.update(self.pending.pop(state.global_step, {}))
         store.append_metrics(self.run_dir, rec)
-        if self.diagnosis is not None:
-            new = self.diagnosis.add(rec)
+        diagnosis = self.counts.diagnosis
+        if diagnosis is not None:
+            new = diagnosis.add(rec)
             for finding in new:
                 self.warn(finding["message"])
             if new:
-                self.record(None, **{layout.DIAGNOSIS: self.diagnosis.found})
+                self.record(None, **{layout.DIAGNOSIS: diagnosis.found})
         # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
         shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
         log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
         if self.progress:
             self.progress.update_metrics(rec)
 
-    def _call_counts(self) -> list[dict]:
-        """Per kind of counted call (tools, judge): the calls every process made since the last logged step (summed
-        over ranks), added to the run's totals."""
-        out = []
-        for stats, totals, _, _ in self.counted:
-            counts = _sum_over_ranks(stats.take_counts())
-            totals.add_counts(counts)
-            out.append(counts)
-        return out
+    def _record_counts(self, taken: dict) -> None:
+        """status.json's counts, as they stand after this step, when something was counted since the last line."""
+        if any(taken.values()) or self.counts.reward_errors():
+            self.record(None, **self.counts.status_fields())
 
     def flush_pending(self, before: int | None = None) -> None:
         """Pending values of steps that had no logged line (before ``before``, or all) as lines of their own."""
@@ -216,8 +208,15 @@ class RunDirCallback(TrainerCallback):
             store.append_metrics(self.run_dir, {"step": step, **self.pending.pop(step)})
 
     def on_train_end(self, args, state, control, **kw):
-        if self.write:
-            self.flush_pending()
+        """The counts of the steps after the last logged line (a run that stops before its first logging step
+        too): a line of their own in metrics.jsonl and the totals in status.json, so no call goes uncounted."""
+        taken = self.counts.take(_sum_over_ranks)  # a collective under torchrun: every rank takes part
+        if not self.write:
+            return
+        self.flush_pending()
+        if any(taken.values()):
+            store.append_metrics(self.run_dir, {"step": state.global_step, **self.counts.metrics(taken)})
+        self.record(None, **self.counts.status_fields())
 
     def _check_finite(self, logs: dict, step: int, control) -> None:
         for key in _WATCHED:

@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 
 from app.host.machine import torch_dtype
-from app.rewards import build_reward_funcs
 from app.tools.guard import Limits
 from app.train.args import grpo_kwargs
 from app.train.common import make_trainer
@@ -20,23 +19,20 @@ from app.train.sampler import MergedSampler, sampling_trainer
 log = logging.getLogger("qlora_app")
 
 
-def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, has_reference: bool, reward_errors=None,
-                       on_sampler_change=None, tool_stats=None, judge_stats=None):
-    """``reward_errors``: the run's counter of reward failures (app.rewards.RewardErrors);
-    ``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used; ``tool_stats``:
-    the run's per-tool counts (app.tools.guard.ToolStats), for a run with tools; ``judge_stats``: the run's judge
-    counts (the same kind), for a run with a judge."""
+def build_grpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, rewards, counts, on_sampler_change=None):
+    """``rewards``: the run's (reward functions, weights) (app.rewards.build_reward_funcs, made once per run);
+    ``counts``: the run's app.run.counts.RunCounts (its tools count their calls there);
+    ``on_sampler_change(sampler, reason)``: hears when the planned merged sampler cannot be used."""
     from trl import GRPOConfig, GRPOTrainer  # heavy: imported when a trainer is built
 
     cfg, where = plan.cfg, plan.where
-    funcs, weights = build_reward_funcs(cfg.reward, has_reference=has_reference, errors=reward_errors,
-                                        runtime=cfg.runtime, judge_stats=judge_stats)
+    funcs, weights = rewards
     args = GRPOConfig(**grpo_kwargs(plan, run_dir, weights, fsdp_layers=getattr(model, "_no_split_modules", None)))
     extra = {}
     if plan.tools:  # every call through the guard (timeout, error results, output cap, counts: app/tools/guard.py)
-        tools, environment = plan.tools.guarded(Limits.of(cfg.tools), tool_stats)
+        tools, environment = plan.tools.guarded(Limits.of(cfg.tools), counts.tools)
         extra = {"tools": tools or None, "environment_factory": environment}
-    trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=funcs,
+    trainer = make_trainer(sampling_trainer(GRPOTrainer), args, plan, model, tok, train_ds, reward_funcs=list(funcs),
                            **extra)
     trainer.on_sampler_change = on_sampler_change
     if plan.fast.sampler == "merged":

@@ -19,7 +19,7 @@ Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
   training   t tokens per micro-batch. Checkpointed layer inputs (t x hidden x d per layer; none when offloaded), then
              the larger of: one layer recomputed in backward (t x (17.3 hidden + 8.1 intermediate) bytes at d = 2,
              measured with saved-tensor hooks on a 4-bit Qwen2 layer with LoRA on every linear layer, re-measured in
-             tests/test_memory.py; plus its gradient buffers, t x intermediate x 2d, and one dequantized weight) or
+             tests/train/test_memory.py; plus its gradient buffers, t x intermediate x 2d, and one dequantized weight) or
              TRL's fused LM head (tiles of 4096 tokens x 32768 vocabulary entries at d, and the fp32 gradient of the
              hidden states). Without checkpointing every layer keeps what it saves.
   generation GRPO: the KV cache of every completion sampled at once (prompt width rounded up to 64 for the compiled
@@ -35,7 +35,7 @@ Tokens come from the data's real lengths when known (SFT padded: the 95th percen
 the 95th percentile prompt + max_completion_length; DPO: twice the 95th percentile prompt + longer answer per pair,
 chosen and rejected in one pass; the reference is the base with the adapter off, no second copy, and its no-grad
 forward is smaller than the backward pass). Calibrated on one H100 (docs/performance.md; the measured
-table is test data in tests/test_memory.py). An estimate, meant to catch "this cannot fit" before a 20-minute
+table is test data in tests/train/test_memory.py). An estimate, meant to catch "this cannot fit" before a 20-minute
 download and to size the plan, not to replace a try. Owns these terms; must not decide anything (the plan does).
 """
 

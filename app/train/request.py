@@ -15,7 +15,9 @@ from app.config.schema import AppConfig
 from app.errors import UserError
 from app.host.machine import installed
 from app.host.procs import pid_alive
+from app.rewards import load_custom
 from app.run import integrity, layout, lookup, store
+from app.tools.toolbox import load_toolbox
 
 log = logging.getLogger("qlora_app")
 
@@ -44,6 +46,16 @@ def check_request(cfg: AppConfig) -> None:
                         f"{' '.join(missing)}, or drop it from runtime.report_to")
     if not cfg.data.datasets:
         raise UserError("no dataset given; pass --dataset NAME|FILE (try --dataset arith for the built-in data)")
+
+
+def check_user_code(cfg: AppConfig) -> None:
+    """The user's own code, before the data is read and before any folder is made (a run and its dry run alike):
+    a custom reward that cannot be loaded, a misspelt built-in tool, a tool file or an environment that is wrong,
+    each one line. (The plan reads them again, from the modules already imported.)"""
+    for entry in cfg.reward.custom:
+        load_custom(entry)
+    if cfg.tools.enabled:
+        load_toolbox(cfg.tools)
 
 
 def check_same_world(recorded, runtime) -> None:

@@ -18,7 +18,7 @@ subprocess and only reads the run folder). A run reads top to bottom (``Session.
     close     the final status on success, bad input, fault or interrupt, and the exit code.
 
 Owns: the run's recipe, each step once, in order. What it records goes through its ``RunRecord``
-(app/run/record.py: the only writer of config.yaml and status.json, tests/test_one_door.py); other modules report
+(app/run/record.py: the only writer of config.yaml and status.json, tests/structure/test_one_door.py); other modules report
 to the session (``record``, ``note``, ``warn``). Must not decide what the plan decides, nor change anything of the
 process beyond its own run (process-wide settings are app/host's, made at the entry points).
 """
@@ -46,20 +46,26 @@ from app.export.card import write_card
 from app.host.threads import ThreadGovernor
 from app.model.source import check_model_source
 from app.model.unsloth_backend import import_first
-from app.rewards import RewardErrors, load_custom
 from app.run import integrity, layout, store
+from app.run.counts import RunCounts
 from app.run.curves import save_curves
 from app.run.diagnosis import Facts, Watch
 from app.run.faults import nonfinite_message
 from app.run.record import RunRecord
 from app.run.summary import comparison_text, memory_check, peak_memory_text
-from app.tools.guard import ToolStats
 from app.train import peakmem
-from app.train.build import attach_callbacks, build_trainer, load_model
+from app.train.build import attach_callbacks, build_trainer, load_model, run_rewards
 from app.train.checkpoints import save_adapter
 from app.train.oom import Faults, free_memory, is_oom, memory_word, next_attempt
 from app.train.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
-from app.train.request import check_request, check_same_world, require_checkpoint, resumable_dir, resume_point
+from app.train.request import (
+    check_request,
+    check_same_world,
+    check_user_code,
+    require_checkpoint,
+    resumable_dir,
+    resume_point,
+)
 from app.train.runlog import close_logging, setup_logging
 from app.train.torchrun import is_main
 
@@ -94,10 +100,10 @@ class Session:
         self.threads: ThreadGovernor | None = None
         self.rows = self.heldout_rows = self.det = None
         self.bar = None  # the terminal's progress bar of the current attempt
-        self.reward_errors = RewardErrors()  # the run's reward failures, over every attempt
-        self.tool_stats = ToolStats()  # a tool run's calls per tool, over every attempt
-        self.judge_stats = ToolStats()  # a judged run's judgements, over every attempt
-        self.diagnosis: Watch | None = None  # why the reward may be flat (app/run/diagnosis.py), over every attempt
+        # the run's counts over every attempt (app/run/counts.py): reward failures, tool calls, judgements, and the
+        # diagnosis (why the reward may be flat: app/run/diagnosis.py), handed as one object to all that counts
+        self.counts = RunCounts()
+        self.rewards = None  # a GRPO run's reward functions and weights, made once (app.train.build.run_rewards)
         self.said_before: list[dict] | None = None  # a resumed run's diagnosis, as its earlier attempts said it
 
     @property
@@ -125,7 +131,8 @@ class Session:
                     self.step_down(out_of_memory, step)
                     trainer, watch, stop, loaded = self.build()
                 self.evaluate(trainer, watch, stop, loaded)
-                trainer = watch = loaded = None  # the proof loads the model its own way
+                # the proof loads the model its own way (and a judge of its own: the run's goes with its rewards)
+                trainer = watch = loaded = self.rewards = None
                 self.prove()
                 self.close()
         finally:
@@ -142,8 +149,7 @@ class Session:
             check_same_world(validate(load_yaml_file(self.dir / layout.CONFIG)).runtime, cfg.runtime)
             require_checkpoint(self.dir)
         check_request(cfg)
-        for entry in cfg.reward.custom:  # a reward that cannot be loaded is said before any folder is made
-            load_custom(entry)
+        check_user_code(cfg)  # before any folder is made and before the data is read
         if not launcher:
             self.machine = decide_machine(cfg)
             import_first(self.machine[1])  # before anything imports transformers / trl / peft
@@ -155,17 +161,16 @@ class Session:
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
             self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)
-            # a tool run's counts are the whole run's: the resumed part adds to what the earlier attempts made
+            # a run's counts are the whole run's: the resumed part adds to what the earlier attempts made
             status = store.read_status(self.dir) or {}
-            self.tool_stats.restore(status.get(layout.TOOL_COUNTS))
-            self.judge_stats.restore(status.get(layout.JUDGE_COUNTS))
+            self.counts.restore(status)
             self.said_before = status.get(layout.DIAGNOSIS)
 
     def plan_run(self) -> None:
         """Every decision of the run, once; a run the plan refuses leaves no folder behind."""
         self.plan = make_plan(self.request, self.rows, self.det, machine=self.machine)
         # what the run's curves show, watched as it trains (a resumed run keeps what it said before)
-        self.diagnosis = Watch(Facts.of(self.plan.cfg), self.said_before)
+        self.counts.diagnosis = Watch(Facts.of(self.plan.cfg), self.said_before)
 
     def create(self) -> None:
         """The run folder, config.yaml and status.json (a resume keeps its folder and updates them)."""
@@ -193,9 +198,10 @@ class Session:
         if packed.cfg != plan.cfg:
             self._replan(packed)
         self.plan = plan = packed
-        trainer = build_trainer(plan, loaded, self.dir, self.det.reference_field is not None, self.reward_errors,
-                                on_sampler_change=self._sampler_changed, tool_stats=self.tool_stats,
-                                judge_stats=self.judge_stats)
+        if self.rewards is None:
+            self.rewards = run_rewards(plan, self.det.reference_field is not None, self.counts)
+        trainer = build_trainer(plan, loaded, self.dir, self.counts, self.rewards,
+                                on_sampler_change=self._sampler_changed)
         if self.main:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training
@@ -340,6 +346,12 @@ class Session:
         try:
             yield
         except BaseException as e:
+            if self.main and self.dir is not None:  # the counts since the last logged step are not lost either
+                try:
+                    self.counts.take()
+                    self.record(None, **self.counts.status_fields())
+                except Exception:  # noqa: BLE001 - a full disk: the failure's own line says so
+                    pass
             self._fail(e)
 
     def _fail(self, e: BaseException):

@@ -10,6 +10,7 @@ from pathlib import Path
 from app.config.build import load_yaml_file, validate
 from app.errors import UserError
 from app.eval.chat import Chat
+from app.host.threads import use_free_cores
 from app.run import layout, lookup
 from app.ui.compare_view import compare_choices, wait_for_gpu
 from app.ui.folders import run_path
@@ -47,6 +48,7 @@ class ChatHolder:
         wait_for_gpu(jobs, "chat")
         if self.session is None or self.name != name:
             self.session = None  # free the previous model before loading the next
+            use_free_cores()  # a UI action is a command of this process: the cores a training job leaves free
             self.session = Chat(lookup.require_run_dir(run_path(runs_dir, name)), local_only=bool(local_only))
             self.name = name
         return self.session

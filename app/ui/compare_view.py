@@ -6,6 +6,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.eval.compare import run_comparison
+from app.host.threads import use_free_cores
 from app.run import layout, lookup, store
 from app.ui.folders import run_path, shown_runs
 
@@ -46,5 +47,6 @@ def compare(jobs, runs_dir: str | Path, name: str, prompt: str | None, num_sampl
     if not prompts and n <= 0:
         raise UserError("type a prompt or choose a number of held-out rows to sample")
 
+    use_free_cores()  # a UI action is a command of this process: the cores a training job leaves free
     return run_comparison(d, num_samples=n, prompts=prompts, max_new_tokens=int(max_new_tokens or 128),
                           local_only=bool(local_only), progress=progress)

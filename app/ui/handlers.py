@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from app.config.build import build_config, with_absolute_paths, with_values
+from app.config.fields import get_key
 from app.config.flags import WIDGETS, flags_layer, split_datasets
 from app.config.presets import list_presets, load_preset, presets_dir
 from app.config.resolve import model_name
@@ -45,12 +46,6 @@ AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rat
 
 
 # ------------------------------------------------------------------------------------------------ form <-> config
-
-
-def _get(d: dict, dotted: str):
-    for part in dotted.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
-    return d
 
 
 def widget_value(v):
@@ -155,7 +150,7 @@ def form_defaults(preset: str | None = None, local_only: bool = False, dataset: 
     data = _preset_on(preset, dataset).model_dump(mode="json")
     out = {"preset": preset or NO_PRESET}
     for name, flag in WIDGETS.items():
-        out[name] = _get(data, flag.key)
+        out[name] = get_key(data, flag.key, None)
         if isinstance(out[name], list) and name not in LIST_WIDGETS:  # shown as comma-separated text
             out[name] = ",".join(map(str, out[name]))
     if data["data"]["mix"]:  # a mix: its datasets in the Dataset box, their shares in the Mix box
@@ -204,7 +199,7 @@ def form_to_cli(form: dict, runs_dir: str | Path) -> tuple[str | None, dict, lis
                 continue
         elif flag.kind == "shares" and not v:
             continue
-        elif _same(v, _get(base, flag.key)):
+        elif _same(v, get_key(base, flag.key, None)):
             continue
         if flag.cli and flag.kind in ("list", "datasets") and v:  # a repeatable option, once per item
             given[flag.param] = list(v)

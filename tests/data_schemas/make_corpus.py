@@ -1,6 +1,6 @@
 """Regenerate the detection corpus: one small file per schema, modelled on a public dataset's columns, with rows
 invented here (no real dataset text). The expected detections live in expected.json and are written by hand --
-never generated from the detector -- so the parametrised test in tests/test_data_detect.py can fail.
+never generated from the detector -- so the parametrised test in tests/data/test_detect.py can fail.
 
 Run: python tests/data_schemas/make_corpus.py
 """

@@ -10,7 +10,7 @@ completion (None, counted).
 from __future__ import annotations
 
 from app.config.schema import ModelConfig
-from app.model.generation import adds_special_tokens
+from app.model.generation import adds_special_tokens, pad_left
 from app.model.load import load_base_model
 from app.model.placement import context_length
 from app.rewards.judge.rubric import SCALE
@@ -61,13 +61,9 @@ class LocalJudge:
         """Next-token probabilities after each row (left-padded batch, positions counted from each row's start)."""
         import torch
 
-        pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else 0
-        width = max(map(len, rows))
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self._model.device)
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self._model.device)
+        batch = {k: v.to(self._model.device) for k, v in pad_left(self._tok, rows, positions=True).items()}
         with torch.no_grad():
-            logits = self._model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                                 use_cache=False, logits_to_keep=1).logits[:, -1, :]
+            logits = self._model(**batch, use_cache=False, logits_to_keep=1).logits[:, -1, :]
         return torch.softmax(logits.float(), dim=-1)
 
     def judge_many(self, texts: list[str]) -> list[tuple[float | None, str | None]]:

@@ -22,7 +22,7 @@ from app.rewards.components import Component
 from app.rewards.judge.endpoint import EndpointJudge, is_this_machine
 from app.rewards.judge.local import LocalJudge
 from app.rewards.judge.rubric import load_rubric, render
-from app.tools.guard import ToolStats
+from app.run.counts import CallCounts
 
 CACHE_SIZE = 50_000  # judgements kept: a run re-scores few, compare re-scores its rows
 STATS_NAME = "judge"  # the counters' name in stats (metrics.jsonl: judge/calls, judge/failures, ...)
@@ -69,14 +69,14 @@ class JudgeReward(Component):
         super().__init__()
         self.cfg = judge_cfg
         self.rubric = load_rubric(judge_cfg.rubric)
-        self.stats = ToolStats()  # replaced by the run's own, to be logged and summed over processes
+        self.stats = CallCounts()  # its own; a run's judge counts in the run's (count_in)
         self._cache: OrderedDict[str, float] = OrderedDict()
         self.place(local_only, device)
 
-    def start(self, stats: ToolStats | None) -> None:
-        """A run takes this judge: its counts go to ``stats`` (a fresh counter when None), its cache starts empty."""
-        self.stats = stats if stats is not None else ToolStats()
-        self._cache.clear()
+    def count_in(self, counts) -> None:
+        """A judge made for a run: its judgements count in the run's counts (app/run/counts.RunCounts)."""
+        super().count_in(counts)
+        self.stats = counts.judge
 
     def place(self, local_only: bool, device: str) -> None:
         """Where a local judge loads from and runs (the run's runtime.local_only and device); an endpoint stays."""
@@ -109,7 +109,8 @@ class JudgeReward(Component):
             seconds = (time.monotonic() - t0) / len(todo)
             for k, (value, failure) in zip(todo, results):
                 self.stats.add(STATS_NAME, calls=1, failures=int(failure is not None),
-                               timeouts=int(failure == "timeout"), seconds=seconds)
+                               timeouts=int(failure == "timeout"), seconds=seconds,
+                               error=f"{failure}: {self.backend.last_failure}" if failure is not None else None)
                 if failure is not None:
                     self.errors.add(self.name, RuntimeError(f"{failure}: {self.backend.last_failure}"))
                     fresh[k] = None

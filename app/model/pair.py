@@ -1,0 +1,170 @@
+"""A run's model pair: an adapter and the base it was trained on, one copy in memory.
+
+The one way every command opens a trained adapter (compare and the proof, chat, serve, the harness, pairs, export,
+vLLM's command line): which base an adapter belongs to (its run's config, else PEFT's ``adapter_config.json``), a
+``--model`` that names another base refused in one line, the base loaded in 4-bit as it trained, wrapped once with
+the adapter (inference only), and the base side run under PEFT's ``disable_adapter()``, so both sides share every
+weight but the LoRA deltas (a "base" side that silently kept the adapter on is a known failure of other tools;
+tests/eval/test_compare.py checks it token for token against a plainly loaded base). The prompt of a conversation
+(the run's system prompt, the tokenizer's chat template) is here too, so chat and the API server ask alike.
+
+Owns: finding an adapter's base and loading the pair. Must not generate (app/model/generation.py), score or read
+data; torch / transformers / peft are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config.build import load_yaml_file, validate
+from app.config.schema import AppConfig, ModelConfig
+from app.errors import UserError
+from app.model.generation import format_prompt
+from app.model.load import load_base_model
+from app.model.source import check_model_source
+from app.run import layout, lookup
+
+SIDES = ("adapter", "base")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a command asked to open: the adapter's folder, its run's config (None for a bare adapter), the base to
+    load (the run's model settings, the name maybe a local copy given by --model) and the base it was trained on."""
+
+    adapter_dir: Path
+    run_cfg: AppConfig | None
+    base: ModelConfig
+    trained_on: str | None
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.run_cfg.data.system_prompt if self.run_cfg else None
+
+    @property
+    def device(self) -> str:
+        return self.run_cfg.runtime.device if self.run_cfg else "auto"
+
+
+def _adapter_base(adapter_dir: Path) -> str | None:
+    try:
+        data = json.loads((adapter_dir / layout.ADAPTER_CONFIG).read_text())
+    except (OSError, ValueError):
+        raise UserError(f"'{adapter_dir / layout.ADAPTER_CONFIG}' is not valid JSON; pass an adapter saved by PEFT") \
+            from None
+    if not isinstance(data, dict) or "peft_type" not in data:
+        raise UserError(f"'{adapter_dir}' has an {layout.ADAPTER_CONFIG} without peft_type; it is not a PEFT adapter")
+    return data.get("base_model_name_or_path")
+
+
+def _run_config(adapter_dir: Path) -> AppConfig | None:
+    """The AppConfig of the run that produced this adapter (app.run.lookup.run_of_adapter), or None."""
+    run = lookup.run_of_adapter(adapter_dir)
+    return validate(load_yaml_file(run / layout.CONFIG)) if run else None
+
+
+def same_model(a: str, b: str) -> bool:
+    """Names a user would consider the same base: equal ids, the same folder, or a local copy of a hub id."""
+    if a == b:
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    if pa.exists() and pb.exists():
+        return pa.resolve() == pb.resolve()
+    # 'Qwen/Qwen2.5-1.5B-Instruct' vs './models/Qwen2.5-1.5B-Instruct': a local download of the same model.
+    # A real mismatch that slips through here is still caught by PEFT's shape check when loading.
+    return pa.name.lower() == pb.name.lower()
+
+
+def find_target(adapter: str | Path, model: str | None = None) -> Target:
+    """The adapter (a run folder, its adapter/ or a bare PEFT adapter) and the base to load with it. A --model that
+    names a different base than the one the adapter was trained on is one line."""
+    adapter_dir = lookup.find_adapter(adapter)
+    adapter_base = _adapter_base(adapter_dir)
+    run_cfg = _run_config(adapter_dir)
+    trained_on = (run_cfg.model.name_or_path if run_cfg else None) or adapter_base
+    if model is None and trained_on is None:
+        raise UserError(f"'{adapter_dir}' does not say which base model it was trained on; pass --model NAME|DIR")
+    if model is not None and trained_on is not None and not same_model(model, trained_on):
+        raise UserError(f"adapter '{adapter_dir}' was trained on base '{trained_on}', not on '{model}'; "
+                        f"drop --model or pass --model {trained_on}")
+    base = run_cfg.model.model_copy() if run_cfg else ModelConfig()
+    base.name_or_path = model or trained_on
+    return Target(adapter_dir, run_cfg, base, trained_on)
+
+
+def open_target(adapter: str | Path, model: str | None = None, local_only: bool = False) -> Target:
+    """``find_target`` and a base that cannot be had from here (offline, missing) said in a second, before any
+    data or weights load."""
+    target = find_target(adapter, model)
+    check_model_source(target.base.name_or_path, local_only)
+    return target
+
+
+class Pair:
+    """A loaded pair: ``model`` (the PeftModel), ``tok``, and ``side(name)`` to run one side."""
+
+    def __init__(self, target: Target, model, tok):
+        self.target, self.model, self.tok = target, model, tok
+
+    def side(self, side: str):
+        """A context in which ``model`` is that side: the base is the adapter switched off (no second copy)."""
+        if side not in SIDES:
+            raise UserError(f"side {side!r} is not one of {', '.join(SIDES)}")
+        return base_side(self.model) if side == "base" else contextlib.nullcontext()
+
+
+def base_side(model):
+    """A context in which a PeftModel (a loaded pair's, or the one training) answers as its base: the adapter
+    switched off, no second copy (the held-out preference log-probabilities' base side too)."""
+    return model.disable_adapter()
+
+
+def load_pair(target: Target, local_only: bool = False, device: str | None = None) -> Pair:
+    """The base loaded once in 4-bit as it trained and wrapped with the adapter (inference only). A base the adapter
+    does not fit is one line naming the base it was trained on."""
+    from peft import PeftModel  # heavy
+
+    mc = target.base
+    base, tok, _ = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device)
+    try:
+        model = PeftModel.from_pretrained(base, str(target.adapter_dir), is_trainable=False)
+    except (RuntimeError, ValueError, KeyError) as e:
+        # A different base shows up as a state-dict size mismatch or as target modules missing from the model;
+        # PEFT's message is many lines, keep the first telling one.
+        lines = [ln.strip().rstrip(":") for ln in str(e).splitlines() if ln.strip()] or [type(e).__name__]
+        detail = next((ln for ln in lines if "size mismatch" in ln or "not found" in ln), lines[0])[:200]
+        trained_on = target.trained_on
+        other = f" (it was trained on '{trained_on}')" if trained_on and trained_on != mc.name_or_path else ""
+        raise UserError(f"adapter '{target.adapter_dir}' does not fit base '{mc.name_or_path}'{other}: {detail}; "
+                        "pass the base it was trained on with --model") from None
+    model.eval()
+    return Pair(target, model, tok)
+
+
+def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False):
+    """The adapter merged into a ``dtype`` (a torch dtype) copy of its base ``base`` (16-bit, not 4-bit: what export
+    writes), in place, so there is no second copy of the weights."""
+    from peft import PeftModel  # heavy
+    from transformers import AutoModelForCausalLM  # heavy
+
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, local_files_only=local_only)
+    return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+
+
+def open_pair(adapter: str | Path, model: str | None = None, local_only: bool = False) -> Pair:
+    """``open_target`` then ``load_pair``: a command that needs nothing between the two (chat, serve)."""
+    return load_pair(open_target(adapter, model, local_only), local_only)
+
+
+def conversation_prompt(tok, messages: list[dict], system: str | None = None) -> str:
+    """A conversation's prompt text: ``system`` first when the conversation has no system turn of its own (the run's
+    system prompt: how the adapter was taught to be asked), then the tokenizer's chat template, or without one the
+    texts one after another, as compare's plain prompt is (system prompt, blank line, message). Chat's and the API
+    server's."""
+    msgs = list(messages)
+    if system and not any(m["role"] == "system" for m in msgs):
+        msgs = [{"role": "system", "content": system}] + msgs
+    return format_prompt(tok, {"messages": msgs, "plain": "\n\n".join(m["content"] for m in msgs)})

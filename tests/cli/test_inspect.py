@@ -1,0 +1,122 @@
+"""`inspect`: the JSON contract, the human table, bounded reads of big files, and errors as DataError."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from repo_paths import SCHEMAS
+
+from app.cli.inspect import run_inspect
+from app.data import DataError, loading
+
+CORPUS = SCHEMAS
+KEYS = ["format", "prompt_field", "reference_field", "context_fields", "messages_field", "columns", "num_rows",
+        "reasons", "chosen_field", "rejected_field", "pair_fields", "preference_field", "desirable_field"]
+
+
+def test_json_is_one_object_with_exact_keys(capsys):
+    assert run_inspect(str(CORPUS / "squad.jsonl"), None, None, None, None, False, True) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    d = json.loads(out)
+    assert list(d) == KEYS + ["reference_match"]
+    assert d["reference_match"]["mode"] == "numeric" and "are numbers" in d["reference_match"]["why"]  # years
+    assert d["format"] == "columns" and d["prompt_field"] == "question" and d["reference_field"] == "answers"
+    assert d["context_fields"] == ["context"] and d["messages_field"] is None and d["num_rows"] == 12
+    assert d["columns"] == ["id", "title", "context", "question", "answers"]
+    assert all(isinstance(v, str) and v for v in d["reasons"].values())
+
+
+def test_json_with_overrides(capsys):
+    run_inspect(str(CORPUS / "caps_headers.csv"), None, None, "question", "answer", False, True)
+    d = json.loads(capsys.readouterr().out)
+    assert (d["prompt_field"], d["reference_field"]) == ("Question", "Answer")
+    assert "override" in d["reasons"]["prompt_field"]
+
+
+def test_table_shows_roles_reasons_and_samples(capsys):
+    assert run_inspect(str(CORPUS / "deepmath.jsonl"), None, None, None, None, False, False) == 0
+    out = capsys.readouterr().out
+    assert "final_answer" in out and "question" in out and "worked solution" in out
+    assert "sample rows" in out and "12 rows" in out
+    first = json.loads((CORPUS / "deepmath.jsonl").read_text().splitlines()[0])
+    assert first["question"][:30] in out
+
+
+def test_chat_table(capsys):
+    run_inspect(str(CORPUS / "sharegpt.json"), None, None, None, None, False, False)
+    out = capsys.readouterr().out
+    assert "chat" in out and "conversations" in out
+
+
+def test_errors_are_data_errors(tmp_path):
+    with pytest.raises(DataError, match="not found"):
+        run_inspect(str(tmp_path / "missing.parquet"), None, None, None, None, False, True)
+    with pytest.raises(DataError, match="questoin"):
+        run_inspect(str(CORPUS / "gsm8k.jsonl"), None, None, "questoin", None, False, True)
+    with pytest.raises(DataError, match="only the 'train' split"):
+        run_inspect(str(CORPUS / "gsm8k.jsonl"), None, "test", None, None, False, True)
+    with pytest.raises(DataError, match="not in the local cache"):
+        run_inspect("someorg/never-downloaded", None, None, None, None, True, True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "a", "answer": "b"}\n{"question": \n')
+    with pytest.raises(DataError, match="line 2"):
+        run_inspect(str(bad), None, None, None, None, False, True)
+
+
+def test_split_choice_on_builtin(capsys):
+    run_inspect("arith", None, "test", None, None, False, True)
+    d = json.loads(capsys.readouterr().out)
+    assert d["num_rows"] == 200 and d["prompt_field"] == "question" and d["reference_field"] == "answer"
+    with pytest.raises(DataError, match="train, test"):
+        run_inspect("arith", None, "validation", None, None, False, True)
+
+
+def test_big_parquet_is_read_boundedly(tmp_path, monkeypatch, capsys):
+    """inspect reads the parquet footer and one small batch -- never the whole file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 200_000
+    table = pa.table({"question": [f"What is {i} plus one?" for i in range(n)],
+                      "answer": [str(i + 1) for i in range(n)]})
+    p = tmp_path / "big.parquet"
+    pq.write_table(table, p, row_group_size=20_000)
+    monkeypatch.setattr(loading, "resolve_dataset", lambda *a, **k: pytest.fail("full load during inspect"))
+    read = []
+    orig = pq.ParquetFile.iter_batches
+
+    def spy(self, batch_size=65536, *a, **k):
+        read.append(batch_size)
+        return orig(self, batch_size, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    run_inspect(str(p), None, None, None, None, False, True)
+    d = json.loads(capsys.readouterr().out)
+    assert d["num_rows"] == n and d["prompt_field"] == "question"
+    assert read == [64]
+
+
+def test_large_jsonl_row_count_is_skipped_above_limit(tmp_path, monkeypatch, capsys):
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps({"question": f"q {i} ?", "answer": str(i)}) + "\n" for i in range(500)))
+    run_inspect(str(p), None, None, None, None, False, True)
+    assert json.loads(capsys.readouterr().out)["num_rows"] == 500
+    monkeypatch.setattr(loading, "COUNT_LIMIT_BYTES", 100)
+    run_inspect(str(p), None, None, None, None, False, True)
+    assert json.loads(capsys.readouterr().out)["num_rows"] is None
+
+
+def test_one_column_and_a_chat_prompt_read_right(tmp_path, capsys):
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"text": "hello"}\n{"text": "world"}\n')
+    assert run_inspect(str(one), None, None, None, None, False, False) == 0
+    assert "2 rows, 1 column (text)" in capsys.readouterr().out
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i}+2?"},
+                                                     {"role": "assistant", "content": str(i + 2)}]}) + "\n"
+                            for i in range(3)))
+    run_inspect(str(chat), None, None, None, None, False, False)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "prompt │ messages │ the turns before the last assistant turn" in out and "prompt │ - │" not in out

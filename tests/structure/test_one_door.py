@@ -1,0 +1,158 @@
+"""One door for a run (docs/architecture.md): the session's record (app/run/record.py) is the only module that
+creates a run folder or writes config.yaml / status.json, a run's config is resolved once, and each fact has one
+home (the dtype table, the option -> config key table, generation). Read from the code (the AST), so a second
+writer or a second table fails here the day it is added."""
+
+import ast
+from pathlib import Path
+
+import pytest
+from repo_paths import ROOT
+
+APP = ROOT / "app"
+SESSION = APP / "train" / "session.py"
+RECORD = APP / "run" / "record.py"
+MODULES = sorted(APP.rglob("*.py"))
+DEFINERS = (APP / "run" / "newrun.py", APP / "run" / "store.py")  # where the writers are defined
+
+
+def _calls(path: Path):
+    """(called name, call node) for every call in a module: `rundir.write_status(...)` -> 'write_status'."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name:
+                yield name, node
+
+
+def _names(node) -> set[str]:
+    return {n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(node)
+            if isinstance(n, (ast.Attribute, ast.Name))}
+
+
+def _writers(path: Path) -> list[str]:
+    """What a module does to a run's records: create a run folder, write status.json, write config.yaml."""
+    out = []
+    for name, node in _calls(path):
+        if name in ("create_run_dir", "new_run_dir"):
+            out.append(f"creates a run folder ({name})")
+        elif name == "write_status":
+            out.append("writes status.json")
+        elif name in ("write_atomic", "write_text", "write_bytes", "open"):
+            # the path is the first argument, or what .write_text() is called on
+            target = node.func.value if name.startswith("write_") and name != "write_atomic" else (
+                node.args[0] if node.args else None)
+            names = _names(target) if target is not None else set()
+            if {"CONFIG", "STATUS"} & names:
+                out.append(f"writes {'config.yaml' if 'CONFIG' in names else 'status.json'} ({name})")
+    return out
+
+
+def test_only_the_session_opens_a_run_and_writes_its_records():
+    found = {str(p.relative_to(ROOT)): w for p in MODULES
+             if p not in DEFINERS and (w := _writers(p))}  # they define the functions the session calls
+    assert set(found) == {"app/run/record.py"}, found
+    assert {"creates a run folder (create_run_dir)", "writes status.json", "writes config.yaml (write_atomic)"} <= set(
+        found["app/run/record.py"])
+    inside = [name for p in DEFINERS for name, _ in _calls(p) if name in ("create_run_dir", "write_status")]
+    assert inside == []  # the run folder's own modules open nothing and record nothing on their own
+
+
+def test_the_checker_sees_a_second_writer(tmp_path):
+    """The AST check is not blind: a module that writes status.json or config.yaml, or makes a run folder, is seen."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from app import rundir\n"
+                   "def f(d):\n"
+                   "    rundir.write_status(d, 'running')\n"
+                   "    rundir.write_atomic(d / rundir.CONFIG, 'x')\n"
+                   "    (d / rundir.STATUS).write_text('{}')\n"
+                   "    return rundir.create_run_dir('runs', None, 'sft', 'arith')\n")
+    assert _writers(bad) == ["writes status.json", "writes config.yaml (write_atomic)", "writes status.json "
+                             "(write_text)", "creates a run folder (create_run_dir)"]
+
+
+def test_one_dtype_table_one_option_table_one_generation():
+    dtype_tables, flag_literals = [], []
+    for p in MODULES:
+        tree = ast.parse(p.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict) and {"bf16", "fp16", "fp32"} <= {
+                    k.value for k in node.keys if isinstance(k, ast.Constant)}:
+                dtype_tables.append(str(p.relative_to(ROOT)))
+            # a map with `qlora-app train` option names in it: a second option -> key (or -> widget) table
+            if isinstance(node, ast.Dict) and any(
+                    isinstance(v, ast.Constant) and v.value in ("--prompt-field", "--dataset-config", "--max-steps")
+                    for v in [*node.keys, *node.values]):
+                flag_literals.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert dtype_tables == ["app/host/machine.py"]
+    assert flag_literals == [], flag_literals
+    compare = ast.parse((APP / "eval" / "compare.py").read_text())
+    defined = {n.name for n in ast.walk(compare) if isinstance(n, ast.FunctionDef)}
+    assert not {"generate", "decoding", "format_prompt", "prompt_room"} & defined
+
+
+def test_the_cli_and_the_form_take_their_options_from_the_one_table():
+    """Every option of the table is an option of `qlora-app train` with that name, and every widget of the table is
+    a widget of the Train form (the form builds its command line from the same table)."""
+    import typer.main
+
+    from app.cli.main import app
+    from app.config.flags import FLAGS, WIDGETS
+    from app.ui import handlers as h
+
+    command = next(c for c in typer.main.get_command(app).commands.values() if c.name == "train")
+    options = {p.name: p.opts for p in command.params}
+    for flag in FLAGS:
+        if flag.cli:
+            assert flag.cli in options.get(flag.param, ()), flag.key
+    form = h.form_defaults(None)
+    assert set(WIDGETS) <= set(form)
+    assert not hasattr(h, "FORM")
+    preset, flags, sets, argv = h.form_to_cli({**form, "max_steps": 7, "dataset": "arith", "lora_r": "8"}, "runs")
+    assert flags["training"]["max_steps"] == 7 and flags["data"]["dataset"] == "arith" and "lora.r=8" in sets
+    assert argv[argv.index("--max-steps") + 1] == "7"
+
+
+def test_modules_and_functions_stay_small():
+    long_modules = [f"{p.relative_to(ROOT)}: {n}" for p in MODULES if (n := len(p.read_text().splitlines())) > 400]
+    long_functions = []
+    for p in MODULES:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long_functions.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert long_modules == [] and long_functions == [], (long_modules, long_functions)
+
+
+def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
+    """The session's open and plan steps (everything before the folder is made) resolve the request exactly once;
+    nothing after the plan resolves again (the builders read the plan: no other module calls resolve)."""
+    import app.config.resolve
+    import app.train.plan
+    from app.config.build import build_config
+    from app.train.session import Session
+
+    calls = []
+    real = app.config.resolve.resolve
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(app.train.plan, "resolve", counting)
+    monkeypatch.setattr(app.config.resolve, "resolve", counting)
+    cfg = build_config({"model": {"name_or_path": "arith-base"}, "data": {"dataset": "arith"},
+                        "output_dir": str(tmp_path)}, None, ["runtime.device=cpu", "training.max_steps=1"])
+    s = Session(cfg, progress=False)
+    s.open()
+    s.plan_run()
+    assert len(calls) == 1 and s.plan.cfg.lora.r == 16 and not any(tmp_path.iterdir())
+    resolvers = sorted({str(p.relative_to(ROOT)) for p in MODULES if p.parent.name == "train"
+                        for _, node in _calls(p) if isinstance(node.func, ast.Name) and node.func.id == "resolve"})
+    assert resolvers == ["app/train/plan.py"]
+
+
+@pytest.mark.parametrize("where", ["app/train/session.py", "app/model/generation.py", "app/host/machine.py"])
+def test_modules_say_what_they_own(where):
+    doc = ast.get_docstring(ast.parse((ROOT / where).read_text())) or ""
+    assert "Owns" in doc and ("Must not" in doc or "must not" in doc)

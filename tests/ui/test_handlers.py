@@ -1,0 +1,360 @@
+"""The UI's handler functions in-process: the form builds the CLI's config, the preview is the same run, uploads,
+field detection, run listing and curves. (The job manager is in test_jobs.py, the browser in test_ui_browser.py.)"""
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+from repo_paths import SCHEMAS
+from typer.testing import CliRunner
+
+from app.cli.main import app as cli_app
+from app.config.build import build_config
+from app.config.presets import load_preset
+from app.config.resolve import resolve
+from app.errors import UserError
+from app.run import layout, lookup, newrun, store
+from app.run.summary import run_summary
+from app.ui import data_form as df
+from app.ui import handlers as h
+from app.ui import run_view as rv
+from app.ui.serve import launch_kwargs, parse_auth
+
+
+def _edited_form(model: str, data: str) -> dict:
+    """A user picks the 8 GB preset and changes a mix of flag-backed and --set-backed fields."""
+    f = h.form_defaults("gpu-8gb")
+    f.update(method="sft", model=model, dataset=data, prompt_field="question", reference_field="(auto)",
+             max_steps=3.0, local_only=True, lora_r=8.0, lora_alpha=None, learning_rate=1e-4, batch_size=2,
+             grad_accum=1, gradient_checkpointing=False, max_length=96, save_steps=2, num_generations=2,
+             max_completion_length=12, w_format=0.75, run_name="my-run")
+    return f
+
+
+def _cli_config(model: str, data: str, runs: Path):
+    """build_config called exactly the way app/cli/main.py's `train` calls it for the same choices."""
+    flags = {
+        "method": "sft", "model": {"name_or_path": model},
+        "data": {"dataset": data, "config_name": None, "prompt_field": "question", "reference_field": None},
+        "training": {"max_steps": 3}, "runtime": {"local_only": True}, "reward": {"custom": None},
+        "output_dir": str(runs),
+    }
+    sets = ["lora.r=8", "lora.alpha=", "training.learning_rate=1e-4", "per_device_train_batch_size=2",
+            "gradient_accumulation_steps=1", "gradient_checkpointing=false", "training.max_length=96",
+            "save_steps=2", "num_generations=2", "max_completion_length=12", "run_name=my-run",
+            "reward.weights.length=0.25", "reward.weights.format=0.75", "reward.weights.reference=2",
+            "reward.weights.boilerplate=1"]
+    return build_config(load_preset("gpu-8gb"), flags, sets)
+
+
+def test_untouched_form_is_the_preset(tmp_path):
+    form = h.form_defaults("gsm8k-grpo")
+    preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
+    assert preset == "gsm8k-grpo" and sets == []
+    assert argv == ["qlora-app", "train", "--preset", "gsm8k-grpo", "--output-dir", str(tmp_path)]
+    assert h.config_from_form(form, tmp_path) == build_config(load_preset("gsm8k-grpo"), {"output_dir": str(tmp_path)})
+
+
+def test_form_config_equals_cli_config(tmp_path):
+    form = _edited_form("/models/tiny", "/data/math.jsonl")
+    ui_cfg = h.config_from_form(form, tmp_path)
+    assert ui_cfg == _cli_config("/models/tiny", "/data/math.jsonl", tmp_path)
+    # and the edits really landed (the comparison above is not vacuous)
+    assert ui_cfg.method == "sft" and ui_cfg.lora.r == 8 and ui_cfg.lora.alpha is None
+    assert ui_cfg.training.max_steps == 3 and ui_cfg.runtime.local_only and ui_cfg.data.prompt_field == "question"
+    assert ui_cfg.reward.weights == {"length": 0.25, "format": 0.75, "reference": 2.0, "boilerplate": 1.0}
+    assert ui_cfg.grpo.num_generations == 2 and ui_cfg.run_name == "my-run"
+
+
+def test_cli_preview_runs_the_same_config(tmp_path, tiny_model):
+    """The preview string, run through the real CLI (--dry-run), prints the resolved config the UI would run."""
+    import shutil
+
+    model = tmp_path / "models" / "tiny model"  # spaces must survive quoting; a dry run checks the folder is there
+    shutil.copytree(tiny_model, model)
+    data = tmp_path / "data" / "my data.jsonl"  # the dry run reads a local file as the run would
+    data.parent.mkdir()
+    data.write_text("".join(f'{{"question": "q{i}?", "answer": "{i}"}}\n' for i in range(20)))
+    form = _edited_form(str(model), str(data))
+    preview = h.form_view(form, tmp_path)[0]
+    argv = shlex.split(preview)
+    assert argv[:2] == ["qlora-app", "train"]
+    res = CliRunner().invoke(cli_app, argv[1:] + ["--dry-run"])
+    assert res.exit_code == 0, res.output
+    expected = resolve(h.config_from_form(form, tmp_path)).to_yaml()
+    assert res.stdout.split("note:")[0].strip() == expected.strip()
+
+
+def test_one_weight_slider_keeps_the_other_weights(tmp_path):
+    form = h.form_defaults(None)
+    form["w_boilerplate"] = 0.0
+    cfg = h.config_from_form(form, tmp_path)
+    assert cfg.reward.weights == {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 0.0}
+    # only the moved slider is passed: weights merge key by key
+    assert [s for s in h.form_to_cli(form, tmp_path)[2] if s.startswith("reward.")] == ["reward.weights.boilerplate=0.0"]
+
+
+def test_processes_field_reaches_the_config_and_the_command(tmp_path):
+    form = h.form_defaults(None)
+    assert form["num_processes"] == 1
+    form["num_processes"] = 2.0  # a Gradio number box sends floats
+    preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
+    assert h.config_from_form(form, tmp_path).runtime.num_processes == 2
+    assert argv[argv.index("--num-processes") + 1] == "2"
+
+
+def test_text_number_boxes(tmp_path):
+    """Rank, alpha, LR, batch and accumulation are text boxes so they can be empty (= auto)."""
+    form = h.widget_values(h.form_defaults("gpu-8gb"))
+    assert form["lora_r"] == "16" and form["learning_rate"] == "" and form["prompt_field"] == h.AUTO
+    form.update(lora_r="8", learning_rate="5e-5", batch_size=" ", grad_accum="2")
+    cfg = h.config_from_form(form, tmp_path)
+    assert cfg.lora.r == 8 and cfg.training.learning_rate == 5e-5
+    assert cfg.training.per_device_train_batch_size is None  # emptied: back to auto
+    form["lora_r"] = "eight"
+    assert "LoRA rank must be a number" in h.form_view(form, tmp_path)[0]
+
+
+def test_invalid_form_shows_why_in_the_preview(tmp_path):
+    form = h.form_defaults(None)
+    form.update(batch_size=3, grad_accum=1, num_generations=4)  # 3 completions cannot form groups of 4
+    assert h.form_view(form, tmp_path)[0].startswith("# not valid yet: ")
+    assert "num_generations" in h.form_view(form, tmp_path)[0]
+    with pytest.raises(UserError):
+        h.config_from_form(form, tmp_path)
+    assert "not available" in h.form_view(form, tmp_path)[1]
+
+
+def test_memory_markdown_for_a_preset(tmp_path):
+    md = h.form_view(h.form_defaults("gpu-8gb"), tmp_path)[1]
+    assert "torch's peak" in md and "8 GB: <span style='color:#137333'>**fits**</span>" in md
+
+
+def test_save_upload(tmp_path):
+    src = tmp_path / "data.jsonl"
+    src.write_text('{"question": "1+1?", "answer": "2"}\n')
+    runs = tmp_path / "runs"
+    p1 = Path(df.save_upload(str(src), runs))
+    assert p1.parent == (runs / df.UPLOAD_DIR).resolve() and p1.read_text() == src.read_text()
+    assert Path(df.save_upload(str(src), runs)) == p1  # same content, same file
+    src.write_text('{"question": "2+2?", "answer": "4"}\n')
+    p2 = Path(df.save_upload(str(src), runs))
+    assert p2 != p1 and p1.read_text() != p2.read_text()  # new content never overwrites the old upload
+    bad = tmp_path / "notes.txt"
+    bad.write_text("x")
+    with pytest.raises(UserError, match="not a dataset file"):
+        df.save_upload(str(bad), runs)
+    assert lookup.list_runs(runs) == []  # the upload folder is not a run
+
+
+def test_detect_fields_and_override(math_jsonl):
+    res = df.detect(str(math_jsonl))
+    d = res["detection"]
+    assert d["prompt_field"] == "question" and d["reference_field"] == "answer"
+    assert d["reasons"]["prompt_field"] and d["num_rows"] == 40 and d["columns"] == ["question", "answer"]
+    assert len(res["samples"]) == 3 and "apples" in res["samples"][0]["prompt (as the model sees it)"]
+    md = df.detection_markdown(res)
+    assert "`question`" in md and "`answer`" in md and "40 rows" in md
+    swapped = df.detect(str(math_jsonl), prompt_field="answer", reference_field="question")
+    assert swapped["detection"]["prompt_field"] == "answer"
+    assert "override" in swapped["detection"]["reasons"]["prompt_field"]
+
+
+def test_detect_errors_are_user_errors(tmp_path):
+    with pytest.raises(UserError):
+        df.detect("")
+    with pytest.raises(UserError):
+        df.detect(str(tmp_path / "missing.jsonl"), local_only=True)
+
+
+def _fake_run(runs: Path, name: str, status: str, pid=None, metrics=(), error=None, **fields) -> Path:
+    d = newrun.new_run_dir(runs, name)
+    (d / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: tiny}\ndata: {dataset: arith}\n")
+    store.write_status(d, status, pid=pid, started=1.7e9, step=len(metrics), max_steps=3, error=error, **fields)
+    for rec in metrics:
+        store.append_metrics(d, rec)
+    return d
+
+
+def test_runs_rows_curves_and_stale_runs(tmp_path):
+    recs = [{"step": i, "loss": 1.0 / i, "reward": 0.1 * i, "rewards/format/mean": 0.2 * i,
+             "rewards/length/mean": -0.1} for i in (1, 2, 3)]
+    _fake_run(tmp_path, "done", layout.FINISHED, metrics=recs)
+    _fake_run(tmp_path, "crashed", layout.FAILED, error="OutOfMemoryError: CUDA out of memory")
+    _fake_run(tmp_path, "ghost", layout.RUNNING, pid=2**22 + 7)  # no such process
+    rows = {r[0]: r for r in rv.runs_rows(tmp_path)}
+    assert rows["done"][1] == "finished" and rows["done"][5] == "3/3" and rows["done"][7] == 0.3
+    assert rows["crashed"][1] == "failed"
+    assert rows["ghost"][1] == layout.CRASHED  # status.json says running, the process is gone
+    fig = rv.curves(tmp_path / "done", max_steps=3)  # the figure curves.png is drawn from
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[0].startswith("loss") and titles[1].startswith("reward (total") and "components" in titles[2]
+    raw = fig.axes[0].get_lines()[0]  # every logged point, a marker each (the smoothed line over it)
+    assert list(raw.get_ydata()) == [1.0, 0.5, 1 / 3] and raw.get_marker() == "o"
+    assert [t.get_text() for t in fig.axes[2].get_legend().get_texts()] == ["length", "format"]
+    waiting = rv.curves(tmp_path / "crashed")  # nothing logged yet: it says so, not a blank or empty chart
+    assert [t.get_text() for t in waiting.texts] == ["waiting for the first logged step"]
+    assert "OutOfMemoryError" in rv.status_markdown(run_summary(tmp_path / "crashed"))
+
+
+def test_run_view_shows_peak_memory(tmp_path):
+    gpu = {"peak_mem_allocated_gib": 5.2, "peak_mem_reserved_gib": 5.71, "peak_mem_device": "cuda"}
+    fitted = "grpo.max_completion_length: 256 -> 128 (it filled the model's context)"
+    _fake_run(tmp_path, "gpu", layout.FINISHED, fast_paths="sampling from a merged 16-bit copy, compiled",
+              adjustments=[fitted], **gpu)
+    shown = rv.status_markdown(run_summary(tmp_path / "gpu"))
+    assert "peak memory: 5.71 GiB reserved (5.20 GiB allocated) on the GPU" in shown
+    assert "fast paths: sampling from a merged 16-bit copy, compiled" in shown
+    assert f"adjusted {fitted}" in shown  # what the plan changed, and why
+    # a crashed run has no final status write: the last logged peak stands in
+    cpu = {"peak_mem_allocated_gib": 0.8, "peak_mem_reserved_gib": 0.8, "peak_mem_device": "cpu (peak RSS)"}
+    _fake_run(tmp_path, "cpu", layout.FAILED, metrics=[{"step": 1, "loss": 1.0, **cpu}])
+    assert "peak memory: 0.80 GiB peak RSS (CPU)" in rv.status_markdown(run_summary(tmp_path / "cpu"))
+    _fake_run(tmp_path, "old", layout.FINISHED)  # runs from before peak memory was recorded
+    assert "peak memory" not in rv.status_markdown(run_summary(tmp_path / "old"))
+
+
+def test_log_tail_shows_the_latest_progress_bar_state(tmp_path):
+    (tmp_path / layout.LOG).write_text("start\n 10%\r 50%\r100%\nerror: boom\n")
+    assert rv.log_tail(tmp_path) == "start\n100%\nerror: boom"
+    assert rv.log_tail(tmp_path, 1) == "error: boom"
+    assert rv.log_tail(None) == ""
+
+
+def test_launch_defaults_are_safe(tmp_path):
+    kw = launch_kwargs("127.0.0.1", 7860, False, None, tmp_path)
+    assert kw["server_name"] == "127.0.0.1" and kw["share"] is False and kw["auth"] is None
+    assert kw["allowed_paths"] == [str(tmp_path.resolve()), str(tmp_path.resolve() / df.UPLOAD_DIR)]
+    assert kw["max_file_size"] and kw["enable_monitoring"] is False
+    assert launch_kwargs("0.0.0.0", 1, True, "alice:pw:x", tmp_path)["auth"] == ("alice", "pw:x")
+    for bad in ("alice", ":pw", "alice:"):
+        with pytest.raises(UserError, match="USER:PASS"):
+            parse_auth(bad)
+
+
+def test_blocks_build_with_analytics_off(tmp_path):
+    from app.ui.app import build_app
+
+    demo = build_app(tmp_path / "runs")
+    assert demo.analytics_enabled is False
+    cfg = json.dumps(demo.get_config_file(), default=str)  # (gr.State carries a callback)
+    for elem in ("start-btn", "stop-btn", "detect-btn", "cli-preview", "runs-table", "cmp-btn", "train-curves",
+                 "run-curves"):
+        assert elem in cfg, elem
+
+
+def test_ui_errors_name_the_page_controls_not_cli_flags():
+    from app.errors import UserError
+    from app.ui.widgets import err, in_ui_words
+
+    assert in_ui_words("no text column; pass --prompt-field NAME or a dataset with one") == \
+        "no text column; pass 'Prompt field (override)' or a dataset with one"
+    shown = err(UserError("run 'qlora-app prefetch --model org/x' or use --model arith-base"))
+    assert "run 'qlora-app prefetch --model org/x' or use 'Model' = arith-base" in shown
+    assert in_ui_words("--max-steps-x and --set lora.r=4 stay") == "--max-steps-x and --set lora.r=4 stay"
+
+
+def test_runs_fingerprint_changes_whenever_a_runs_view_would(tmp_path, monkeypatch):
+    """The Runs tab refreshes on its own when this changes: a step logged, a status written, a run made, and a
+    'running' process that died without writing anything (kill -9)."""
+    d = _fake_run(tmp_path, "r", layout.RUNNING, pid=os.getpid())
+    seen = rv.runs_fingerprint(tmp_path)
+    assert rv.runs_fingerprint(tmp_path) == seen  # nothing changed: no redraw
+    store.append_metrics(d, {"step": 1, "loss": 1.0})
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
+    store.write_status(d, layout.FINISHED)
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
+    from app.run import benchmarks
+
+    benchmarks.write_eval(d, {"table": []})  # `qlora-app eval` kept an evaluation: the run view shows it
+    assert rv.runs_fingerprint(tmp_path) != seen
+    seen = rv.runs_fingerprint(tmp_path)
+    _fake_run(tmp_path, "ghost", layout.RUNNING, pid=2**22 + 7)
+    assert rv.runs_fingerprint(tmp_path) != seen
+    # the same files, but whether the process behind a "running" status lives changes
+    before = rv.runs_fingerprint(tmp_path)
+    monkeypatch.setattr(rv, "pid_alive", lambda pid: True)
+    assert rv.runs_fingerprint(tmp_path) != before
+
+
+def test_short_sources_fit_the_table():
+    assert rv._short_source("/work/app/assets/arith-base") == "arith-base"
+    assert rv._short_source("./data/my.jsonl") == "my.jsonl"
+    assert rv._short_source("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"  # a hub id stays whole
+    assert rv._short_source(None) == ""
+
+
+def test_runs_from_the_demo_folder_are_shown_beside_the_runs_folder(tmp_path):
+    """`qlora-app demo` writes demo-runs/ beside runs/: the Runs, Compare and Chat tabs list those runs too."""
+    from app.run import layout, newrun
+    from app.ui import compare_view as cv
+    from app.ui.folders import run_path
+
+    for folder, name in (("runs", "20261125-100000-grpo-arith"), ("demo-runs", "demo-grpo")):
+        d = newrun.new_run_dir(tmp_path / folder, name)
+        (d / layout.CONFIG).write_text("method: grpo\nmodel: {name_or_path: arith-base}\ndata: {dataset: arith}\n")
+        (d / layout.ADAPTER).mkdir()
+        (d / layout.ADAPTER / layout.ADAPTER_CONFIG).write_text("{}")
+    rows = rv.runs_rows(tmp_path / "runs")
+    assert [r[0] for r in rows] == ["20261125-100000-grpo-arith", "demo-runs/demo-grpo"]
+    assert cv.compare_choices(tmp_path / "runs") == [r[0] for r in rows]
+    assert run_path(tmp_path / "runs", "demo-runs/demo-grpo") == (tmp_path / "demo-runs" / "demo-grpo").resolve()
+    with pytest.raises(UserError, match="is not in"):
+        run_path(tmp_path / "runs", "nope")
+
+
+def test_the_compare_summary_says_what_its_figures_are_of():
+    from app.eval.render import summary_markdown
+    from app.eval.result import Cell, Comparison, Row
+
+    def cell(correct):
+        return Cell(text="x", tokens=1, reward=1.0 if correct else 0.0, components={}, correct=correct)
+
+    rows = [Row(prompt=f"q{i}", reference="1", source="heldout", base=cell(False), adapter=cell(i % 2 == 0))
+            for i in range(6)]
+    rows.append(Row(prompt="typed", reference=None, source="prompt", base=cell(None), adapter=cell(None)))
+    md = summary_markdown(Comparison.of(rows, {}))
+    assert "summary over 6 held-out rows (your 1 prompt(s) are shown, not counted" in md
+    assert "| accuracy (6 with reference) | 0.0% | 50.0% |" in md and "| mean reward | 0.000 | 0.500 |" in md
+
+
+
+
+
+def test_dpo_form_is_the_cli_config(tmp_path):
+    """Method dpo, the pair overrides and the DPO accordion reach the same config the CLI builds."""
+    f = h.form_defaults("dpo")
+    f.update(dataset=str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="chosen", rejected_field="rejected",
+             dpo_loss="sigmoid,sft", dpo_beta=0.25, max_steps=5.0)
+    ui_cfg = h.config_from_form(f, tmp_path)
+    assert ui_cfg.method == "dpo" and ui_cfg.dpo.loss_type == ["sigmoid", "sft"] and ui_cfg.dpo.beta == 0.25
+    assert ui_cfg.data.chosen_field == "chosen" and ui_cfg.data.rejected_field == "rejected"
+    _, _, sets, argv = h.form_to_cli(f, tmp_path)
+    assert argv[argv.index("--chosen-field") + 1] == "chosen" and argv[argv.index("--rejected-field") + 1] == "rejected"
+    cli_cfg = build_config(load_preset("dpo"), {
+        "data": {"dataset": str(SCHEMAS / "hh_rlhf.jsonl"), "chosen_field": "chosen", "rejected_field": "rejected"},
+        "training": {"max_steps": 5}, "output_dir": str(tmp_path)}, sets)
+    assert ui_cfg == cli_cfg
+    f["dpo_loss"] = "sigmoid,sfft"  # a bad loss name is a one-line reason in the preview, not a traceback
+    with pytest.raises(UserError, match="sfft"):
+        h.config_from_form(f, tmp_path)
+
+
+def test_the_pair_overrides_reach_the_samples():
+    # (detection of the pair itself: tests/data/test_preference.py); swapped overrides swap what each sample shows
+    swapped = df.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")
+    assert swapped["detection"]["chosen_field"] == "rejected"
+    s = swapped["samples"][0]
+    assert (s["chosen"], s["rejected"]) == ("It is 23, I believe.", "Adding them gives 22.")
+
+
+def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_columns():
+    # demo-grpo names arith's columns; typing a file of pairs must not carry 'question' over to it
+    assert df.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO]
+    assert df.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 4
+    assert df.column_overrides("", "demo-grpo") == [h.AUTO] * 4
+    assert df.column_overrides("arith", "no-such-preset") == [h.AUTO] * 4
