@@ -1,7 +1,7 @@
 """qlora-app: QLoRA fine-tuning (SFT, GRPO, DPO; ORPO experimental) on one consumer GPU, with a CLI and a local UI.
 
-The packages are the layers, lowest first (tests/structure/test_architecture.py enforces it: a module imports its own layer
-and the ones below, never one above; docs/architecture.md draws it):
+The packages are the layers, lowest first (tests/structure/test_architecture.py enforces it: a module imports its own
+layer and the ones below, never one above; docs/architecture.md draws it):
 
     host                    this machine and this process: device facts, offline switches, CPU threads and
                             allocator, child processes, the library versions a job needs, process-wide settings at

@@ -84,8 +84,8 @@ class ToolsConfig(StrictModel):
         return bool(self.use or self.environment)
 
 
-# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/e2e/test_dpo.py keeps this list equal to the names the installed
-# TRL documents.
+# TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/e2e/test_dpo.py keeps this list equal to the names the
+# installed TRL documents.
 DPO_LOSS_TYPES = {
     "sigmoid": "DPO's logistic loss on the chosen-rejected reward difference (the original)",
     "hinge": "hinge loss on it (SLiC)",

@@ -1,9 +1,9 @@
 """`qlora-app eval RUN --tasks ...`: EleutherAI's lm-evaluation-harness on a run's base and on its adapter.
 
 The proof (compare.json) answers "did the adapter learn the task"; this answers "did it keep what the base could do",
-with the field's standard harness and its tasks. The run's pair (app/model/pair.py: one base in 4-bit, as trained, wrapped
-once with the adapter) is handed to the harness's own HF model class (``HFLM``), and each task runs twice: as the
-base (the adapter switched off) and with the adapter on. Same prompts, same generation settings,
+with the field's standard harness and its tasks. The run's pair (app/model/pair.py: one base in 4-bit, as trained,
+wrapped once with the adapter) is handed to the harness's own HF model class (``HFLM``), and each task runs twice: as
+the base (the adapter switched off) and with the adapter on. Same prompts, same generation settings,
 same seeds; the only difference is the LoRA deltas.
 
 Tasks: any harness task by name (its data from the hub, or the local cache under --local-only), a YAML file or a

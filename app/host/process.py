@@ -6,8 +6,8 @@ transformers, datasets or bitsandbytes are imported: they read some of these set
 calls it, so importing qlora-app from another program changes nothing of that program's warnings, logging or
 environment. Each setting is made once per process, however often this is called.
 
-Owns: every process-wide setting of that kind (tests/structure/test_architecture.py scans app/ for others). Must not import
-anything but the standard library and app.host.
+Owns: every process-wide setting of that kind (tests/structure/test_architecture.py scans app/ for others). Must not
+import anything but the standard library and app.host.
 """
 
 from __future__ import annotations

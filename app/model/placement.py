@@ -26,7 +26,8 @@ def pick_compute_dtype(setting: str, cuda: bool, bf16_supported: bool) -> str:
 # Kernels that keep packed examples apart. flash_attention_2 reads the example boundaries from position_ids
 # (varlen); with sdpa and eager, transformers >= 5 builds a block-diagonal causal mask from position_ids when the
 # batch has no attention_mask and no KV cache, which is how TRL's padding-free collator feeds training (it sets
-# use_cache=False). Measured: tests/model/test_placement.py. Unsloth and a model's own remote code bring their own attention.
+# use_cache=False). Measured: tests/model/test_placement.py. Unsloth and a model's own remote code bring their own
+# attention.
 PACKING_KERNELS = ("flash_attention_2", "sdpa", "eager")
 
 

@@ -19,7 +19,8 @@ Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
   training   t tokens per micro-batch. Checkpointed layer inputs (t x hidden x d per layer; none when offloaded), then
              the larger of: one layer recomputed in backward (t x (17.3 hidden + 8.1 intermediate) bytes at d = 2,
              measured with saved-tensor hooks on a 4-bit Qwen2 layer with LoRA on every linear layer, re-measured in
-             tests/train/test_memory.py; plus its gradient buffers, t x intermediate x 2d, and one dequantized weight) or
+             tests/train/test_memory.py; plus its gradient buffers, t x intermediate x 2d, and one dequantized weight)
+             or
              TRL's fused LM head (tiles of 4096 tokens x 32768 vocabulary entries at d, and the fp32 gradient of the
              hidden states). Without checkpointing every layer keeps what it saves.
   generation GRPO: the KV cache of every completion sampled at once (prompt width rounded up to 64 for the compiled

@@ -51,8 +51,8 @@ def test_the_tool_loop_reads_and_runs_calls_in_each_template(tiny_models, tmp_pa
     from transformers import AutoTokenizer
 
     from app.model.templates import tool_template_problem
-    from app.tools.builtin import calculator
     from app.run.counts import CallCounts
+    from app.tools.builtin import calculator
     from app.tools.guard import Limits, guarded
     from app.tools.loop import run_tool_loop
 
@@ -224,7 +224,8 @@ def test_a_run_that_ends_before_its_first_logged_step_counts_every_call(tmp_path
 
     calls_log = tmp_path / "calls.log"
     tools = tmp_path / "flaky.py"
-    tools.write_text(FLAKY_TOOLS.replace('    a = int(', f'    open({str(calls_log)!r}, "a").write("x\\n")\n    a = int(', 1))
+    counted = f'    open({str(calls_log)!r}, "a").write("x\\n")\n'  # each call that reaches the tool
+    tools.write_text(FLAKY_TOOLS.replace('    a = int(', counted + '    a = int(', 1))
     cfg = build_config({"method": "grpo", "model": {"name_or_path": str(TOOL_BASE)}, "output_dir": str(tmp_path),
                         "run_name": "unlogged", "tools": {"timeout_s": 0.5, "max_output_chars": 64,
                                                           "use": [str(tools)]}},

@@ -14,13 +14,13 @@ import app.rewards.components as comp_mod
 from app.config.build import build_config
 from app.config.schema import RewardConfig
 from app.errors import UserError
-from app.run.counts import RunCounts
 from app.rewards import (
     build_reward_funcs,
     extract_final_answer,
     is_correct,
     score_completion,
 )
+from app.run.counts import RunCounts
 
 GSM = "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n#### 72"
 

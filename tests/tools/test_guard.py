@@ -12,8 +12,8 @@ import pytest
 
 from app.config.build import build_config
 from app.errors import UserError
-from app.tools.builtin import calculator
 from app.run.counts import CallCounts, as_metrics
+from app.tools.builtin import calculator
 from app.tools.guard import Limits, ToolFailed, guarded, guarded_environment
 from app.tools.loop import call_tool, transcript_lines
 from app.tools.toolbox import load_toolbox
