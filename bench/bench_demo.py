@@ -47,18 +47,18 @@ class Timed:
 
 
 def reward_share(out: Path) -> dict:
-    import app.rewards as rewards
+    import app.train.build as building
     from app.config.build import build_config
     from app.demo.recipe import grpo_preset
     from app.train.session import Session
 
-    real = rewards.build_reward_funcs
+    real = building.build_reward_funcs
 
-    def timed_build(cfg, has_reference):
-        funcs, weights = real(cfg, has_reference)
+    def timed_build(*args, **kwargs):
+        funcs, weights = real(*args, **kwargs)
         return [Timed(f) for f in funcs], weights
 
-    rewards.build_reward_funcs = timed_build  # grpo.py imports it at call time from app.rewards
+    building.build_reward_funcs = timed_build  # the run's reward functions are made by app.train.build.run_rewards
     try:
         cfg = build_config({**grpo_preset(), "output_dir": str(out), "run_name": "bench-grpo"},
                            sets=["training.max_steps=20", "logging_steps=1", "training.proof_rows=0",
@@ -68,7 +68,7 @@ def reward_share(out: Path) -> dict:
         d = Session(cfg, progress=False).run()
         wall = time.perf_counter() - t
     finally:
-        rewards.build_reward_funcs = real
+        building.build_reward_funcs = real
     steps = [m.get("step_time") for m in store.read_metrics(d) if m.get("step_time")]
     return {"reward_s": Timed.total, "train_wall_s": wall, "steps": 20,
             "trl_step_time_s": sum(steps) if steps else None}

@@ -74,11 +74,12 @@ def main() -> None:
     args = ap.parse_args()
 
     from app.config.schema import RewardConfig
-    from app.rewards import RewardErrors, build_reward_funcs
+    from app.rewards import build_reward_funcs
+    from app.run.counts import RunCounts
 
     # Each measurement gets freshly generated batches (its own seed): math-verify memoises parsed LaTeX, and a
     # re-used batch would measure its cache instead of the work a new GRPO step does.
-    errors = RewardErrors()
+    counts = RunCounts()
     warm = make_batches(20, args.batch_size, seed=10_000)
     batches = make_batches(args.batches, args.batch_size)
     chars = statistics.mean(len(c[0]["content"]) for b in batches for c in b[0])
@@ -87,21 +88,21 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for seed, (label, cfg) in enumerate((("default: length, format, reference, boilerplate", RewardConfig()),
                                          ("default + strict accuracy (math-verify)", RewardConfig(accuracy=True)))):
-        funcs, _ = build_reward_funcs(cfg, has_reference=True, errors=errors)
+        funcs, _ = build_reward_funcs(cfg, has_reference=True, counts=counts)
         time_batches(funcs, warm)  # warm-up: sympy import, compiled regexes
         ms = sorted(time_batches(funcs, make_batches(args.batches, args.batch_size, seed=1 + seed)))
         p95 = ms[int(0.95 * (len(ms) - 1))]
         print(f"| {label} | {statistics.median(ms):.2f} | {p95:.2f} | {ms[-1]:.2f} |")
     # Where the time goes: each function alone on the same batches (math-verify runs only for LaTeX answers in
     # `reference`, and on every completion in `accuracy`).
-    funcs, _ = build_reward_funcs(RewardConfig(accuracy=True), has_reference=True, errors=errors)
+    funcs, _ = build_reward_funcs(RewardConfig(accuracy=True), has_reference=True, counts=counts)
     print("\n| component alone | per batch: median (ms) |")
     print("|---|---:|")
     for i, f in enumerate(funcs):
         fresh = make_batches(args.batches, args.batch_size, seed=100 + i)
         print(f"| {f.__name__} | {statistics.median(time_batches([f], fresh)):.2f} |")
-    if errors():
-        print(f"\nwarning: {errors()} component errors while benchmarking")
+    if counts.reward_errors():
+        print(f"\nwarning: {counts.reward_errors()} component errors while benchmarking")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
 
     from app.config.build import build_config
     from app.data import build_splits
-    from app.rewards import RewardErrors
-    from app.train.build import build_trainer, load_model
+    from app.run.counts import RunCounts
+    from app.train.build import build_trainer, load_model, run_rewards
     from app.train.plan import make_plan
 
     cfg = build_config({"method": "grpo", "model": {"name_or_path": str(model)}, "data": {"dataset": str(rows)},
@@ -105,7 +105,9 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
                                                                 "grpo.sampler=merged"])
     train, _, det = build_splits(cfg.data, 0, local_only=True)
     plan = make_plan(cfg, train, det)
-    trainer = build_trainer(plan, load_model(plan), Path(rows.parent) / "probe", True, RewardErrors())
+    counts = RunCounts()
+    trainer = build_trainer(plan, load_model(plan), Path(rows.parent) / "probe", counts,
+                            run_rewards(plan, True, counts))
     sampler = trainer.merged_sampler
     tok = trainer.processing_class
     prompts = [tok(tok.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True),

@@ -69,15 +69,20 @@ def pad_id(tok) -> int:
 
 
 def pad_left(tok, rows: list[list[int]], positions: bool = False) -> dict:
-    """A batch of token id rows, left-padded (TRL's ``pad``): ``input_ids`` and ``attention_mask`` and, with
-    ``positions``, ``position_ids`` counted from each row's first real token (a forward pass outside ``generate``
-    must not shift a padded row's positions; ``generate`` derives them from the mask itself). The caller's tokenizer
-    is never touched: a tokenizer set to left padding here would pad training's batches on the left too."""
+    """A batch of token id rows, left-padded as TRL's ``pad`` pads (ids in; padded ids and mask out):
+    ``input_ids`` and ``attention_mask`` and, with ``positions``, ``position_ids`` counted from each row's first real
+    token (a forward pass outside ``generate`` must not shift a padded row's positions; ``generate`` derives them
+    from the mask itself). The caller's tokenizer is never touched: a tokenizer set to left padding here would pad
+    training's batches on the left too. torch's own ``pad_sequence``, not TRL's: importing TRL costs a chat or a
+    compare seconds for nothing else."""
     import torch
-    from trl.trainer.utils import pad  # heavy
+    from torch.nn.utils.rnn import pad_sequence
 
-    ids = pad([torch.tensor(r, dtype=torch.long) for r in rows], padding_value=pad_id(tok), padding_side="left")
-    mask = pad([torch.ones(len(r), dtype=torch.long) for r in rows], padding_value=0, padding_side="left")
+    def pad(seqs, value):
+        return pad_sequence(seqs, batch_first=True, padding_value=value, padding_side="left")
+
+    ids = pad([torch.tensor(r, dtype=torch.long) for r in rows], pad_id(tok))
+    mask = pad([torch.ones(len(r), dtype=torch.long) for r in rows], 0)
     out = {"input_ids": ids, "attention_mask": mask}
     if positions:
         out["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)

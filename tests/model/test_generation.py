@@ -1,4 +1,4 @@
-"""The one padding (app/model/generation.pad_left, TRL's pad) and the one cut of a prompt to the context
+"""The one padding (app/model/generation.pad_left, as TRL's pad pads) and the one cut of a prompt to the context
 (fit_prompt), used by generation, the tool loop, the local judge and the preference log-probabilities; the caller's
 tokenizer is never touched."""
 
