@@ -42,7 +42,7 @@ from app.run import layout, lookup
 from app.run.summary import run_summary
 from app.serve.engine import Engine
 from app.serve.server import api_key as serve_key
-from app.serve.server import banner, check_exposure, server
+from app.serve.server import banner, check_serving, server
 from app.serve.vllm_engine import serve_with_vllm
 from app.train import launcher
 from app.train.session import Session
@@ -301,7 +301,7 @@ def serve(
     """The run's adapter, and its base beside it, over the OpenAI API (/v1/chat/completions, /v1/completions)."""
     apply_local_only(local_only)
     key = serve_key(api_key)
-    check_exposure(host, key)
+    check_serving(host, port, key)  # exposure without a key, a busy port: said before the model loads
     if engine not in ("builtin", "vllm"):
         raise UserError(f"--engine {engine} is not an engine here; pass builtin or vllm")
     if engine == "vllm":

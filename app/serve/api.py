@@ -21,7 +21,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.errors import UserError
 
-DEFAULT_MAX_TOKENS = 256  # a reply's tokens when a request does not say (OpenAI's /v1/completions says 16)
+# a reply's tokens when a request does not say (OpenAI's /v1/completions says 16), or what the context leaves beside the
+# prompt when that is less: the snippet `serve` prints must work on a 256-token model too
+DEFAULT_MAX_TOKENS = 256
 ROLES = ("system", "user", "assistant")
 
 
@@ -108,6 +110,8 @@ async def _answer(engine, request: Request, chat: bool):
         else:
             raise BadRequest("prompt must be a string", "prompt")
         settings = _settings(body)
+        if body.get("max_completion_tokens", body.get("max_tokens")) is None:
+            settings["max_tokens"] = engine.default_max_tokens(text, DEFAULT_MAX_TOKENS)
         engine.ids(text, settings["max_tokens"])  # a prompt that does not fit is this request's 400
     except BadRequest as e:
         return _fail(e)

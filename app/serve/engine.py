@@ -62,6 +62,13 @@ class Engine:
         return conversation_prompt(self.tok, [{"role": m["role"], "content": m["content"]} for m in messages],
                                    self.system)
 
+    def default_max_tokens(self, text: str, most: int) -> int:
+        """A request's reply length when it names none: ``most``, or what the context leaves beside the prompt."""
+        if self.context is None:
+            return most
+        used = len(self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"])
+        return max(1, min(most, self.context - used))
+
     def ids(self, text: str, max_tokens: int) -> list[int]:
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
         if self.context is not None and len(ids) + max_tokens > self.context:

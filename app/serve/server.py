@@ -25,6 +25,27 @@ def check_exposure(host: str, key: str | None) -> None:
                         "or use --host 127.0.0.1")
 
 
+def check_port(host: str, port: int) -> None:
+    """A port another process holds is one line before the model loads (not a banner, minutes of loading, then
+    uvicorn's own error)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UserError(f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port, or stop what "
+                            "holds it") from None
+
+
+def check_serving(host: str, port: int, key: str | None) -> None:
+    """Everything about where a server binds, before any model loads (either engine)."""
+    check_exposure(host, key)
+    check_port(host, port)
+
+
 def banner(engine, host: str, port: int, key: str | None) -> str:
     """Where the server is, and a client snippet to paste."""
     shown = "[::1]" if host == "::1" else host

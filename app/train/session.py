@@ -19,8 +19,8 @@ subprocess and only reads the run folder). A run reads top to bottom (``Session.
 
 Owns: the run's recipe, each step once, in order. What it records goes through its ``RunRecord``
 (app/run/record.py: the only writer of config.yaml and status.json, tests/structure/test_one_door.py); other
-modules report to the session (``record``, ``note``, ``warn``). Must not decide what the plan decides, nor change anything of the
-process beyond its own run (process-wide settings are app/host's, made at the entry points).
+modules report to the session (``record``, ``note``, ``warn``). Must not decide what the plan decides, nor change
+anything of the process beyond its own run (process-wide settings are app/host's, made at the entry points).
 """
 
 from __future__ import annotations

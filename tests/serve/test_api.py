@@ -162,3 +162,35 @@ def test_beyond_loopback_a_key_is_required_and_the_start_line_says_how_to_connec
     assert "http://127.0.0.1:8000/v1" in line and "this machine only" in line
     assert 'client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")' in line
     assert 'model="run"' in line and "run-base" in line
+
+
+def test_a_request_without_max_tokens_gets_what_the_context_leaves(served):
+    """The default reply length fits the model's context: a long prompt on a 512-token model with no max_tokens is
+    answered (within the context), not refused; an explicit max_tokens that does not fit is still a 400."""
+    import openai
+
+    url, engine, _ = served
+    client = _client(url)
+    long = "Count the apples, pears and plums in the basket. " * 12
+    used = len(engine.ids(engine.chat_prompt([{"role": "user", "content": long}]), 1))
+    assert engine.context - used < 256  # the old default (256 tokens) would not fit beside it
+    out = client.chat.completions.create(model="run", messages=[{"role": "user", "content": long}], temperature=0)
+    assert out.usage.prompt_tokens == used and out.choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.BadRequestError, match="more than the model's 512-token context"):
+        client.chat.completions.create(model="run", messages=[{"role": "user", "content": long}], max_tokens=256)
+
+
+def test_a_busy_port_is_one_line_before_the_model_loads(served):
+    _, _, run = served
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "app.cli", "serve", str(run), "--port", str(port)],
+                           capture_output=True, text=True, env=env, timeout=60)
+    err = r.stderr.strip()
+    assert r.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in err and "--port" in err, err
+    assert len(err.splitlines()) == 1 and "serving" not in r.stdout and "Traceback" not in err
+    assert time.monotonic() - t0 < 30  # no model was loaded

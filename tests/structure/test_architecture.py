@@ -387,8 +387,8 @@ def test_one_module_opens_a_runs_model_pair():
 
 
 def test_one_module_pads_and_no_one_changes_a_tokenizers_padding():
-    """Left padding is app/model/generation.pad_left (as TRL's pad pads); nothing sets a tokenizer's padding or truncation
-    side (a tokenizer set to the left here would pad training's batches on the left too), and nothing pads by hand
+    """Left padding is app/model/generation.pad_left (as TRL's pad pads); nothing sets a tokenizer's padding or
+    truncation side (a tokenizer set to the left here would pad training's batches on the left too), and nothing pads by hand
     into a tensor filled with the pad id."""
     sides = []
     for m, p in MODULES.items():
