@@ -110,9 +110,10 @@ async def _answer(engine, request: Request, chat: bool):
         else:
             raise BadRequest("prompt must be a string", "prompt")
         settings = _settings(body)
-        if body.get("max_completion_tokens", body.get("max_tokens")) is None:
-            settings["max_tokens"] = engine.default_max_tokens(text, DEFAULT_MAX_TOKENS)
-        engine.ids(text, settings["max_tokens"])  # a prompt that does not fit is this request's 400
+        asked = body.get("max_completion_tokens", body.get("max_tokens"))
+        # a prompt that does not fit is this request's 400
+        settings["max_tokens"] = engine.reply_tokens(text, None if asked is None else settings["max_tokens"],
+                                                     DEFAULT_MAX_TOKENS)
     except BadRequest as e:
         return _fail(e)
     except UserError as e:

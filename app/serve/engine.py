@@ -62,19 +62,26 @@ class Engine:
         return conversation_prompt(self.tok, [{"role": m["role"], "content": m["content"]} for m in messages],
                                    self.system)
 
-    def default_max_tokens(self, text: str, most: int) -> int:
-        """A request's reply length when it names none: ``most``, or what the context leaves beside the prompt."""
-        if self.context is None:
-            return most
-        used = len(self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"])
-        return max(1, min(most, self.context - used))
-
-    def ids(self, text: str, max_tokens: int) -> list[int]:
+    def _fit(self, text: str, max_tokens: int) -> list[int]:
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
         if self.context is not None and len(ids) + max_tokens > self.context:
             raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
                             f"{self.context}-token context; shorten it or lower max_tokens")
         return ids
+
+    def ids(self, text: str, max_tokens: int) -> list[int]:
+        """The prompt's token ids; a prompt that leaves no room for ``max_tokens`` is one line."""
+        return self._fit(text, max_tokens)
+
+    def reply_tokens(self, text: str, asked: int | None, most: int) -> int:
+        """A request's reply length, checked against the context: ``asked``, or when it names none ``most`` or what
+        the context leaves beside the prompt (the prompt tokenized once)."""
+        if asked is not None or self.context is None:
+            tokens = most if asked is None else asked
+            self._fit(text, tokens)
+            return tokens
+        used = len(self._fit(text, 1))
+        return max(1, min(most, self.context - used))
 
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
               stop: threading.Event | None = None) -> tuple[str, int, int]:

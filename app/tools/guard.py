@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from app.run.counts import CallCounts
+from app.run.counts import CallCounts, error_text
 
 
 class ToolFailed(Exception):
@@ -130,7 +130,7 @@ def _guarded_reward(fn, limits: Limits, stats: CallCounts, name: str):
             value = None
         if value is None or value != value:  # failed, not a number, or NaN: no score
             why = (f"did not answer within {limits.timeout_s:g} s (tools.timeout_s)" if not finished
-                   else f"{type(error).__name__}: {error}" if error is not None else f"returned {result!r:.80}")
+                   else error_text(error) if error is not None else f"returned {result!r:.80}")
             stats.add(name, failures=1, error=why)
             return None
         return value
