@@ -12,6 +12,8 @@ class _Judge(BaseHTTPRequestHandler):
     mode = "good"
     seen: list = []
     fails_left = 0
+    ok_left = 0  # mode "ok_then_refuse": answers this many, then refuses as "refuse" does
+    refusal = (400, "the prompt is 292 tokens and max_tokens 64: more than the model's 256-token context")
 
     def log_message(self, *a):
         pass
@@ -34,6 +36,11 @@ class _Judge(BaseHTTPRequestHandler):
         fmt = (req.get("response_format") or {}).get("type")
         if cls.mode == "hang":
             time.sleep(3)
+        if cls.mode == "unknown_model" and req["model"] != "judge-7b":
+            return self._send(404, {"error": {"message": f"model '{req['model']}' not found"}})
+        if cls.mode == "refuse" or (cls.mode == "ok_then_refuse" and cls.ok_left <= 0):
+            return self._send(cls.refusal[0], {"error": {"message": cls.refusal[1]}})
+        cls.ok_left -= 1
         if cls.mode == "no_json_schema" and fmt == "json_schema":
             return self._send(400, {"error": {"message": "response_format json_schema not supported"}})
         if cls.mode == "flaky" and cls.fails_left > 0:

@@ -23,7 +23,7 @@ from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
 from app.train.memory import VERDICTS
-from app.train.plan import card_verdicts, decide_machine, make_plan
+from app.train.plan import card_verdicts, decide_machine, judge_answers, make_plan
 from app.train.request import check_user_code
 
 
@@ -55,8 +55,9 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     plan, refused = None, None
     try:
         plan = make_plan(cfg, rows, det, note=notes.append, offline=True, machine=machine)
+        judge_answers(plan.cfg, rows, det, notes.append)  # the judge the run would ask, asked as the run asks it
     except UserError as e:
-        refused = e
+        plan, refused = None, e
     shown = plan.cfg if plan is not None else resolve(cfg)
     # each card planned as --gpu-memory plans it (the UI's verdicts): when a card is asked about, or for --json
     cards = card_verdicts(cfg, rows, det)[0] if gpu_gb is not None or as_json else {}

@@ -1,11 +1,15 @@
-"""Why a run's reward is flat: the signals TRL and the run log every step, turned into sentences a user can act on.
+"""Why a run's reward is flat: the signals TRL and the run log, turned into sentences a user can act on.
 
-Each check reads the last ``WINDOW`` logged steps (metrics.jsonl lines; nothing is said before there are that many;
-a figure TRL logs only on the steps that sample needs ``MIN_POINTS`` values in them) and, when its signal persists,
-says once what it sees, in numbers, and what to change:
+Checks count training steps, not logged lines: a metrics.jsonl line stands for the steps since the line before it
+(TRL averages its figures over them), so a run logging every 10th step is read as early as one logging every step.
+Each check reads the last ``WINDOW`` steps (nothing is said before there are that many; a figure TRL logs only on the
+steps that sample needs ``MIN_POINTS`` steps of it) and, when its signal persists, says once what it sees, in
+numbers, and what to change:
 
+    constant      GRPO: every completion of every batch scored the same (reward_std 0): the reward cannot tell
+                  answers apart, and more samples cannot help; names the reward functions that never varied
     flat_groups   GRPO: on average at least ``FLAT_GROUPS`` of the groups had identical rewards
-                  (frac_reward_zero_std): no advantage, nothing learned from them
+                  (frac_reward_zero_std) while the batch's rewards differed: sampling is too narrow for the task
     truncated     GRPO: on average at least ``TRUNCATED`` of the completions hit max_completion_length
                   (completions/clipped_ratio): cut answers, usually unrewarded
     unreachable   a task component (reference, accuracy, judge) stayed at most ``UNREACHABLE`` of its range on every
@@ -18,10 +22,17 @@ says once what it sees, in numbers, and what to change:
     frozen        the adapter's weights moved less than ``FROZEN`` of their size over the window (adapter/update,
                   measured by the run) although gradients were not zero: the learning rate is too small to change what
                   the model writes (every method)
+    judge_failing the judge failed at least ``JUDGE_FAILING`` of its judgements (at least ``JUDGE_MIN_CALLS`` of them,
+                  said as soon as there are: no window to wait for): its component scores nothing
+
+A run that is learning contradicts the checks that say it cannot: when a task component rose by ``TASK_RISE`` of
+its range from the first steps to the last, or held-out accuracy rose by ``HELD_OUT_RISE``, flat_groups, saturated,
+frozen and gamed stay silent (measured: the tools demo's format component sits at its maximum while its reference
+rises; docs/performance.md has the classifier's table, `python bench/bench_diagnosis.py`).
 
 The same function reads a finished run's metrics.jsonl (``qlora-app doctor RUN``) and a live run's lines (the run's
-callback), so both say the same. Thresholds are chosen to stay silent on the demo's runs (3 seeds, tested) and on
-healthy runs; docs/rewards.md lists them. Standard library only: `runs` and the UI read it.
+callback), so both say the same. Thresholds are listed in docs/rewards.md. Standard library only: `runs` and the UI
+read it.
 
 Owns: the diagnosis of a run's curves. Must not change a run (it says; the user decides).
 """
@@ -30,13 +41,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from statistics import fmean
 
 from app.config.reward_components import BY_NAME, TASK_COMPONENTS
 from app.run import layout
 
-WINDOW = 20  # logged steps a signal must persist over
-MIN_POINTS = 3  # values a check needs within the window (TRL logs sampling figures only on steps that sample)
+WINDOW = 20  # training steps a signal must persist over
+MIN_POINTS = 3  # steps of a figure a check needs within the window (TRL logs sampling figures only when it samples)
 FLAT_GROUPS = 0.5
 TRUNCATED = 0.3
 UNREACHABLE = 0.01
@@ -45,8 +55,12 @@ GAMED_TASK = 0.1
 REWARD_RISE = 0.05  # of the sum of the weights: a rise of the total reward that is more than noise
 FLAT_REWARD = 0.02  # of the sum of the weights: a total reward that moved less than this is flat
 HELD_OUT_RISE = 0.02  # held-out accuracy that rose less than this did not rise
+TASK_RISE = 0.1  # of a task component's range: a rise from the first steps to the last that is learning, not noise
+# (a component sampled at temperature 1 on 16 completions a step moves ~0.05 between two 10-step means by chance)
 FROZEN = 1e-4  # the adapter moved less than this share of its size over the window
-
+CONSTANT = 1e-9  # a batch's reward_std at most this: every completion scored the same
+JUDGE_FAILING = 0.5  # share of the judge's judgements that failed
+JUDGE_MIN_CALLS = 16  # judgements before the share is read
 
 @dataclass(frozen=True)
 class Facts:
@@ -84,6 +98,26 @@ def _series(records: list[dict], key: str) -> list[float]:
     return [r[key] for r in records if isinstance(r.get(key), (int, float))]
 
 
+def _weight(record: dict) -> int:
+    return record.get(STEPS, 1)
+
+
+def _mean(records: list[dict], key: str) -> float | None:
+    """The mean of ``key`` over the steps the lines stand for (a line of 10 steps weighs 10)."""
+    pairs = [(r[key], _weight(r)) for r in records if isinstance(r.get(key), (int, float))]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
+
+
+def _points(records: list[dict], key: str) -> int:
+    """How many steps of ``key`` the lines hold."""
+    return sum(_weight(r) for r in records if isinstance(r.get(key), (int, float)))
+
+
+def _steps(records: list[dict]) -> int:
+    return sum(_weight(r) for r in records)
+
+
 def _span(last: list[dict]) -> str:
     """The steps a window covers, in words ("steps 41-60")."""
     return f"steps {last[0].get('step', '?')}-{last[-1].get('step', '?')}"
@@ -98,26 +132,64 @@ def _range(name: str) -> float:
     return (spec.high - spec.low) if spec else 1.0
 
 
+STEPS = "_steps"  # the training steps a line stands for (set on the diagnosis's own copies, never written)
+
+
 def is_step(record: dict) -> bool:
     """A training step's line (a held-out evaluation of a step that was not logged has a line of its own)."""
     return any(k in record for k in ("loss", "reward", layout.ADAPTER_UPDATE))
 
 
+def step_lines(records: list[dict]) -> list[dict]:
+    """The training steps' lines, each a copy marked with the steps it stands for (those since the line before)."""
+    out, before = [], 0
+    for r in records:
+        if is_step(r):
+            step = int(r.get("step", before + 1))
+            out.append({**r, STEPS: max(1, step - before)})
+            before = max(before, step)
+    return out
+
+
+def _window(lines: list[dict], steps: int, last: bool) -> list[dict]:
+    """The fewest lines at the end (``last``) or the start that stand for ``steps`` steps, or all of them."""
+    seq = reversed(lines) if last else iter(lines)
+    out, n = [], 0
+    for r in seq:
+        if n >= steps:
+            break
+        out.append(r)
+        n += _weight(r)
+    return out[::-1] if last else out
+
+
 def diagnose(records: list[dict], facts: Facts) -> list[Finding]:
     """Every finding the logged steps ``records`` (metrics.jsonl lines, in step order) show for a run of ``facts``;
     [] when fewer than WINDOW steps are logged or nothing persisted."""
-    train = [r for r in records if is_step(r)]
-    return _diagnose(train[:WINDOW // 2], train[-WINDOW:], len(train), _series(records, layout.EVAL_ACCURACY), facts)
+    train = step_lines(records)
+    return _diagnose(_window(train, WINDOW // 2, last=False), _window(train, WINDOW, last=True), _steps(train),
+                     _series(records, layout.EVAL_ACCURACY), facts, _judge_totals(records))
 
 
-def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float], facts: Facts) -> list[Finding]:
-    """The checks on the first WINDOW/2 logged steps, the last WINDOW, how many there were and the held-out
-    accuracies."""
-    if steps < WINDOW:
-        return []
-    step = int(last[-1].get("step", steps))
+def _judge_totals(lines: list[dict]) -> tuple[float, float]:
+    return (sum(_series(lines, layout.JUDGE_PREFIX + "calls")), sum(_series(lines, layout.JUDGE_PREFIX + "failures")))
+
+
+def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float], facts: Facts,
+              judged: tuple[float, float] = (0, 0)) -> list[Finding]:
+    """The checks on the lines of the first WINDOW/2 steps, those of the last WINDOW, how many steps there were, the
+    held-out accuracies and the judge's (judgements, failures) so far."""
     out = []
-    for check in (_flat_groups, _truncated, _unreachable, _gamed, _saturated, _frozen):
+    step = int(last[-1].get("step", steps)) if last else 0
+    judge = _judge_failing(judged, last)
+    if judge:
+        out.append(Finding(*judge[:1], step, *judge[1:]))
+    if steps < WINDOW:
+        return out
+    learning = _learning(early, last, held, facts)
+    for check in (_constant, _flat_groups, _truncated, _unreachable, _gamed, _saturated, _frozen):
+        if learning and check in _CONTRADICTED:
+            continue
         found = check(last, early, held, facts)
         if found:
             kind, message, numbers = found
@@ -125,28 +197,68 @@ def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float]
     return out
 
 
-def _flat_groups(last, early, held, f: Facts):
-    flat = _series(last, "frac_reward_zero_std")
-    if f.method != "grpo" or len(flat) < MIN_POINTS or fmean(flat) < FLAT_GROUPS:
+def _learning(early, last, held, f: Facts) -> bool:
+    """Whether the run shows it learns: a task component rose by TASK_RISE of its range, or held-out accuracy rose."""
+    for name in _task_components(f):
+        first, late = _mean(early, _component(name)), _mean(last, _component(name))
+        if first is not None and late is not None and late - first >= TASK_RISE * _range(name):
+            return True
+    return len(held) >= 2 and max(held[1:]) >= held[0] + HELD_OUT_RISE
+
+
+def _judge_failing(judged: tuple[float, float], last: list[dict]):
+    calls, failures = judged
+    if calls < JUDGE_MIN_CALLS or failures < JUDGE_FAILING * calls:
         return None
-    reward = _series(last, "reward")
-    level = f" (mean reward {fmean(reward):.2f})" if reward else ""
+    span = f" by step {last[-1].get('step')}" if last else ""
+    return ("judge_failing",
+            f"the judge failed {int(failures)} of its {int(calls)} judgements{span}: its component scores nothing, so "
+            "the run trains on the other components alone; the summary and `qlora-app runs show` say why it failed "
+            "(its first failure); fix reward.judge (url, model, the judge's context) or set reward.weights.judge=0",
+            {"judge_calls": int(calls), "judge_failures": int(failures)})
+
+
+def _constant(last, early, held, f: Facts):
+    spread = _series(last, "reward_std")
+    if f.method != "grpo" or _points(last, "reward_std") < MIN_POINTS or max(spread) > CONSTANT:
+        return None
+    names = sorted({layout.component_of(k.removesuffix("/std") + layout.COMPONENT_SUFFIX) or k
+                    for r in last for k in r if k.startswith(layout.COMPONENT_PREFIX) and k.endswith("/std")})
+    names = [n for n in names if max(_series(last, f"{layout.COMPONENT_PREFIX}{n}/std") or [0]) <= CONSTANT]
+    level = _mean(last, "reward")
+    which = ", ".join(names) or "the reward"
+    return ("constant",
+            f"every completion scored the same over {_span(last)} (reward {level:.2f}, reward_std 0; {which} never "
+            "varied): the reward cannot tell one answer from another, so GRPO has nothing to learn from and more "
+            f"samples or a higher temperature cannot help; check {which} on a few answers with `qlora-app score`, or "
+            "give weight to a component that tells answers apart", {"reward": round(level or 0, 4), "constant": names})
+
+
+def _flat_groups(last, early, held, f: Facts):
+    flat = _mean(last, "frac_reward_zero_std")
+    if f.method != "grpo" or _points(last, "frac_reward_zero_std") < MIN_POINTS or flat < FLAT_GROUPS:
+        return None
+    if max(_series(last, "reward_std") or [1.0]) <= CONSTANT:
+        return None  # every completion scored the same: the reward's fault (constant), not the sampling's
+    reward = _mean(last, "reward")
+    level = f" (mean reward {reward:.2f})" if reward is not None else ""
     return ("flat_groups",
-            f"{fmean(flat):.0%} of GRPO's groups had identical rewards over {_span(last)} "
-            f"(frac_reward_zero_std){level}: no advantage, nothing learned from them; raise grpo.num_generations "
-            f"(now {f.num_generations}) or grpo.temperature (now {f.temperature:g}), or the task is too hard or too "
-            "easy for this model", {"frac_reward_zero_std": round(fmean(flat), 3)})
+            f"{flat:.0%} of GRPO's groups had identical rewards over {_span(last)} "
+            f"(frac_reward_zero_std){level} while the batch's rewards differed: no advantage, nothing learned from "
+            f"those groups; raise grpo.num_generations (now {f.num_generations}) or grpo.temperature (now "
+            f"{f.temperature:g}), or the task is too hard or too easy for this model",
+            {"frac_reward_zero_std": round(flat, 3)})
 
 
 def _truncated(last, early, held, f: Facts):
-    clipped = _series(last, "completions/clipped_ratio")
-    if f.method != "grpo" or len(clipped) < MIN_POINTS or fmean(clipped) < TRUNCATED:
+    clipped = _mean(last, "completions/clipped_ratio")
+    if f.method != "grpo" or _points(last, "completions/clipped_ratio") < MIN_POINTS or clipped < TRUNCATED:
         return None
     return ("truncated",
-            f"{fmean(clipped):.0%} of completions hit max_completion_length ({f.max_completion_length} tokens) over "
+            f"{clipped:.0%} of completions hit max_completion_length ({f.max_completion_length} tokens) over "
             f"{_span(last)}: their answers are cut off, so they rarely earn the reward; raise "
             "grpo.max_completion_length, or ask for shorter answers (the prompt, reward.length_target)",
-            {"clipped_ratio": round(fmean(clipped), 3)})
+            {"clipped_ratio": round(clipped, 3)})
 
 
 def _task_components(f: Facts) -> list[str]:
@@ -156,7 +268,7 @@ def _task_components(f: Facts) -> list[str]:
 def _unreachable(last, early, held, f: Facts):
     for name in _task_components(f):
         values = _series(last, _component(name))
-        if len(values) >= MIN_POINTS and max(values) - BY_NAME[name].low <= UNREACHABLE * _range(name):
+        if _points(last, _component(name)) >= MIN_POINTS and max(values) - BY_NAME[name].low <= UNREACHABLE * _range(name):
             how = f" (reward.reference_match={f.reference_match})" if name == "reference" and f.reference_match else ""
             hint = ("for free-text references set reward.reference_match=overlap, or judge the answers "
                     "(reward.judge.url / reward.judge.model); else the task is too hard for this model"
@@ -170,25 +282,25 @@ def _unreachable(last, early, held, f: Facts):
 
 def _gamed(last, early, held, f: Facts):
     tasks = _task_components(f)
-    task_late = {n: fmean(v) for n in tasks if (v := _series(last, _component(n)))}
+    task_late = {n: v for n in tasks if (v := _mean(last, _component(n))) is not None}
     if task_late and all(v - BY_NAME[n].low <= GAMED_TASK * _range(n) for n, v in task_late.items()):
         for name in f.weights:
             spec = BY_NAME.get(name)
             if spec is None or name in TASK_COMPONENTS or spec.high <= 0:
                 continue
-            late, first = _series(last, _component(name)), _series(early, _component(name))
-            if late and first and fmean(late) >= SATURATED * spec.high and fmean(late) > fmean(first) + 0.1:
+            late, first = _mean(last, _component(name)), _mean(early, _component(name))
+            if late is not None and first is not None and late >= SATURATED * spec.high and late > first + 0.1:
                 task = ", ".join(f"{n} stayed at {v:.2f}" for n, v in task_late.items())
                 main = max(task_late, key=lambda n: f.weights.get(n, 0))
                 return ("gamed",
-                        f"{name} rose from {fmean(first):.2f} to {fmean(late):.2f} while {task}: the reward pays "
+                        f"{name} rose from {first:.2f} to {late:.2f} while {task}: the reward pays "
                         f"for the {name} alone; raise reward.weights.{main} or lower reward.weights.{name}, and check "
                         f"that {main} can score these answers (`qlora-app score`)",
-                        {name: round(fmean(late), 3), **{n: round(v, 3) for n, v in task_late.items()}})
-    late, first = _series(last, "reward"), _series(early, "reward")
+                        {name: round(late, 3), **{n: round(v, 3) for n, v in task_late.items()}})
+    late, first = _mean(last, "reward"), _mean(early, "reward")
     scale = sum(abs(w) for w in f.weights.values()) or 1.0
-    if len(held) >= 3 and late and first:
-        rise = fmean(late) - fmean(first)
+    if len(held) >= 3 and late is not None and first is not None:
+        rise = late - first
         if rise >= REWARD_RISE * scale and max(held[1:]) <= held[0] + HELD_OUT_RISE:
             return ("gamed",
                     f"the training reward rose by {rise:.2f} while held-out accuracy stayed at {held[0]:.0%} -> "
@@ -199,16 +311,16 @@ def _gamed(last, early, held, f: Facts):
 
 
 def _saturated(last, early, held, f: Facts):
-    late, first = _series(last, "reward"), _series(early, "reward")
+    late, first = _mean(last, "reward"), _mean(early, "reward")
     scale = sum(abs(w) for w in f.weights.values()) or 1.0
-    if not late or not first or abs(fmean(late) - fmean(first)) >= FLAT_REWARD * scale:
+    if late is None or first is None or abs(late - first) >= FLAT_REWARD * scale:
         return None
     for name in f.weights:
         spec = BY_NAME.get(name)
         if spec is None or name in TASK_COMPONENTS or spec.high <= 0:
             continue
         values = _series(early + last, _component(name))
-        if len(values) >= MIN_POINTS and min(values) >= spec.high - 1e-6:
+        if _points(early + last, _component(name)) >= MIN_POINTS and min(values) >= spec.high - 1e-6:
             return ("saturated",
                     f"the reward is flat and {name} was at its maximum ({spec.high:g}) on every step: it pays every "
                     f"completion the same, so it teaches nothing; the signal has to come from the other components "
@@ -219,7 +331,7 @@ def _saturated(last, early, held, f: Facts):
 def _frozen(last, early, held, f: Facts):
     moved, grads = _series(last, layout.ADAPTER_UPDATE), _series(last, "grad_norm")
     # no gradient (every GRPO group flat, a zero loss) is a reason of its own for standing still, said by the others
-    if len(moved) < WINDOW - 1 or sum(moved) >= FROZEN or (grads and max(grads) == 0):
+    if _points(last, layout.ADAPTER_UPDATE) < WINDOW - 1 or sum(moved) >= FROZEN or (grads and max(grads) == 0):
         return None
     lr = f" (training.learning_rate {f.learning_rate:g})" if f.learning_rate else ""
     return ("frozen",
@@ -228,30 +340,45 @@ def _frozen(last, early, held, f: Facts):
             "about 10x full fine-tuning)", {"adapter_update": sum(moved)})
 
 
+# The checks that say a run cannot learn: a run that shows it learns contradicts them (gamed: the task rose).
+_CONTRADICTED = (_flat_groups, _saturated, _frozen, _gamed)
+
+
 class Watch:
     """A live run's diagnosis: ``add(record)`` after each logged line returns what is new (each kind is said once per
-    run; a resumed run keeps what it said). Keeps only what the checks read: the first WINDOW/2 steps, the last
-    WINDOW, the held-out accuracies."""
+    run; a resumed run keeps what it said). Keeps only what the checks read: the lines of the first WINDOW/2 steps,
+    those of the last WINDOW, the held-out accuracies, the judge's totals."""
 
     def __init__(self, facts: Facts, said: list[dict] | None = None):
         self.facts = facts
         self.early: list[dict] = []
-        self.last: deque[dict] = deque(maxlen=WINDOW)
+        self.last: deque[dict] = deque()
         self.steps = 0
+        self.before = 0  # the step of the last training line
         self.held: list[float] = []
+        self.judged = [0.0, 0.0]
         self.found: list[dict] = list(said or [])
 
     def add(self, record: dict) -> list[dict]:
         if isinstance(record.get(layout.EVAL_ACCURACY), (int, float)):
             self.held.append(record[layout.EVAL_ACCURACY])
-        if not is_step(record):
-            return []
-        self.steps += 1
-        if len(self.early) < WINDOW // 2:
-            self.early.append(record)
-        self.last.append(record)
+        for i, key in enumerate(("calls", "failures")):  # a count may come on a line of its own (the run's end)
+            value = record.get(layout.JUDGE_PREFIX + key)
+            self.judged[i] += value if isinstance(value, (int, float)) else 0
+        if is_step(record):
+            step = int(record.get("step", self.before + 1))
+            line = {**record, STEPS: max(1, step - self.before)}
+            self.before = max(self.before, step)
+            self.steps += line[STEPS]
+            if _steps(self.early) < WINDOW // 2:
+                self.early.append(line)
+            self.last.append(line)
+            while len(self.last) > 1 and _steps(list(self.last)[1:]) >= WINDOW:
+                self.last.popleft()
+        elif not any(k.startswith(layout.JUDGE_PREFIX) for k in record):
+            return []  # a held-out evaluation's line: kept for the next step's checks
         known = {d["kind"] for d in self.found}
-        new = [d.to_dict() for d in _diagnose(self.early, list(self.last), self.steps, self.held, self.facts)
-               if d.kind not in known]
+        new = [d.to_dict() for d in _diagnose(self.early, list(self.last), self.steps, self.held, self.facts,
+                                              tuple(self.judged)) if d.kind not in known]
         self.found += new
         return new

@@ -184,6 +184,15 @@ class RunDirCallback(TrainerCallback):
         self.flush_pending(before=state.global_step)
         rec.update(self.pending.pop(state.global_step, {}))
         store.append_metrics(self.run_dir, rec)
+        self._diagnose(rec)
+        # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
+        shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
+        log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
+        if self.progress:
+            self.progress.update_metrics(rec)
+
+    def _diagnose(self, rec: dict) -> None:
+        """What the run's diagnosis finds in a new metrics line: said once, recorded in status.json."""
         diagnosis = self.counts.diagnosis
         if diagnosis is not None:
             new = diagnosis.add(rec)
@@ -191,11 +200,6 @@ class RunDirCallback(TrainerCallback):
                 self.warn(finding["message"])
             if new:
                 self.record(None, **{layout.DIAGNOSIS: diagnosis.found})
-        # One readable line per logging step for train.log (the UI's log tail, and runs without a terminal).
-        shown = "  ".join(f"{k} {rec[k]:.4g}" for k in ("loss", "reward", "learning_rate") if rec.get(k) is not None)
-        log.info("step %d/%d  %s", state.global_step, state.max_steps, shown)
-        if self.progress:
-            self.progress.update_metrics(rec)
 
     def _record_counts(self, taken: dict) -> None:
         """status.json's counts, as they stand after this step, when something was counted since the last line."""
@@ -215,7 +219,9 @@ class RunDirCallback(TrainerCallback):
             return
         self.flush_pending()
         if any(taken.values()):
-            store.append_metrics(self.run_dir, {"step": state.global_step, **self.counts.metrics(taken)})
+            rec = {"step": state.global_step, **self.counts.metrics(taken)}
+            store.append_metrics(self.run_dir, rec)
+            self._diagnose(rec)  # a judge that failed on the last steps is said too (not only on a logged step)
         self.record(None, **self.counts.status_fields())
 
     def _check_finite(self, logs: dict, step: int, control) -> None:

@@ -29,7 +29,7 @@ from app.config.keys import differences
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
-from app.data.convert import reference_text, require_a_pair, to_dpo
+from app.data.convert import prompt_text, reference_text, require_a_pair, to_dpo
 from app.data.loading import sampled_system_prompt
 from app.data.mixing import mix_note
 from app.data.preference import require_pairs
@@ -48,7 +48,7 @@ from app.model.source import model_load_error, model_on_disk
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.rewards.formats import check_schema
-from app.rewards.judge.reward import check_judge
+from app.rewards.judge.reward import check_judge, probe_judge
 from app.rewards.match import choose_for as choose_match
 from app.tools.toolbox import load_toolbox
 from app.train.context import fit_grpo, fit_sft_length
@@ -242,6 +242,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
     steps.settle()
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
+    if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
+        judge_answers(cfg, rows, det, steps.say)
     lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "")
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
@@ -303,6 +305,17 @@ def check_reward(cfg: AppConfig, say, offline: bool = False) -> None:
     check_schema(r.json_schema)
     if r.judge.enabled:
         say(check_judge(r.judge, cfg.runtime.local_only, loads=not offline))
+
+
+def judge_answers(cfg: AppConfig, rows, det, say) -> None:
+    """An endpoint judge asked one real judgement of the first training row (its reference as the answer) before the
+    model loads: a judge that is down, refuses or cannot score is one line (app/rewards/judge/reward.probe_judge)."""
+    j = cfg.reward.judge
+    if not (j.enabled and j.url and cfg.reward.weight("judge")) or rows is None or det is None or not len(rows):
+        return
+    row = rows[0]
+    reference = reference_text(row, det)
+    say(probe_judge(j, prompt_text(row, det), reference or "", reference))
 
 
 def reference_match(cfg: AppConfig, rows, det, say) -> dict:

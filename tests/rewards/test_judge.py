@@ -182,7 +182,7 @@ def test_format_settings_from_the_cli_are_one_line_with_nothing_made(tmp_path):
 
 @pytest.fixture()
 def judge_server():
-    _Judge.mode, _Judge.seen, _Judge.fails_left = "good", [], 0
+    _Judge.mode, _Judge.seen, _Judge.fails_left, _Judge.ok_left = "good", [], 0, 0
     server = JudgeServer(("127.0.0.1", 0), _Judge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -348,3 +348,77 @@ def test_the_form_moves_an_opt_in_slider_when_its_setting_switches_it():
     sets = h.form_to_cli({**form, "regex_forbid": "x", "w_regex": 1.0}, "runs")[2]
     assert sets == ["reward.regex_forbid=x"]
     assert "reward.weights.regex=0.0" in h.form_to_cli({**form, "regex_forbid": "x", "w_regex": 0.0}, "runs")[2]
+
+
+# ------------------------------------------------------------------------------ the probe and a failing judge
+
+
+@pytest.mark.parametrize("mode,said", [
+    ("refuse", "more than the model's 256-token context); serve the judge with a longer context"),
+    ("unknown_model", "set reward.judge.model to a model the server lists"),
+    ("garbage", "no 0-10 score in the reply 'I like it a lot!'); use a judge model that follows the rubric"),
+    ("hang", "no reply within 0.5 s); start the judge, or raise reward.judge.timeout_s (now 0.5)"),
+])
+def test_a_judge_is_asked_once_before_training_and_a_failure_is_one_line(judge_server, mode, said):
+    from app.rewards.judge.reward import probe_judge
+
+    _Judge.mode = mode
+    cfg = JudgeConfig(url=judge_server, model="mistral-x" if mode == "unknown_model" else None, timeout_s=0.5,
+                      retries=2)
+    with pytest.raises(UserError) as e:
+        probe_judge(cfg, "What is 2 + 3?", "5", "5")
+    assert said in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert len(_Judge.seen) == 1  # asked once: the probe does not retry, a refusal is not retried
+    _Judge.mode = "good"
+    assert probe_judge(JudgeConfig(url=judge_server), "What is 2 + 3?", "5", "5").startswith(
+        "judge: answered a training row's judgement in ")
+
+
+def test_a_judge_that_is_down_is_refused_before_the_model_loads():
+    from app.rewards.judge.reward import probe_judge
+
+    with pytest.raises(UserError, match=r"Connection.*start the judge server, or fix reward.judge.url"):
+        probe_judge(JudgeConfig(url="http://127.0.0.1:9/v1", timeout_s=2), "p", "a", None)
+
+
+def test_a_refused_request_is_not_retried_during_training(judge_server):
+    _Judge.mode = "refuse"
+    j = _judge(judge_server, retries=3)
+    assert j(["one"], prompts=["p"]) == [None] and len(_Judge.seen) == 1
+    assert "256-token context" in j.stats.summary()["judge"]["first_error"]
+
+
+@pytest.mark.parametrize("dry", [False, True])
+def test_train_with_a_judge_that_refuses_is_exit_2_with_nothing_made(judge_server, tmp_path, dry):
+    _Judge.mode = "refuse"
+    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--judge-url", judge_server,
+            "--output-dir", str(tmp_path / "runs"), *(["--dry-run"] if dry else []))
+    assert r.returncode == 2, r.stdout[-800:] + r.stderr[-2000:]
+    assert "failed a first judgement of a training row" in " ".join(r.stderr.split()) and "Traceback" not in r.stderr
+    assert not (tmp_path / "runs").exists()
+    if not dry:
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_judge_that_fails_while_training_is_said_live_in_the_summary_and_in_runs_show(judge_server, tmp_path):
+    """The judge answers the probe, then refuses every judgement: the run says so as soon as it has judged 16, the
+    summary and `runs show` say it with the first failure, `runs list` has it in its notes."""
+    _Judge.mode, _Judge.ok_left = "ok_then_refuse", 1
+    out = tmp_path / "runs"
+    r = cli("train", "--preset", "demo-grpo", "--judge-url", judge_server, "--max-steps", "4", "--output-dir",
+            str(out), "--no-progress", "--set", "run_name=judged", "--set", "logging_steps=5",
+            "--set", "training.eval_every=0", "--set", "training.proof_rows=0",
+            "--set", "per_device_train_batch_size=8", "--set", "num_generations=4")
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stdout + r.stderr
+    assert "the judge failed" in said and "judgements" in said, said[-3000:]
+    assert "256-token context" in said  # the first failure, in the summary
+    from app.run import layout, store
+
+    st = store.read_status(out / "judged")
+    assert [d["kind"] for d in st[layout.DIAGNOSIS]] == ["judge_failing"]
+    assert st[layout.JUDGE_COUNTS]["judge"]["failures"] == st[layout.JUDGE_COUNTS]["judge"]["calls"] >= 16
+    shown = cli("runs", "show", str(out / "judged"))
+    assert "the judge failed" in shown.stdout and "256-token context" in shown.stdout
+    assert "judge_failing" in cli("runs", "list", str(out)).stdout

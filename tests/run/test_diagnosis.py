@@ -31,7 +31,10 @@ def _steps(n, **series):
 
 
 HEALTHY = dict(reward=lambda i: 0.5 + 0.01 * i, frac_reward_zero_std=0.1, completions__clipped_ratio=0.02,
-               rewards__format__mean=lambda i: 0.5 + 0.005 * i, rewards__reference__mean=lambda i: 0.2 + 0.01 * i)
+               reward_std=0.4, rewards__format__mean=lambda i: 0.5 + 0.005 * i,
+               rewards__reference__mean=lambda i: 0.2 + 0.01 * i)
+# A run whose task component does not rise: the checks that say "cannot learn" are not contradicted.
+STEADY = {**HEALTHY, "rewards__reference__mean": lambda i: 0.3 + 0.02 * (i % 2)}
 
 
 def _kinds(records, facts=GRPO):
@@ -44,7 +47,7 @@ def test_a_healthy_run_is_silent_and_short_runs_say_nothing():
 
 
 def test_each_signal_raises_its_own_finding():
-    flat = _steps(30, **{**HEALTHY, "frac_reward_zero_std": 0.62})
+    flat = _steps(30, **{**STEADY, "frac_reward_zero_std": 0.62})
     (f,) = diagnose(flat, GRPO)
     assert f.kind == "flat_groups" and f.step == 30 and f.numbers == {"frac_reward_zero_std": 0.62}
     assert f.message.startswith("62% of GRPO's groups had identical rewards over steps 11-30")
@@ -56,21 +59,21 @@ def test_each_signal_raises_its_own_finding():
     (f,) = diagnose(_steps(30, **{**HEALTHY, "rewards__reference__mean": 0.0}), GRPO)
     assert f.kind == "unreachable" and "reward.reference_match=numeric" in f.message and "overlap" in f.message
 
-    gamed = _steps(40, **{**HEALTHY, "rewards__format__mean": lambda i: min(1.0, 0.3 + 0.05 * i),
+    gamed = _steps(40, **{**STEADY, "rewards__format__mean": lambda i: min(1.0, 0.3 + 0.05 * i),
                           "rewards__reference__mean": 0.05})
     (f,) = diagnose(gamed, GRPO)
     assert f.kind == "gamed" and "format rose from" in f.message and "reference stayed at 0.05" in f.message
     assert "raise reward.weights.reference or lower reward.weights.format" in f.message
 
-    held_out = _steps(40, **HEALTHY) + [{"step": 40, layout.EVAL_ACCURACY: a} for a in (0.30, 0.31, 0.29, 0.30)]
+    held_out = _steps(40, **STEADY) + [{"step": 40, layout.EVAL_ACCURACY: a} for a in (0.30, 0.31, 0.29, 0.30)]
     (f,) = diagnose(sorted(held_out, key=lambda r: r["step"]), GRPO)
     assert f.kind == "gamed" and "held-out accuracy stayed at 30% -> 30%" in f.message
 
-    saturated = _steps(30, **{**HEALTHY, "reward": 1.0, "rewards__format__mean": 1.0})
+    saturated = _steps(30, **{**STEADY, "reward": 1.0, "rewards__format__mean": 1.0})
     (f,) = diagnose(saturated, GRPO)
     assert f.kind == "saturated" and "format was at its maximum (1)" in f.message
 
-    frozen = _steps(30, **{**HEALTHY, "adapter/update": 3e-8})
+    frozen = _steps(30, **{**STEADY, "adapter/update": 3e-8})
     frozen = [{**r, layout.ADAPTER_UPDATE: 3e-8} for r in frozen]
     (f,) = diagnose(frozen, Facts("dpo", {}, 1e-9))
     assert f.kind == "frozen" and "training.learning_rate 1e-09" in f.message and "6.0e-07" in f.message
@@ -80,7 +83,7 @@ def test_each_signal_raises_its_own_finding():
 
 def test_grpo_figures_logged_only_on_sampling_steps_still_count():
     """TRL logs its sampling figures on the steps that sample (every 4th, say): the window has a few, enough."""
-    recs = _steps(24, **HEALTHY)
+    recs = _steps(24, **STEADY)
     for i, r in enumerate(recs):
         r["frac_reward_zero_std"] = 0.9 if i % 4 == 0 else None
     assert _kinds(recs) == ["flat_groups"]
@@ -88,10 +91,80 @@ def test_grpo_figures_logged_only_on_sampling_steps_still_count():
 
 def test_a_live_run_says_each_finding_once_and_a_resume_keeps_them():
     watch = Watch(GRPO)
-    said = [x for r in _steps(80, **{**HEALTHY, "frac_reward_zero_std": 0.9}) for x in watch.add(r)]
+    said = [x for r in _steps(80, **{**STEADY, "frac_reward_zero_std": 0.9}) for x in watch.add(r)]
     assert [d["kind"] for d in said] == ["flat_groups"] and said[0]["step"] == WINDOW
     again = Watch(GRPO, said=watch.found)
-    assert [x for r in _steps(40, **{**HEALTHY, "frac_reward_zero_std": 0.9}) for x in again.add(r)] == []
+    assert [x for r in _steps(40, **{**STEADY, "frac_reward_zero_std": 0.9}) for x in again.add(r)] == []
+
+
+def _every(n, records):
+    """The lines a run logging every n-th step writes: each the mean of its steps, as TRL averages them."""
+    out = []
+    for k in range(0, len(records), n):
+        chunk = records[k:k + n]
+        keys = {key for r in chunk for key in r}
+        line = {"step": chunk[-1]["step"]}
+        for key in keys - {"step"}:
+            vals = [r[key] for r in chunk if isinstance(r.get(key), (int, float))]
+            if vals:
+                line[key] = sum(vals) / len(vals) if key != layout.ADAPTER_UPDATE else sum(vals)
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("every", [1, 5, 10])
+def test_checks_count_steps_not_logged_lines(every):
+    """A run logging every 10th step is read at step 20, as one logging every step: a line stands for its steps."""
+    lines = _every(every, _steps(60, **{**STEADY, "frac_reward_zero_std": 0.8}))
+    watch = Watch(GRPO)
+    said = [x for r in lines for x in watch.add(r)]
+    assert [d["kind"] for d in said] == ["flat_groups"] and said[0]["step"] == WINDOW
+    assert _kinds(lines[:WINDOW // every]) == ["flat_groups"] and _kinds(lines[:WINDOW // every - 1]) == []
+    # figures kept per line, not averaged over steps, still read: the adapter's movement is a sum
+    frozen = _every(every, [{**r, layout.ADAPTER_UPDATE: 1e-7} for r in _steps(40, **STEADY)])
+    assert "frozen" in _kinds(frozen, Facts("dpo", {}, 1e-9)) if every < 10 else True
+    assert _kinds(_every(every, _steps(60, **HEALTHY))) == []
+
+
+def test_a_reward_that_scores_every_completion_the_same_is_named_not_blamed_on_sampling():
+    """Every completion of every batch scored the same: the reward's fault, with its name; raising
+    num_generations or the temperature is not the advice."""
+    same = _steps(30, **{**STEADY, "reward": 1.0, "reward_std": 0.0, "frac_reward_zero_std": 1.0,
+                         "rewards__always_one__mean": 1.0, "rewards__always_one__std": 0.0,
+                         "rewards__format__std": 0.3})
+    (f,) = diagnose(same, Facts("grpo", {"always_one": 1.0, "format": 0.0}, 1e-5, 8, 1.0, 64))
+    assert f.kind == "constant" and "always_one never varied" in f.message and "format" not in f.numbers["constant"]
+    assert "num_generations" not in f.message.split("cannot help")[1] and "qlora-app score" in f.message
+
+
+def test_a_learning_run_contradicts_the_checks_that_say_it_cannot_learn():
+    """The tools demo's case: format at its maximum on every step and a flat total reward, while the reference
+    rose 0.25 -> 0.42 (or held-out accuracy rose): nothing is said; the same curves without the rise are."""
+    def tools_like(reference):
+        return _steps(40, **{**STEADY, "reward": lambda i: 2.0 + 0.01 * (i % 3), "rewards__format__mean": 1.0,
+                             "rewards__reference__mean": reference, "frac_reward_zero_std": 0.7})
+    assert _kinds(tools_like(lambda i: 0.25 + 0.17 * i / 39)) == []
+    assert set(_kinds(tools_like(lambda i: 0.3 + 0.02 * (i % 2)))) == {"saturated", "flat_groups"}
+    held = [{"step": 20 * k, layout.EVAL_ACCURACY: a} for k, a in ((1, 0.469), (2, 0.625))]
+    rising = sorted(tools_like(lambda i: 0.3 + 0.02 * (i % 2)) + held, key=lambda r: r["step"])
+    assert _kinds(rising) == []
+    # a check a learning run does not contradict still speaks: cut answers
+    assert _kinds(_steps(30, **{**HEALTHY, "completions__clipped_ratio": 0.5})) == ["truncated"]
+
+
+def test_a_failing_judge_is_said_as_soon_as_it_has_judged_enough():
+    """Judgements are counted per line (judge/calls, judge/failures); a judge failing half or more is said at once,
+    before any window; one failure in eight is not."""
+    def judged(fails):
+        return [{**r, "judge/calls": 8, "judge/failures": fails} for r in _steps(30, **STEADY)]
+    watch = Watch(GRPO)
+    said = [x for r in judged(8) for x in watch.add(r)]
+    assert [d["kind"] for d in said] == ["judge_failing"] and said[0]["step"] == 2
+    assert "failed 16 of its 16 judgements by step 2" in said[0]["message"] and "reward.judge" in said[0]["message"]
+    assert "judge_failing" not in _kinds(judged(1))
+    # a run's last counts may come on a line of their own (no loss): still counted
+    tail = _steps(1, **STEADY) + [{"step": 1, "judge/calls": 20, "judge/failures": 20}]
+    assert _kinds(tail) == ["judge_failing"]
 
 
 # ------------------------------------------------------------------------------------------------ real runs

@@ -5,11 +5,13 @@ Each judgement is one chat completion at temperature 0. The reply is asked for a
 takes it, so even a small judge can only answer ``{"score": N}``: first OpenAI's ``json_schema`` form (vLLM, llama.cpp's
 server, Ollama), then ``json_object`` with a schema (llama-cpp-python's server), then plain text; the first form the
 server accepts is kept for the run. A timeout, a refused connection or a server error is tried again
-(``judge.retries``); an unreadable reply is not (at temperature 0 it would come back the same). What still fails
-scores None and is counted.
+(``judge.retries``); an unreadable reply is not (at temperature 0 it would come back the same), nor a request the
+server refuses for what it is (a 4xx other than 408 and 429: an unknown model, a prompt longer than the judge's
+context, a bad key come back the same). What still fails scores None and is counted.
 
 A server refuses a reply form with 400 or 422 (OpenAI, vLLM, Ollama) or, as llama-cpp-python's does, with a 500
-whose message names ``response_format``; any other server error is a failed try, not a refused form.
+whose message names ``response_format``; either names the form (``FORM_WORDS``). Any other refusal (a prompt longer
+than the judge's context) refuses the request whatever its form, and keeps the structured forms for the run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ REPLY_FORMATS = (
     {"response_format": {"type": "json_object", "schema": SCORE_SCHEMA}},
     {},
 )
+
+
+FORM_WORDS = ("response_format", "json_schema", "json_object", "schema", "grammar", "format", "guided")
+RETRIED_4XX = (408, 409, 429)  # a client error that may pass on a second try: timeout, conflict, rate limit
 
 
 def is_this_machine(url: str) -> bool:
@@ -90,8 +96,11 @@ class EndpointJudge:
                     max_tokens=self.cfg.max_tokens, **fmt)
                 return reply.choices[0].message.content or ""
             except openai.APIStatusError as e:
-                # 400 / 422 is how servers refuse a reply form; llama-cpp-python answers 500 naming the field
-                refused = e.status_code in (400, 422) or "response_format" in str(e)
+                # 400 / 422 naming the form is how servers refuse a reply form (llama-cpp-python answers 500 naming
+                # the field); a 400 about anything else (the context, the model) refuses the request, in any form
+                said = str(e).lower()
+                refused = any(w in said for w in FORM_WORDS) and (e.status_code in (400, 422) or "response_format"
+                                                                  in said)
                 if not fmt or not refused:  # a plain request refused, or a server error: retried as a failure
                     raise
                 with self._lock:  # this server does not take this reply form: the next one, for the rest of the run
@@ -106,6 +115,10 @@ class EndpointJudge:
                 reply = self._ask(text)
             except openai.APITimeoutError:
                 failure, self.last_failure = "timeout", f"no reply within {self.cfg.timeout_s:g} s"
+            except openai.APIStatusError as e:
+                failure, self.last_failure = "error", f"{type(e).__name__}: {str(e)[:160]}"
+                if 400 <= e.status_code < 500 and e.status_code not in RETRIED_4XX:
+                    return None, failure  # refused for what it asks: the same request is refused again
             except (openai.APIError, RuntimeError, OSError) as e:  # refused, 5xx, lost connection, no model listed
                 failure, self.last_failure = "error", f"{type(e).__name__}: {str(e)[:160]}"
             else:

@@ -55,6 +55,41 @@ def check_judge(judge_cfg, local_only: bool, loads: bool = True) -> str:
             f"{rubric}; score = the probability-weighted 0-10 of its next token, {judge_cfg.batch_size} at a time")
 
 
+def probe_judge(judge_cfg, prompt: str, completion: str, reference: str | None) -> str:
+    """One real judgement of a training row by an endpoint judge, before any model loads: a judge that is down,
+    refuses the request (an unknown model, a context shorter than the rubric and the row) or answers without a score
+    is one UserError line with the fix, instead of a run that trains with every judgement failed. Tried once (its
+    timeout), not retried. Returns the line the plan says about it."""
+    judge = EndpointJudge(judge_cfg.model_copy(update={"retries": 0}))
+    t0 = time.monotonic()
+    try:
+        value, failure = judge.judge_one(render(load_rubric(judge_cfg.rubric), prompt, A.strip_think(completion),
+                                                reference))
+    except Exception as e:  # noqa: BLE001 - whatever breaks, the user gets the line below
+        value, failure, judge.last_failure = None, "error", f"{type(e).__name__}: {str(e)[:160]}"
+    if failure is None:
+        return (f"judge: answered a training row's judgement in {time.monotonic() - t0:.1f} s "
+                f"({value * 10:g}/10, model {judge.model()})")
+    why = " ".join(judge.last_failure.split())
+    if failure == "timeout":
+        fix = f"start the judge, or raise reward.judge.timeout_s (now {judge_cfg.timeout_s:g})"
+    elif failure == "unreadable":
+        fix = "use a judge model that follows the rubric, or a reward.judge.rubric that asks for one 0-10 number"
+    elif "NotFound" in why or "404" in why:
+        fix = "set reward.judge.model to a model the server lists (GET /v1/models)"
+    elif "Connection" in why:
+        fix = f"start the judge server, or fix reward.judge.url (now {judge_cfg.url})"
+    elif "context" in why or "token" in why:
+        fix = ("serve the judge with a longer context, shorten reward.judge.rubric, or lower reward.judge.max_tokens "
+               f"(now {judge_cfg.max_tokens})")
+    elif "Authentication" in why or "401" in why or "403" in why:
+        fix = f"set the key in the variable reward.judge.api_key_env names (now {judge_cfg.api_key_env})"
+    else:
+        fix = "fix reward.judge (url, model), or set reward.weights.judge=0 to train without it"
+    raise UserError(f"the judge at {judge_cfg.url} failed a first judgement of a training row before training "
+                    f"({failure}: {why}); {fix}")
+
+
 class JudgeReward(Component):
     """The judge component; the judge is the endpoint at judge.url, else the local model judge.model."""
 

@@ -1,0 +1,184 @@
+"""The diagnosis as a classifier: silent on healthy runs, right on runs built to fail.
+
+    python bench/bench_diagnosis.py [--out DIR] [--seeds 1,2,3,4,5] [--only grpo,tools,dpo,failures] [--table-only]
+
+1. Collects: every demo (`qlora-app demo`, `--tools`, `--method dpo`), full and `--quick`, on each seed, and the
+   runs built to fail (the demo's GRPO recipe made to show one signal each: a constant custom reward, a reference
+   nothing can write, cut completions, a component that can be gamed, a frozen learning rate, groups sampled cold).
+   Each run is the CLI a user types, in a process of its own; its metrics.jsonl, config.yaml, status.json and the
+   demo's comparison are kept under DIR/<name>/.
+2. Reads each kept run again with the diagnosis as it is now (`app.run.diagnosis.diagnose`, what `qlora-app doctor
+   RUN` says), so a change to the checks is measured on the same runs without training them again (--table-only).
+Rewrites the `## diagnosis` section of docs/performance.md: a false alarm is any finding on a healthy run, a miss
+is a built failure whose kind was not said. CPU, offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+from statistics import fmean, pstdev
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
+
+DEMOS = {"grpo": [], "tools": ["--tools"], "dpo": ["--method", "dpo"]}
+CONSTANT_REWARD = "def always_one(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+# The demo's GRPO recipe, shortened and logged every step, as the slow tests build it.
+BUILT = ["--preset", "demo-grpo", "--max-steps", "30", "--set", "logging_steps=1", "--set", "save_steps=1000",
+         "--set", "training.eval_every=0", "--set", "training.proof_rows=8",
+         "--set", "per_device_train_batch_size=16", "--set", "num_generations=4"]
+ONLY_REFERENCE = ["--set", "reward.weights.length=0", "--set", "reward.weights.format=0",
+                  "--set", "reward.weights.boilerplate=0"]
+
+
+def failures(work: Path) -> dict[str, tuple[list[str], str]]:
+    """name -> (the `train` arguments, the kind the diagnosis must say)."""
+    (work / "constant_reward.py").write_text(CONSTANT_REWARD)
+    zzz = work / "zzz.jsonl"
+    if not zzz.exists():
+        from app.data.loading import resolve_dataset
+
+        rows = resolve_dataset("arith", None, True)["train"].select(range(400))
+        zzz.write_text("".join(json.dumps({"question": r["question"], "answer": "zzz"}) + "\n" for r in rows))
+    return {
+        "constant": ([*ONLY_REFERENCE, "--set", "reward.weights.reference=0", "--set",
+                      f"reward.custom={work / 'constant_reward.py'}:always_one"], "constant"),
+        "unreachable": ([*ONLY_REFERENCE, "--dataset", str(zzz)], "unreachable"),
+        "truncated": (["--set", "max_completion_length=6"], "truncated"),
+        "gamed": ([*ONLY_REFERENCE, "--dataset", str(zzz), "--max-steps", "40", "--set", "learning_rate=1e-3",
+                   "--set", "reward.regex=\\+"], "gamed"),
+        "frozen": (["--set", "learning_rate=1e-9"], "frozen"),
+        "cold_groups": (["--set", "grpo.temperature=0.05"], "flat_groups"),
+    }
+
+
+def _cli(args: list[str], cwd: Path) -> tuple[int, float, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    t = time.time()
+    p = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    return p.returncode, time.time() - t, (p.stdout + p.stderr)[-3000:]
+
+
+def _keep(run_root: Path, dest: Path, seconds: float, extra: dict) -> None:
+    """The files the table reads: the training run (the folder with metrics.jsonl) and the demo's comparison."""
+    dest.mkdir(parents=True, exist_ok=True)
+    runs = sorted(p.parent for p in run_root.rglob("metrics.jsonl"))
+    run = runs[-1]
+    for name in ("metrics.jsonl", "config.yaml", "status.json"):
+        if (run / name).exists():
+            shutil.copy(run / name, dest / name)
+    for j in run_root.glob("compare*.json"):
+        shutil.copy(j, dest / "compare.json")
+    (dest / "bench.json").write_text(json.dumps({"seconds": round(seconds, 1), **extra}))
+
+
+def collect(out: Path, seeds: list[int], only: set[str]) -> None:
+    work = Path(tempfile.mkdtemp(prefix="diag-"))
+    jobs = []
+    if "failures" in only:
+        for name, (args, kind) in failures(work).items():
+            jobs.append((f"built-{name}", ["train", *BUILT, *args, "--set", f"run_name={name}", "--no-progress"],
+                         {"expect": kind}))
+    for demo, flags in DEMOS.items():
+        if demo in only:
+            for quick in (True, False):
+                for seed in seeds:
+                    name = f"{demo}-{'quick' if quick else 'full'}-{seed}"
+                    jobs.append((name, ["demo", *flags, "--seed", str(seed), *(["--quick"] if quick else [])],
+                                 {"demo": demo, "quick": quick, "seed": seed}))
+    for name, args, extra in jobs:
+        if (out / name / "bench.json").exists():
+            continue  # kept from an earlier collection
+        root = work / name
+        root.mkdir(parents=True)
+        args = [*args, "--output-dir", str(root)]
+        rc, seconds, said = _cli(args, root)
+        print(f"{name}: exit {rc}, {seconds:.0f} s", flush=True)
+        if rc != 0:
+            print(said, flush=True)
+            continue
+        _keep(root, out / name, seconds, extra)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _lift(d: Path) -> float | None:
+    p = d / "compare.json"
+    if not p.exists():
+        return None
+    s = json.loads(p.read_text())["summary"]
+    return 100 * (s["adapter"]["accuracy"] - s["base"]["accuracy"])
+
+
+def read_again(d: Path) -> tuple[list[str], int, list[str]]:
+    """What the diagnosis says of a kept run now, the training steps it read, what the run said live."""
+    import yaml
+
+    from app.config.schema import AppConfig
+    from app.run.diagnosis import Facts, diagnose, is_step
+
+    records = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    cfg = AppConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
+    found = diagnose(records, Facts.of(cfg))
+    steps = max((r.get("step", 0) for r in records if is_step(r)), default=0)
+    live = [x["kind"] for x in json.loads((d / "status.json").read_text()).get("diagnosis") or []]
+    return [f.kind for f in found], steps, live
+
+
+def table(out: Path) -> str:
+    healthy, built = [], []
+    for d in sorted(p for p in out.iterdir() if (p / "bench.json").exists()):
+        meta = json.loads((d / "bench.json").read_text())
+        said, steps, live = read_again(d)
+        (built if "expect" in meta else healthy).append((d.name, meta, said, steps, live, _lift(d)))
+    alarms = sum(bool(r[2]) for r in healthy)
+    lines = [f"Measured by `python bench/bench_diagnosis.py` on this machine (2 CPU cores, no GPU, offline), "
+             f"{date.today().isoformat()}. Each run is the command a user types; the kept metrics are read again by "
+             "the diagnosis as it is now (what `qlora-app doctor RUN` says; checks count training steps, a logged "
+             "line standing for the steps since the one before).", "",
+             f"**Healthy runs** (every demo, full and `--quick`, seeds {', '.join(sorted({str(r[1]['seed']) for r in healthy}))}): "
+             f"**{alarms} false alarms in {len(healthy)} runs**.", "",
+             "| demo | mode | runs | steps each | said | lift, points (mean ± sd) |", "|---|---|---:|---:|---|---:|"]
+    groups: dict[tuple, list] = {}
+    for r in healthy:
+        groups.setdefault((r[1]["demo"], "quick" if r[1]["quick"] else "full"), []).append(r)
+    for (demo, mode), rows in groups.items():
+        said = "; ".join(f"seed {r[1]['seed']}: {', '.join(r[2])}" for r in rows if r[2]) or "nothing"
+        lifts = [r[5] for r in rows if r[5] is not None]
+        lift = f"{fmean(lifts):+.1f} ± {pstdev(lifts):.1f}" if lifts else "-"
+        lines.append(f"| {demo} | {mode} | {len(rows)} | {rows[0][3]} | {said} | {lift} |")
+    caught = sum(r[1]["expect"] in r[2] for r in built)
+    lines += ["", f"**Runs built to fail** (the demo's GRPO recipe, 30-40 steps logged every step, one fault each): "
+              f"**{caught} of {len(built)} caught**.", "", "| run | must say | said |", "|---|---|---|"]
+    for name, meta, said, *_ in built:
+        lines.append(f"| {name.removeprefix('built-')} | {meta['expect']} | {', '.join(said) or 'nothing'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "qlora-diagnosis-runs")
+    ap.add_argument("--seeds", default="1,2,3,4,5")
+    ap.add_argument("--only", default="grpo,tools,dpo,failures")
+    ap.add_argument("--table-only", action="store_true")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.table_only:
+        collect(a.out, [int(s) for s in a.seeds.split(",")], set(a.only.split(",")))
+    body = table(a.out)
+    print(body)
+    print(write_section("diagnosis", body))
+
+
+if __name__ == "__main__":
+    main()
