@@ -18,13 +18,14 @@ from app.config.reward_components import NAMES as COMPONENT_NAMES
 
 # How the reference component compares an answer with the reference (app/rewards/match.py does each).
 REFERENCE_MATCHES = {
-    "auto": "chosen from the reference column: numbers -> numeric, LaTeX -> math, short answers -> exact, sentences "
-            "and longer text -> overlap",
+    "auto": "chosen from the reference column: JSON objects or lists -> json, numbers -> numeric, LaTeX -> math, "
+            "short answers -> exact, sentences, code and longer text -> overlap",
     "exact": "the final answer equals the reference as text (case, spaces, markdown and end punctuation ignored; a "
              "choice letter or yes/no read as such)",
     "numeric": "numbers compared as numbers (1,000 = 1000.0, $18 = 18), anything else as exact text",
     "math": "math-verify equivalence (1/2 = 0.5 = \\frac{1}{2}), numbers as numeric",
     "overlap": "ROUGE-L F1 between the answer and the reference (0..1, Google's rouge-score), for free text",
+    "json": "the answer's JSON equals the reference's (1), else the share of its fields with equal values",
 }
 
 

@@ -13,25 +13,7 @@ from app.errors import UserError
 from app.rewards import answer as A
 from app.rewards.components import Component
 
-MAX_JSON_CHARS = 100_000  # longer answers are cut before parsing: a flood costs the same as a page
 REGEX_TIMEOUT_S = 1.0  # a pattern that backtracks without end on one answer gives that answer None, not a hung run
-
-
-def _json_text(text: str) -> str | None:
-    """The JSON an answer holds: the last ```json (or ```) block, else the answer itself when it starts with { or
-    [, else the span from the first { or [ on."""
-    t = A.strip_think(text)[:MAX_JSON_CHARS]
-    fence = t.rfind("```")
-    if fence != -1:
-        start = t.rfind("```", 0, fence)
-        if start != -1:
-            block = t[start + 3:fence]
-            return block.split("\n", 1)[1] if block.lower().startswith("json") and "\n" in block else block
-    s = t.strip()
-    if s[:1] in "{[" and s:
-        return s
-    starts = [i for i in (t.find("{"), t.find("[")) if i != -1]
-    return t[min(starts):] if starts else None
 
 
 def _load_schema(path: str) -> dict:
@@ -99,7 +81,7 @@ class JsonReward(Component):
         return f"{where + ': ' if where else ''}{error.message}"[:200]
 
     def score(self, text, reference):
-        candidate = _json_text(text)
+        candidate = A.json_text(text)
         if candidate is None:
             return 0.0, "no JSON in the answer"
         try:

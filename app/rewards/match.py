@@ -7,10 +7,14 @@
     math     math-verify equivalence ("1/2" = "0.5" = "\\frac{1}{2}"); numbers as numeric
     overlap  ROUGE-L F1 (Google's rouge-score: the longest common subsequence of words) between the answer and the
              reference, 0..1: summaries, rewrites, explanations, support answers
+    json     the answer's JSON (app/rewards/answer.json_value) against the reference's: 1 when equal, else the
+             share of the reference's fields (an object's keys, a list's items) the answer has with equal values
 
-``auto`` reads up to ``SAMPLE`` references once per run (the plan records the choice and why): mostly numbers ->
-numeric; numbers and LaTeX -> math; short answers (a line of at most ``SHORT_WORDS`` words) -> exact; sentences
-and longer -> overlap. A reference that marks its answer ("#### 42", "\\boxed{}") counts as that answer.
+``auto`` reads up to ``SAMPLE`` references once per run (the plan records the choice and why): mostly JSON objects
+or lists -> json; mostly numbers -> numeric; numbers and LaTeX -> math; short answers (a line of at most
+``SHORT_WORDS`` words) -> exact; sentences, code and longer -> overlap. A reference that marks its answer ("#### 42",
+"\\boxed{}") counts as that answer; JSON, code and text of several lines are never read as LaTeX (their braces and
+slashes are not math). In every mode but overlap, an answer that is its reference, whole, scores 1.
 """
 
 from __future__ import annotations
@@ -57,11 +61,14 @@ def choose(references) -> tuple[str, str]:
     if not values:
         return "numeric", "no reference to read: answers are compared as numbers, else as text"
     n = len(values)
+    structured = sum(A.is_json_structure(v) for v in values)
+    if structured >= MOSTLY * n:
+        return "json", (f"{structured} of {n} references read are JSON objects or lists: an answer's JSON is "
+                        "compared with the reference's, field by field")
     numbers = sum(A.to_number(v) is not None for v in values)
     if numbers >= MOSTLY * n:
         return "numeric", f"{numbers} of {n} references read are numbers"
-    latex = sum(A.to_number(v) is None and bool(A._LATEXY_RE.search(v)) and len(v) <= A.MAX_ANSWER_CHARS
-                for v in values)
+    latex = sum(_latex(v) for v in values)
     if numbers + latex >= MOSTLY * n and latex:
         return "math", f"{latex} of {n} references read are LaTeX or fractions and {numbers} numbers"
     words = median(len(_WORD_RE.findall(v)) for v in values)
@@ -70,6 +77,15 @@ def choose(references) -> tuple[str, str]:
         return "exact", f"short answers: the references read have a median of {words:g} word(s)"
     return "overlap", (f"free text: the references read have a median of {words:g} words, so an answer is scored by "
                        "its ROUGE-L overlap with the reference (exact matching would score nearly every answer 0)")
+
+
+def _latex(v: str) -> bool:
+    """A reference that reads as a LaTeX expression: one short line, not a number, not JSON, not code."""
+    return (A.to_number(v) is None and "\n" not in v.strip() and len(v) <= A.MAX_ANSWER_CHARS
+            and not A.is_json_structure(v) and bool(A._LATEXY_RE.search(v)) and not _CODE_RE.search(v))
+
+
+_CODE_RE = re.compile(r"[;=]\s*$|\b(def|return|function|class|import|var|let|const|SELECT|FROM)\b|=>|==|\(\)")
 
 
 def choose_for(rows, reference_of) -> tuple[str, str]:
@@ -157,6 +173,11 @@ def score(mode: str, text: str, reference) -> tuple[float | None, str]:
             return 0.0, "empty answer"
         f1 = rouge_l(pred, ref)
         return round(f1, 4), f"ROUGE-L F1 {f1:.2f} with the reference ({len(ref)} chars)"
+    if mode == "json":
+        return _json_match(text, _raw(reference))
+    raw = _raw(reference)
+    if raw and A._norm_text(_overlap_text(A.to_text(text))) == A._norm_text(raw):
+        return 1.0, "the answer is the reference"
     gold = A.parse_reference(reference)
     if gold is None:
         return None, "no reference"
@@ -167,3 +188,54 @@ def score(mode: str, text: str, reference) -> tuple[float | None, str]:
     verb = "matches" if ok else "does not match"
     how = "" if mode == "numeric" else f" ({mode})"
     return (1.0 if ok else 0.0), f"answer {pred!r} {verb} reference {gold!r}{how}"
+
+
+def _same(a, b) -> bool:
+    """Two JSON values equal as a reader would take them: numbers as numbers, text without case or outer spaces."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    if isinstance(a, str) and isinstance(b, str):
+        return A._norm_text(a) == A._norm_text(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _json_match(text: str, reference: str) -> tuple[float | None, str]:
+    """The json mode: the answer's JSON against the reference's (1 when equal; else the share of the reference's
+    fields the answer has with equal values)."""
+    import json
+
+    if not reference:
+        return None, "no reference"
+    try:
+        gold = json.loads(reference)
+    except ValueError:
+        found, value = A.json_value(reference)
+        if not found:
+            return None, "the reference is not JSON"
+        gold = value
+    found, pred = A.json_value(text)
+    if not found:
+        return 0.0, "no JSON in the answer"
+    if _same(pred, gold):
+        return 1.0, "the answer's JSON equals the reference"
+    if isinstance(gold, dict) and isinstance(pred, dict) and gold:
+        right = [k for k in gold if k in pred and _same(pred[k], gold[k])]
+        wrong = [k for k in gold if k not in right]
+        return round(len(right) / len(gold), 4), (f"{len(right)} of {len(gold)} fields match"
+                                                  + (f" (not: {', '.join(map(str, wrong[:5]))})" if wrong else ""))
+    if isinstance(gold, list) and isinstance(pred, list) and gold:
+        left, hits = list(pred), 0
+        for g in gold:
+            i = next((i for i, p in enumerate(left) if _same(p, g)), None)
+            if i is not None:
+                hits += 1
+                left.pop(i)
+        share = hits / max(len(gold), len(pred))
+        return round(share, 4), f"{hits} of {len(gold)} items match ({len(pred)} in the answer)"
+    return 0.0, "the answer's JSON differs from the reference"

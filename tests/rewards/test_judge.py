@@ -4,6 +4,7 @@ local judge), and their one-line refusals."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -73,6 +74,41 @@ def test_each_mode_compares_its_own_way():
     far = score("overlap", "Final answer: The bakery won a prize for its bread.", ref)
     assert 0.4 < close < 1.0 and far < 0.2 and score("overlap", ref, ref) == 1.0
     assert score("overlap", "", ref) == 0.0 and M.score("overlap", "x", None) == (None, "no reference")
+
+
+PEOPLE = ['{"name": "Alice", "age": 31, "city": "Paris"}', '{"name": "Bo", "age": 4, "city": "Oslo"}',
+          '{"name": "Chen Li", "age": 58, "city": "Xi\'an"}', '[{"sku": "A-1", "qty": 2}]']
+
+
+def test_json_references_are_matched_as_json_never_as_math_and_code_is_not_latex():
+    """A JSON-extraction column is json (it used to be read as LaTeX for its braces, its answer as its last number);
+    code and multi-line text are overlap; an answer equal to its reference scores 1 in every mode."""
+    mode, why = M.choose(PEOPLE)
+    assert mode == "json" and "4 of 4 references read are JSON objects or lists" in why
+    for m in ("exact", "numeric", "math", "json", "overlap", "auto"):
+        value = M.score(m if m != "auto" else M.choose([PEOPLE[0]])[0], PEOPLE[0], PEOPLE[0])[0]
+        assert value == 1.0, m
+    assert M.score("json", 'Sure!\n```json\n{"city": "paris", "name": "Alice", "age": 31.0}\n```', PEOPLE[0]) == (
+        1.0, "the answer's JSON equals the reference")  # key order, case and 31 = 31.0 do not matter
+    assert M.score("json", '{"name": "Alice", "age": 30, "city": "Paris"}', PEOPLE[0]) == (
+        0.6667, "2 of 3 fields match (not: age)")
+    assert M.score("json", "Alice, 31, Paris", PEOPLE[0]) == (0.0, "no JSON in the answer")
+    assert M.score("json", '[{"qty": 2, "sku": "a-1"}]', PEOPLE[3])[0] == 1.0
+    code = ["def double(x):\n    return x * 2", "SELECT name FROM users WHERE age > 30;", "x = a[0] / b[1];"]
+    assert M.choose(code)[0] == "overlap"
+    assert M.choose([r"\frac{1}{2}", r"\sqrt{2}", "3/4"])[0] == "math"  # LaTeX is still math
+
+
+def test_score_and_inspect_say_json_for_a_json_extraction_file(tmp_path):
+    rows = [{"text": f"Person {i} lives somewhere.", "answer": PEOPLE[i % 3]} for i in range(12)]
+    data = tmp_path / "extract.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = cli("score", "--completion", PEOPLE[0], "--reference", PEOPLE[0], "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["components"]["reference"] == 1.0
+    shown = cli("inspect", str(data))
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"reference match\s*│\s*json\s*│\s*12 of 12 references read are JSON objects", shown.stdout)
 
 
 def test_overlap_is_rouge_score_rouge_l():
