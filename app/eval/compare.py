@@ -19,7 +19,7 @@ from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.model.pair import load_pair, open_target
-from app.rewards import is_correct, score_completion
+from app.rewards import match, score_completion
 from app.run import lookup, proof
 
 # ---------------------------------------------------------------------------------------------- what to compare
@@ -76,14 +76,26 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
 
 def score_cell(out: dict, reference: str | None, reward_cfg, prompt=None, funcs=None) -> Cell:
     """A generated answer ({text, tokens}) to ``prompt`` scored with the run's shaped reward, as training scored it
-    (``funcs``: a training run's own reward functions)."""
+    (``funcs``: a training run's own reward functions), and right or wrong under the run's reference match (a
+    paraphrase is right under overlap, as the run's reward counts it)."""
     s = score_completion(out["text"], reference, reward_cfg, prompt, funcs)
     # A component that failed on this text scores None (as in training); keep it None, the means skip it.
     comps = {k: None if v is None else float(v) for k, v in s["components"].items()}
     return Cell(text=out["text"], tokens=out["tokens"], reward=float(s["total"] or 0.0), components=comps,
-                correct=is_correct(out["text"], reference) if reference is not None else None,
+                correct=match.correct(reward_cfg.reference_match if reward_cfg else None, out["text"], reference)
+                if reference is not None else None,
                 turns=out.get("turns"), tool_calls=out.get("tool_calls", 0),
                 tool_failures=out.get("tool_failures", 0))
+
+
+def correct_when(reward_cfg, references: list) -> str | None:
+    """What "correct" means in the accuracy of rows with these references: the run's reference match in words (auto:
+    the mode the first reference gets; a run's plan records its column's choice)."""
+    refs = [r for r in references if r is not None and str(r).strip()]
+    if not refs:
+        return None
+    mode = match.resolved(reward_cfg.reference_match if reward_cfg else None, refs[0])
+    return f"{mode}: {match.CORRECT_WHEN.get(mode, mode)}"
 
 
 # ---------------------------------------------------------------------------------------------- public API
@@ -145,6 +157,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)
     config["heldout_rows"] = sum(it["source"] == "heldout" for it in items)
     result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)
+    result.summary.correct_when = correct_when(reward_cfg, [it["reference"] for it in items])
     run = lookup.run_of_adapter(adapter_dir)
     if run is not None and record == "proof":
         result.config["kept_in"] = str(proof.write_proof(run, result.to_dict()))

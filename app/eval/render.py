@@ -90,7 +90,8 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
         out.append((name, _num(b, pct, digits), _num(a, pct, digits), delta))
 
     if base.n_judged:
-        row(f"accuracy ({base.n_judged} with reference)", base.accuracy, ad.accuracy, pct=True)
+        how = f"; correct = {s.correct_when.split(': ', 1)[-1]}" if s.correct_when else ""
+        row(f"accuracy ({base.n_judged} with reference{how})", base.accuracy, ad.accuracy, pct=True)
     row("mean reward", base.mean_reward, ad.mean_reward)
     for comp in base.components:
         row(f"  reward/{comp}", base.components[comp], ad.components.get(comp))

@@ -88,6 +88,8 @@ class Summary:
     prompts: int = 0  # typed prompts beside them, not in the figures
     # A mix: the same figures per dataset ({name: {n, base: {accuracy, mean_reward}, adapter: {...}, wins, ...}})
     by_dataset: dict[str, dict] | None = None
+    # what "correct" means in the accuracy: the run's reference match in words ("overlap: ROUGE-L F1 ... >= 0.5")
+    correct_when: str | None = None
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
@@ -155,6 +157,6 @@ class Comparison:
         s = data["summary"]
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
                           losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
-                          prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"))
+                          prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"), correct_when=s.get("correct_when"))
         return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}),
                    preference=data.get("preference"))

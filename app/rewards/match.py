@@ -239,3 +239,37 @@ def _json_match(text: str, reference: str) -> tuple[float | None, str]:
         share = hits / max(len(gold), len(pred))
         return round(share, 4), f"{hits} of {len(gold)} items match ({len(pred)} in the answer)"
     return 0.0, "the answer's JSON differs from the reference"
+
+
+# What "correct" means in a comparison's accuracy under each mode (the graded modes need a line to cross).
+OVERLAP_CORRECT = 0.5  # ROUGE-L F1 with the reference at or above this: the answer says what the reference says
+CORRECT_WHEN = {
+    "numeric": "final answer = reference (as numbers)",
+    "exact": "final answer = reference (as text)",
+    "math": "final answer = reference (math-verify)",
+    "overlap": f"ROUGE-L F1 with the reference >= {OVERLAP_CORRECT}",
+    "json": "the answer's JSON = the reference's",
+}
+
+
+def resolved(mode: str | None, reference) -> str:
+    """The mode a comparison judges one reference with: the run's, or ``auto``'s choice for that reference."""
+    return choose([reference])[0] if mode in (None, "auto") else mode
+
+
+def correct(mode: str | None, text: str, reference) -> bool | None:
+    """Whether an answer is right under the run's reference match (the comparison's accuracy); None without a
+    reference. The binary modes: their score is 1; overlap: ROUGE-L F1 >= OVERLAP_CORRECT; json: equal.
+
+    >>> correct("overlap", "Rain closed two schools and flooded streets.", "Heavy rain closed two schools and flooded"
+    ...         " several streets.")
+    True
+    >>> correct("numeric", "Final answer: 41", "#### 42")
+    False
+    """
+    if _raw(reference) == "":
+        return None
+    value, _ = score(resolved(mode, reference), text, reference)
+    if value is None:
+        return None
+    return value >= (OVERLAP_CORRECT if resolved(mode, reference) == "overlap" else 1.0)

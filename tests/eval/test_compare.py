@@ -328,3 +328,31 @@ def test_a_quick_compare_keeps_the_proof_and_never_counts_typed_prompts(run_dir)
     assert run_summary(run_dir)["comparison"].endswith(f"on {first.summary.n} held-out rows")
     prompts_only = run_comparison(run_dir, prompts=["Tell me a story."], max_new_tokens=4, record=None)
     assert not prompts_only.summary.heldout and prompts_only.summary.n == 1
+
+
+def test_accuracy_follows_the_runs_reference_match_and_says_what_correct_means():
+    """A support-QA run matched by overlap: a paraphrase (ROUGE-L 0.8) is right, as its reward counts it, not wrong
+    because it is not the reference word for word; the table says what "correct" means; numbers stay numbers."""
+    from app.config.schema import RewardConfig
+    from app.eval.compare import correct_when, score_cell
+    from app.eval.render import summary_rows
+    from app.eval.result import Comparison, Row
+
+    ref = "Restart the router, then sign in again with your new password."
+    para = "Final answer: restart your router and then sign in again with the new password."
+    off = "Final answer: our office hours are nine to five."
+    overlap = RewardConfig(reference_match="overlap")
+    cells = [score_cell({"text": t, "tokens": 10}, ref, overlap) for t in (off, para)]
+    assert [c.correct for c in cells] == [False, True]
+    numeric = RewardConfig(reference_match="numeric")
+    assert score_cell({"text": para, "tokens": 10}, ref, numeric).correct is False  # exact text under numeric
+    assert score_cell({"text": "Final answer: 1,000", "tokens": 3}, "#### 1000", numeric).correct is True
+
+    result = Comparison.of([Row(prompt="How do I reconnect?", reference=ref, source="heldout", base=cells[0],
+                                adapter=cells[1])], {})
+    result.summary.correct_when = correct_when(overlap, [ref])
+    again = Comparison.from_dict(result.to_dict())  # compare.json keeps it
+    (label, base, adapter, delta), *_ = summary_rows(again.summary)
+    assert label == "accuracy (1 with reference; correct = ROUGE-L F1 with the reference >= 0.5)"
+    assert (base, adapter, delta) == ("0.0%", "100.0%", "+100.0 pts")
+    assert correct_when(None, ["#### 42"]) == "numeric: final answer = reference (as numbers)"  # auto, per reference
