@@ -16,6 +16,18 @@ from app.host.threads import use_free_cores
 from app.run import layout
 
 
+DEFAULT_SAMPLES = 20  # held-out rows `compare RUN` compares when it is given neither --num-samples nor --prompt
+
+
+def one_target(run: Path | None, adapter: Path | None) -> Path:
+    """The run or adapter to compare: RUN or --adapter (one of them; the same one twice is fine)."""
+    if run is None and adapter is None:
+        raise UserError("which adapter? qlora-app compare RUN (a run folder, a run name or an adapter folder)")
+    if run is not None and adapter is not None and Path(run) != Path(adapter):
+        raise UserError(f"two adapters given ({run} and --adapter {adapter}); pass one")
+    return Path(run if run is not None else adapter)
+
+
 def _write_new(path: Path, text: str) -> None:
     """Results are never overwritten: an existing file is an error, not a silent replacement."""
     path = Path(path)
@@ -29,6 +41,8 @@ def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **reque
     """Run ``run_comparison(adapter, **request)`` (its parameters are the comparison's one list), print the
     side-by-side table and summary, write --json / --html. Returns 0."""
     console = console or Console()
+    if request.get("num_samples") is None:  # neither given: the held-out rows; with prompts: only those
+        request["num_samples"] = 0 if request.get("prompts") else DEFAULT_SAMPLES
     for p in (json_out, html_out):  # fail before minutes of generation, not after
         if p is not None and Path(p).exists():
             raise UserError(f"'{p}' already exists; pass a new file name (results are never overwritten)")

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from app.cli import evaluate, pairs, ship
-from app.cli.compare import run_compare_cli
+from app.cli.compare import DEFAULT_SAMPLES, one_target, run_compare_cli
 from app.cli.doctor import report, report_run
 from app.cli.inspect import run_inspect
 from app.cli.options import Command, Group, explain_value, switch
@@ -214,13 +214,13 @@ def score(
 
 @app.command(cls=Command)
 def compare(
-    adapter: Path = typer.Option(..., help="Run directory or adapter directory."),
+    run: Optional[Path] = typer.Argument(None, help="Run directory (or bare run name) or adapter directory."),
+    adapter: Optional[Path] = typer.Option(None, help="The same as RUN, as an option."),
     model: Optional[str] = typer.Option(None, help="Base model (default: read from the adapter/run config)."),
     dataset: Optional[str] = typer.Option(None, help="Dataset for held-out rows (default: the run's)."),
-    num_samples: int = typer.Option(0, help="Held-out rows to compare (seeded)."),
+    num_samples: Optional[int] = typer.Option(None, help=f"Held-out rows (seeded; {DEFAULT_SAMPLES} without --prompt)."),
     prompt: Optional[List[str]] = typer.Option(None, help="A prompt to compare (repeatable)."),
-    prompt_field: Optional[str] = typer.Option(None),
-    reference_field: Optional[str] = typer.Option(None),
+    prompt_field: Optional[str] = typer.Option(None), reference_field: Optional[str] = typer.Option(None),
     max_new_tokens: int = typer.Option(128),
     temperature: float = typer.Option(0.0, help="0 = greedy (reproducible)."),
     batch_size: int = typer.Option(16),
@@ -232,7 +232,7 @@ def compare(
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
     apply_local_only(local_only)
     raise typer.Exit(run_compare_cli(
-        adapter=adapter, model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
+        adapter=one_target(run, adapter), model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
         prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
         temperature=temperature, batch_size=batch_size, seed=seed, json_out=json_out, html_out=html_out,
         local_only=local_only, console=console,

@@ -140,7 +140,8 @@ def _conversation(session, sides: list[str], gen: dict) -> None:
 
 def export(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
-    out: Path = typer.Option(..., help="Destination folder (new or empty; --force to write into a full one)."),
+    out: Optional[Path] = typer.Option(None, help="Destination folder (new or empty; --force to write into a full "
+                                                  "one). Default: RUN/exports/FORMAT."),
     fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf or ollama."),
     merge: bool = switch("--merge", help="Same as --format merged."),
     outtype: str = typer.Option("f16", "--outtype", help="gguf / ollama: f16, bf16, q8_0 or f32."),

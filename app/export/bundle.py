@@ -27,7 +27,7 @@ from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
 from app.model.pair import find_target, merged_model
-from app.run import lookup
+from app.run import layout, lookup
 
 FORMATS = ("adapter", "merged", "gguf", "ollama")
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
@@ -61,6 +61,14 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "model"
 
 
+def default_out(adapter_dir: Path, run_dir: Path | None, fmt: str) -> Path:
+    """Where an export goes without --out: beside what it was made from, RUN/exports/<format> (an adapter folder
+    outside a run: <adapter>-<format> beside it)."""
+    if run_dir is not None:
+        return run_dir / layout.EXPORTS / fmt
+    return adapter_dir.parent / f"{adapter_dir.name}-{fmt}"
+
+
 def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str | None = None, force: bool = False,
                local_only: bool = False) -> Exported:
     if fmt not in FORMATS:
@@ -72,7 +80,7 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     target = find_target(run)
     adapter_dir, run_cfg, mc = target.adapter_dir, target.run_cfg, target.base
     run_dir = lookup.run_of_adapter(adapter_dir)
-    out = Path(out)
+    out = Path(out) if out is not None else default_out(adapter_dir, run_dir, fmt)
     check_out(out, force)
     if fmt in ("gguf", "ollama"):
         gguf_mod.converter()  # the extra is missing: one line before anything loads

@@ -23,6 +23,7 @@ STATUS = "status.json"
 ADAPTER = "adapter"
 BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
 CHECKPOINTS = "checkpoints"
+EXPORTS = "exports"  # `qlora-app export RUN` without --out writes RUN/exports/<format>/
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the demo's folder: the demo's result
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result

@@ -228,14 +228,19 @@ def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_pat
     r = cli(*steps[0], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
-    for args in (("compare", "--adapter", str(run), "--num-samples", "2", "--max-new-tokens", "4", "--local-only"),
-                 ("export", str(run), "--out", str(tmp_path / "merged"), "--merge", "--local-only"),
+    # compare and export take the run as the other commands do: compare RUN (held-out rows by default), export RUN
+    # (into RUN/exports/FORMAT)
+    for args in (("compare", str(run), "--max-new-tokens", "4", "--local-only"),
+                 ("export", str(run), "--merge", "--local-only"),
                  ("export", str(run), "--out", str(tmp_path / "gguf"), "--format", "gguf", "--local-only"),
                  ("inspect", str(math_jsonl))):
         out = cli(*args, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "Warning" not in out.stderr and "warnings.warn" not in out.stderr, (args[0], out.stderr[-2000:])
+        if args[:2] == ("compare", str(run)):
+            assert "held-out rows compared" in out.stdout or "accuracy (" in out.stdout, out.stdout[-2000:]
     assert "Warning" not in r.stderr, r.stderr[-2000:]
+    assert (run / "exports" / "merged" / "config.json").is_file()
 
 
 def test_ui_prints_its_own_share_hint_not_gradios():

@@ -226,7 +226,9 @@ def test_cli_exit_codes(script, tmp_path, run_dir, tiny_models):
         (["--adapter", tmp_path / "missing", "--prompt", "hi"], "not found"),
         (["--adapter", tmp_path / "not-peft", "--prompt", "hi"], "no PEFT adapter"),
         (["--adapter", run_dir, "--model", tiny_models["llama"], "--prompt", "hi"], "trained on base"),
-        (["--adapter", run_dir], "nothing to compare"),
+        ([], "which adapter? qlora-app compare RUN"),
+        ([run_dir, "--adapter", tmp_path / "not-peft", "--prompt", "hi"], "two adapters given"),
+        ([tmp_path / "not-peft", "--prompt", "hi"], "no PEFT adapter"),  # the run as an argument, as elsewhere
     ]:
         p = _cli(*args, script=script)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
