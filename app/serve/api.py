@@ -1,6 +1,9 @@
 """The OpenAI-compatible HTTP API over an Engine: /v1/models, /v1/chat/completions (streamed as server-sent events
 when asked), /v1/completions.
 
+What a request may ask and how it is read is app/serve/requests.py (every field honoured or refused, never
+dropped); stop strings end a reply before them, streamed or not; a tools request gets its calls back as
+``tool_calls`` (TRL's parser, as training reads them) and sends their results as ``tool`` messages.
 Every problem with a request is an OpenAI-style error ``{"error": {"message", "type", "param", "code"}}`` with its
 status (400 a bad request, 401 a missing or wrong key, 404 an unknown model or route, 500 a failure while
 generating), never a crashed server. With an API key, every route asks for ``Authorization: Bearer KEY``. A streamed
@@ -21,44 +24,17 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.errors import UserError
 
+from app.serve import requests as R
+from app.serve.requests import BadRequest
+
 # a reply's tokens when a request does not say (OpenAI's /v1/completions says 16), or what the context leaves beside the
 # prompt when that is less: the snippet `serve` prints must work on a 256-token model too
 DEFAULT_MAX_TOKENS = 256
-ROLES = ("system", "user", "assistant")
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
-        super().__init__(message)
-        self.param, self.status, self.code = param, status, code
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
                code: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def _text(content, param: str) -> str:
-    """A message's content: a string, or OpenAI's list of parts (their text parts joined)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        if any(p.get("type") != "text" for p in content):
-            raise BadRequest("only text content parts are served here", param)
-        return "".join(str(p.get("text", "")) for p in content)
-    raise BadRequest("content must be a string or a list of text parts", param)
-
-
-def _messages(body: dict) -> list[dict]:
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise BadRequest("messages must be a non-empty list of {role, content}", "messages")
-    out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise BadRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}", f"messages[{i}].role")
-        out.append({"role": m["role"], "content": _text(m.get("content"), f"messages[{i}].content")})
-    return out
 
 
 def _number(body: dict, key: str, default, kind=float, low=None, high=None):
@@ -94,8 +70,9 @@ async def _body(engine, request: Request) -> dict:
     if body.get("model") not in engine.names:
         raise BadRequest(f"model {body.get('model')!r} is not served here; use one of {', '.join(engine.names)}",
                          "model", 404, "model_not_found")
-    if body.get("n", 1) != 1:
+    if body.get("n", 1) not in (1, None):
         raise BadRequest("n must be 1 here", "n")
+    R.check_fields(body)
     return body
 
 
@@ -103,13 +80,17 @@ async def _answer(engine, request: Request, chat: bool):
     """A chat completion (``chat``) or a text completion, whole or streamed."""
     try:
         body = await _body(engine, request)
+        tools = R.tools(body) if chat else None
+        if not chat and body.get("tools") is not None:
+            raise BadRequest("tools go with /v1/chat/completions", "tools")
         if chat:
-            text = engine.chat_prompt(_messages(body))
+            text = engine.chat_prompt(R.messages(body), tools)
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
             raise BadRequest("prompt must be a string", "prompt")
         settings = _settings(body)
+        settings["stops"] = R.stops(body)
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
         # a prompt that does not fit is this request's 400
         settings["max_tokens"] = engine.reply_tokens(text, None if asked is None else settings["max_tokens"],
@@ -119,16 +100,27 @@ async def _answer(engine, request: Request, chat: bool):
     except UserError as e:
         return _fail(BadRequest(str(e)))
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+    usage = bool((body.get("stream_options") or {}).get("include_usage"))
     if body.get("stream"):
-        return StreamingResponse(_stream(engine, body["model"], text, settings, rid, chat),
+        return StreamingResponse(_stream(engine, body["model"], text, settings, rid, chat, tools, usage),
                                  media_type="text/event-stream")
-    reply, n_prompt, n_reply = await asyncio.to_thread(engine.reply, body["model"], text, **settings)
-    finish = _finish(n_reply, settings)
-    choice = ({"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": reply}} if chat else
-              {"index": 0, "finish_reason": finish, "text": reply, "logprobs": None})
+    out = await asyncio.to_thread(engine.reply, body["model"], text, **settings)
+    content, calls = engine.tool_calls(out.text, text, tools) if tools else (out.text, None)
+    finish = "tool_calls" if calls else _finish(out, settings)
+    if chat:
+        message = {"role": "assistant", "content": content if content or not calls else None}
+        if calls:
+            message["tool_calls"] = calls
+        choice = {"index": 0, "finish_reason": finish, "message": message}
+    else:
+        choice = {"index": 0, "finish_reason": finish, "text": out.text, "logprobs": None}
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": body["model"], "choices": [choice],
-            "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_reply, "total_tokens": n_prompt + n_reply}}
+            "model": body["model"], "choices": [choice], "usage": _usage(out)}
+
+
+def _usage(out) -> dict:
+    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.reply_tokens,
+            "total_tokens": out.prompt_tokens + out.reply_tokens}
 
 
 def build_api(engine, api_key: str | None = None) -> FastAPI:
@@ -168,13 +160,17 @@ def build_api(engine, api_key: str | None = None) -> FastAPI:
     return api
 
 
-def _finish(n_reply: int, settings: dict) -> str:
-    return "length" if n_reply >= settings["max_tokens"] else "stop"
+def _finish(out, settings: dict) -> str:
+    """A reply that met a stop string or ended on its own: "stop"; one cut at max_tokens: "length"."""
+    return "length" if not out.stopped_at and out.reply_tokens >= settings["max_tokens"] else "stop"
 
 
-async def _stream(engine, model: str, text: str, settings: dict, rid: str, chat: bool):
+async def _stream(engine, model: str, text: str, settings: dict, rid: str, chat: bool, tools=None,
+                  usage: bool = False):
     """Server-sent events of one reply, piece by piece as it is generated; [DONE] at the end. When the client goes
-    away, the generator is closed: the reply stops at its next token."""
+    away, the generator is closed: the reply stops at its next token. With tools, the reply is read whole first
+    (a call is only known at its end) and sent as one content piece or as its tool calls. ``usage``:
+    stream_options.include_usage, a last chunk with the token counts."""
     loop = asyncio.get_running_loop()
     pieces: asyncio.Queue = asyncio.Queue()
     stop = threading.Event()
@@ -183,13 +179,13 @@ async def _stream(engine, model: str, text: str, settings: dict, rid: str, chat:
     def chunk(delta: dict | str, finish: str | None = None) -> str:
         choice = ({"index": 0, "delta": delta, "finish_reason": finish} if chat else
                   {"index": 0, "text": delta, "finish_reason": finish, "logprobs": None})
-        return "data: " + json.dumps({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
-                                      "created": created, "model": model, "choices": [choice]}) + "\n\n"
+        return _event({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                       "created": created, "model": model, "choices": [choice]})
 
     def run():
         try:
-            out = engine.reply(model, text, on_text=lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p),
-                               stop=stop, **settings)
+            on_text = None if tools else (lambda p: loop.call_soon_threadsafe(pieces.put_nowait, p))
+            out = engine.reply(model, text, on_text=on_text, stop=stop, **settings)
             loop.call_soon_threadsafe(pieces.put_nowait, ("end", out))
         except Exception as e:  # noqa: BLE001 - said to the client as the stream's last event
             loop.call_soon_threadsafe(pieces.put_nowait, ("error", e))
@@ -204,12 +200,27 @@ async def _stream(engine, model: str, text: str, settings: dict, rid: str, chat:
             if isinstance(piece, tuple):
                 kind, value = piece
                 if kind == "error":
-                    yield "data: " + json.dumps(error_body(f"{type(value).__name__}: {value}", "server_error")) + "\n\n"
+                    yield _event(error_body(f"{type(value).__name__}: {value}", "server_error"))
                 else:
-                    yield chunk({} if chat else "", _finish(value[2], settings))
+                    finish = _finish(value, settings)
+                    if tools:
+                        content, calls = engine.tool_calls(value.text, text, tools)
+                        if content:
+                            yield chunk({"content": content})
+                        if calls:
+                            yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+                            finish = "tool_calls"
+                    yield chunk({} if chat else "", finish)
+                    if usage:
+                        yield _event({"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                                      "created": created, "model": model, "choices": [], "usage": _usage(value)})
                 yield "data: [DONE]\n\n"
                 return
             if piece:
                 yield chunk({"content": piece} if chat else piece)
     finally:
         stop.set()  # a client that went away: generation ends at its next token
+
+
+def _event(data: dict) -> str:
+    return "data: " + json.dumps(data) + "\n\n"

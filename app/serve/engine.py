@@ -9,14 +9,18 @@ whose client went away stops at its next token.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from app.errors import UserError
 from app.model.generation import adds_special_tokens, generate_one
 from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length
+from app.model.templates import ensure_tool_parser, tool_template_problem
 from app.run.lookup import adapter_name
 
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
@@ -26,6 +30,39 @@ def served_names(adapter_dir) -> dict[str, str]:
     """{model name: side}: the run's name is its adapter, the name + BASE_SUFFIX its base (every engine's names)."""
     name = adapter_name(adapter_dir)
     return {name: "adapter", name + BASE_SUFFIX: "base"}
+
+
+class Reply(NamedTuple):
+    text: str  # cut before the first stop string met
+    prompt_tokens: int
+    reply_tokens: int
+    stopped_at: str | None = None  # the stop string that ended it
+
+
+class StopAt:
+    """Ends a reply before the first of its stop strings. ``feed(piece)`` returns what may be shown now: a tail that
+    could still be the start of a stop string is held back until the next piece says (``rest()`` at the end)."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.text, self.sent, self.hit = "", 0, None
+        self.hold = max((len(s) - 1 for s in self.stops), default=0)
+
+    def feed(self, piece: str) -> str:
+        if self.hit is not None:
+            return ""
+        self.text += piece
+        found = [(i, s) for s in self.stops if (i := self.text.find(s)) != -1]
+        if found:
+            cut, self.hit = min(found)
+            self.text = self.text[:cut]
+        safe = len(self.text) if self.hit is not None else max(self.sent, len(self.text) - self.hold)
+        out, self.sent = self.text[self.sent:safe], safe
+        return out
+
+    def rest(self) -> str:
+        out, self.sent = self.text[self.sent:], len(self.text)
+        return out
 
 
 @dataclass
@@ -57,10 +94,29 @@ class Engine:
             raise UserError(f"model '{name}' is not served here; use one of {', '.join(self.names)}")
         return self.names[name]
 
-    def chat_prompt(self, messages: list[dict]) -> str:
-        """The prompt text for an OpenAI-style conversation: the run's system prompt first when it has none."""
-        return conversation_prompt(self.tok, [{"role": m["role"], "content": m["content"]} for m in messages],
-                                   self.system)
+    def chat_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text for an OpenAI-style conversation: the run's system prompt first when it has none; the
+        request's tools rendered by the chat template (a template that cannot is one line)."""
+        if tools:
+            problem = tool_template_problem(self.tok, self.pair.target.base.name_or_path)
+            if problem:
+                raise UserError(problem)
+        return conversation_prompt(self.tok, messages, self.system, tools)
+
+    def tool_calls(self, reply: str, prompt: str, tools: list[dict]) -> tuple[str, list[dict] | None]:
+        """(content, OpenAI tool_calls or None) of a reply to a tools request, read by TRL's parser as training reads
+        a rollout's calls (app/tools/loop.py)."""
+        from trl.chat_template_utils import parse_response
+
+        ensure_tool_parser(self.tok)
+        ids = self.tok(reply, add_special_tokens=False)["input_ids"]
+        prefix = self.tok(prompt, add_special_tokens=False)["input_ids"]
+        parsed = parse_response(self.tok, ids, prefix=prefix, tools=tools) if ids else {}
+        calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                  "function": {"name": (c.get("function") or {}).get("name"),
+                               "arguments": json.dumps((c.get("function") or {}).get("arguments") or {})}}
+                 for c in parsed.get("tool_calls") or []]
+        return (parsed.get("content") or "").strip() if calls else reply, calls or None
 
     def _fit(self, text: str, max_tokens: int) -> list[int]:
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
@@ -84,17 +140,49 @@ class Engine:
         return max(1, min(most, self.context - used))
 
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
-              stop: threading.Event | None = None) -> tuple[str, int, int]:
-        """(reply, prompt tokens, reply tokens) for prompt ``text`` from model ``name``, when the model is free."""
+              stop: threading.Event | None = None, stops: list[str] = ()) -> Reply:
+        """The reply to prompt ``text`` from model ``name``, when the model is free; ``stops``: strings that end
+        it (not shown, not counted), streamed or not."""
         side = self.side(name)
         ids = self.ids(text, max_tokens)
+        watch = StopAt(list(stops))
+        ended = _Either(stop)
+        shown = on_text
+
+        def piece(p: str) -> None:
+            out = watch.feed(p)
+            if out and shown:
+                shown(out)
+            if watch.hit is not None:
+                ended.own.set()  # the stop string is met: generation ends at the next token
+
         t0 = time.monotonic()
         with self._turn:
             waited = time.monotonic() - t0
             with self.pair.side(side):
-                out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed, on_text, stop)
+                out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed,
+                                   piece if (on_text or watch.stops) else None, ended)
+        if watch.stops:  # the whole text is cut the same way the stream was (the decoded text is the reference)
+            cut = [(i, s) for s in watch.stops if (i := out.find(s)) != -1]
+            if cut:
+                out = out[:min(cut)[0]]
+            if shown and watch.hit is None:
+                rest = watch.rest()
+                if rest:
+                    shown(rest)
         with self.stats.lock:
             self.stats.requests += 1
             self.stats.waited_s += waited
             self.stats.stopped += int(bool(stop and stop.is_set()))
-        return out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"])
+        hit = min(cut)[1] if watch.stops and cut else None
+        return Reply(out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"]), hit)
+
+
+class _Either:
+    """Set when the client's event (gone away) or this reply's own (a stop string met) is."""
+
+    def __init__(self, other: threading.Event | None):
+        self.other, self.own = other, threading.Event()
+
+    def is_set(self) -> bool:
+        return self.own.is_set() or bool(self.other and self.other.is_set())

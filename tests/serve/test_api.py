@@ -194,3 +194,53 @@ def test_a_busy_port_is_one_line_before_the_model_loads(served):
     assert r.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in err and "--port" in err, err
     assert len(err.splitlines()) == 1 and "serving" not in r.stdout and "Traceback" not in err
     assert time.monotonic() - t0 < 30  # no model was loaded
+
+
+def test_stop_strings_end_a_reply_plain_and_streamed_chat_and_completions(served):
+    """`stop` used to be ignored: the reply ends before the first stop string met, finish_reason "stop", the same
+    text whole or streamed, on both routes."""
+    url, _, _ = served
+    client = _client(url)
+    msgs = [{"role": "user", "content": PROMPT}]
+    full = client.chat.completions.create(model="run", messages=msgs, max_tokens=24, temperature=0)
+    text = full.choices[0].message.content
+    stop = next(text[i:i + 2] for i in range(len(text) // 3, len(text) - 2) if text[i:i + 2].strip())
+    want = text[:text.find(stop)]
+    out = client.chat.completions.create(model="run", messages=msgs, max_tokens=24, temperature=0, stop=[stop, "@@"])
+    assert out.choices[0].message.content == want and out.choices[0].finish_reason == "stop"
+    assert out.usage.completion_tokens < full.usage.completion_tokens
+    streamed = list(client.chat.completions.create(model="run", messages=msgs, max_tokens=24, temperature=0,
+                                                   stop=stop, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == want
+    assert streamed[-1].choices[0].finish_reason == "stop"
+    plain = client.completions.create(model="run", prompt="Tom has 3 apples", max_tokens=16, temperature=0).choices[0]
+    cut = plain.text[len(plain.text) // 2:][:2]
+    if cut.strip():
+        again = client.completions.create(model="run", prompt="Tom has 3 apples", max_tokens=16, temperature=0,
+                                          stop=cut)
+        assert again.choices[0].text == plain.text[:plain.text.find(cut)]
+
+
+def test_fields_are_honoured_or_refused_by_name_never_dropped(served):
+    import openai
+
+    url, _, _ = served
+    client = _client(url)
+    msgs = [{"role": "user", "content": PROMPT}]
+    for kwargs, field in (({"response_format": {"type": "json_object"}}, "response_format"),
+                          ({"logprobs": True}, "logprobs"), ({"top_p": 0.5}, "top_p"),
+                          ({"presence_penalty": 1.0}, "presence_penalty"), ({"extra_body": {"min_p": 0.1}}, "min_p"),
+                          ({"stream_options": {"include_usage": True}}, "stream_options"),
+                          ({"tool_choice": "required"}, "tool_choice")):
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model="run", messages=msgs, max_tokens=4, **kwargs)
+        assert e.value.body["param"] == field and field in e.value.body["message"], e.value.body
+    with pytest.raises(openai.BadRequestError, match="logprobs"):
+        client.completions.create(model="run", prompt="hi", max_tokens=2, logprobs=2)
+    # at the value that asks for nothing, they are fine; include_usage is honoured
+    ok = client.chat.completions.create(model="run", messages=msgs, max_tokens=4, top_p=1,
+                                        response_format={"type": "text"}, user="me", temperature=0)
+    assert ok.choices[0].message.content is not None
+    chunks = list(client.chat.completions.create(model="run", messages=msgs, max_tokens=4, stream=True,
+                                                 stream_options={"include_usage": True}, temperature=0))
+    assert chunks[-1].usage.completion_tokens == ok.usage.completion_tokens and chunks[-1].choices == []

@@ -1,0 +1,144 @@
+"""What an OpenAI request asks, read and checked: its fields, messages (tool calls and tool results too), stop
+strings and tools. Every field is either honoured or refused with a 400 naming it, never dropped: ``HONOURED``
+fields are served, ``AT_DEFAULT`` ones only at the value that means "nothing asked" (a sampling knob this server does
+not have, log-probabilities, constrained output), anything else is an unknown field.
+
+Owns: reading a request. Must not load or run a model (the engine does) nor shape a reply (api.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+ROLES = ("system", "user", "assistant", "tool")
+MAX_STOPS = 4  # OpenAI takes up to 4 stop strings
+# the fields served; "user" and "parallel_tool_calls" are a client's bookkeeping and the model's own choice
+HONOURED = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "seed", "stream",
+            "stream_options", "n", "stop", "tools", "tool_choice", "user", "parallel_tool_calls"}
+# the fields taken only at these values: anything else asks for what this server does not do
+AT_DEFAULT = {"top_p": (1, None), "presence_penalty": (0, None), "frequency_penalty": (0, None),
+              "logprobs": (False, None), "top_logprobs": (0, None), "echo": (False, None), "best_of": (1, None),
+              "logit_bias": (None, {}), "suffix": (None, ""), "response_format": ({"type": "text"}, None)}
+WHY_NOT = {"response_format": "no constrained decoding here; ask for the format in the prompt",
+           "logprobs": "log-probabilities are not returned here", "top_logprobs": "log-probabilities are not "
+           "returned here", "echo": "the prompt is not echoed here"}
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, status: int = 400, code: str | None = None):
+        super().__init__(message)
+        self.param, self.status, self.code = param, status, code
+
+
+def check_fields(body: dict) -> None:
+    """A 400 naming the first field this server would otherwise ignore."""
+    for key, value in body.items():
+        if key in HONOURED:
+            continue
+        if key in AT_DEFAULT:
+            if value in AT_DEFAULT[key] and not (isinstance(value, bool) and key not in ("logprobs", "echo")):
+                continue
+            shown = value.get("type") if key == "response_format" and isinstance(value, dict) else value
+            why = WHY_NOT.get(key, f"this server samples with temperature alone; send {key}="
+                                   f"{AT_DEFAULT[key][0]!r} or leave it out")
+            raise BadRequest(f"{key}={shown!r} is not served: {why}", key)
+        raise BadRequest(f"unknown field '{key}': this server takes {', '.join(sorted(HONOURED | set(AT_DEFAULT)))}",
+                         key)
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict) or set(options) - {"include_usage"}:
+            raise BadRequest("stream_options takes only include_usage", "stream_options")
+        if not body.get("stream"):
+            raise BadRequest("stream_options goes with stream: true", "stream_options")
+
+
+def stops(body: dict) -> list[str]:
+    """The request's stop strings (a string or a list of up to MAX_STOPS)."""
+    value = body.get("stop")
+    if value is None:
+        return []
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or len(values) > MAX_STOPS or not all(isinstance(v, str) and v for v in values):
+        raise BadRequest(f"stop must be a non-empty string or a list of up to {MAX_STOPS} of them", "stop")
+    return values
+
+
+def _text(content, param: str) -> str:
+    """A message's content: a string, or OpenAI's list of parts (their text parts joined)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        if any(p.get("type") != "text" for p in content):
+            raise BadRequest("only text content parts are served here", param)
+        return "".join(str(p.get("text", "")) for p in content)
+    raise BadRequest("content must be a string or a list of text parts", param)
+
+
+def _calls(calls, param: str) -> tuple[list[dict], dict[str, str]]:
+    """An assistant turn's ``tool_calls`` as the chat template renders them (arguments as an object), and
+    {call id: tool name} for the tool turns that answer them."""
+    if not isinstance(calls, list):
+        raise BadRequest("tool_calls must be a list", param)
+    out, names = [], {}
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest("each tool call needs function.name and function.arguments", f"{param}[{j}]")
+        args = fn.get("arguments") or "{}"
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            raise BadRequest("function.arguments must be a JSON object (as a string)", f"{param}[{j}]") from None
+        if not isinstance(args, dict):
+            raise BadRequest("function.arguments must be a JSON object", f"{param}[{j}]")
+        out.append({"type": "function", "function": {"name": fn["name"], "arguments": args}})
+        if call.get("id"):
+            names[str(call["id"])] = fn["name"]
+    return out, names
+
+
+def messages(body: dict) -> list[dict]:
+    """The conversation as the chat template takes it: an assistant's tool calls with their arguments as objects,
+    a tool result named by the call it answers (the form the tool loop builds: app/tools/loop.py)."""
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise BadRequest("messages must be a non-empty list of {role, content}", "messages")
+    out, called = [], {}
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise BadRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}", f"messages[{i}].role")
+        turn = {"role": m["role"], "content": _text(m.get("content"), f"messages[{i}].content")}
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            turn["tool_calls"], names = _calls(m["tool_calls"], f"messages[{i}].tool_calls")
+            called.update(names)
+        if m["role"] == "tool":
+            name = m.get("name") or called.get(str(m.get("tool_call_id")))
+            if not name:
+                raise BadRequest("a tool message needs the tool_call_id of an earlier assistant tool call",
+                                 f"messages[{i}].tool_call_id")
+            turn["name"] = name
+        out.append(turn)
+    return out
+
+
+def tools(body: dict) -> list[dict] | None:
+    """The request's tools (OpenAI's function form, as the chat template renders them), or None: no tools, or
+    tool_choice "none". A forced choice ("required", a named function) is a 400: the model chooses here."""
+    given = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if given is None or given == []:
+        if choice not in ("auto", "none", None):
+            raise BadRequest("tool_choice needs tools", "tool_choice")
+        return None
+    if not isinstance(given, list) or not all(isinstance(t, dict) and t.get("type") == "function"
+                                              and isinstance(t.get("function"), dict)
+                                              and isinstance(t["function"].get("name"), str) for t in given):
+        raise BadRequest("tools must be a list of {type: function, function: {name, description, parameters}}",
+                         "tools")
+    if choice == "none":
+        return None
+    if choice not in ("auto", None):
+        raise BadRequest("tool_choice must be auto or none here: the model decides whether to call", "tool_choice")
+    return given
