@@ -119,6 +119,27 @@ def _from_file(entry: str) -> list[tuple[Callable, str]]:
     return found
 
 
+def try_environment(cls: type, row: dict | None = None) -> None:
+    """TRL makes each rollout's environment with no arguments and resets it with the training row: both are tried
+    once before the model loads (``row``: the first training row, once the data is read), so an environment that
+    cannot be made or reset is one line, not a traceback after the model has loaded."""
+    from app.run.counts import error_text
+
+    try:
+        env = cls()
+    except Exception as e:  # noqa: BLE001 - the user's code: any failure is one line
+        raise UserError(f"environment {cls.__name__}() failed ({error_text(e)}): TRL makes each environment with no "
+                        "arguments; give __init__'s parameters defaults, or read what a row needs in "
+                        "reset(self, **row)") from None
+    if row is None:
+        return
+    try:
+        env.reset(**row)
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"environment {cls.__name__}.reset() failed on the first training row ({error_text(e)}); "
+                        f"reset(self, **row) gets the row's columns ({', '.join(row)}): fix it to take them") from None
+
+
 def load_environment(entry: str) -> type:
     if ":" not in entry or entry.endswith(".py"):
         raise UserError(f"--environment '{entry}' must look like 'path/to/file.py:ClassName'")

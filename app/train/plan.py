@@ -50,7 +50,7 @@ from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.rewards.formats import check_schema
 from app.rewards.judge.reward import check_judge, probe_judge
 from app.rewards.match import choose_for as choose_match
-from app.tools.toolbox import load_toolbox
+from app.tools.toolbox import load_toolbox, try_environment
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
@@ -266,6 +266,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
             ds = to_grpo(rows, det, tok, cfg.data.system_prompt, keep_columns=bool(cfg.tools.environment))
             changes, train_ds = fit_grpo(cfg, ds, tok, context,
                                          steps.say, tools.schemas() if tools else None)  # says how many it dropped
+            if tools and tools.environment is not None and len(train_ds):
+                try_environment(tools.environment, dict(train_ds[0]))  # reset with a row, as TRL will
         elif cfg.method in PREFERENCE_METHODS:
             changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
         else:

@@ -17,7 +17,7 @@ from app.host.machine import installed
 from app.host.procs import pid_alive
 from app.rewards import load_custom
 from app.run import integrity, layout, lookup, store
-from app.tools.toolbox import load_toolbox
+from app.tools.toolbox import load_toolbox, try_environment
 
 log = logging.getLogger("qlora_app")
 
@@ -55,7 +55,9 @@ def check_user_code(cfg: AppConfig) -> None:
     for entry in cfg.reward.custom:
         load_custom(entry)
     if cfg.tools.enabled:
-        load_toolbox(cfg.tools)
+        box = load_toolbox(cfg.tools)
+        if box.environment is not None:
+            try_environment(box.environment)  # made as TRL makes it: no arguments
 
 
 def check_same_world(recorded, runtime) -> None:

@@ -335,3 +335,41 @@ def test_an_environments_get_reward_that_hangs_raises_or_talks_scores_none_and_i
     assert [env.get_reward() for _ in range(5)] == [0.5, None, None, None, 1.0]
     s = stats.summary()["Moody.get_reward"]
     assert s["calls"] == 5 and s["failures"] == 3 and s["timeouts"] == 1
+
+
+@pytest.mark.parametrize("kind", ["init", "reset"])
+def test_an_environment_that_cannot_be_made_or_reset_is_one_line_before_the_model_loads(tmp_path, kind):
+    """TRL makes each environment with no arguments and resets it with the training row: an __init__ that needs an
+    argument, or a reset() that fails on the data's rows, used to be a 60-line traceback after the model loaded and a
+    failed run folder; now exit 2, one line, nothing made (the run and its dry run)."""
+    import os
+    import subprocess
+    import sys
+
+    from repo_paths import ROOT
+
+    init = "\n    def __init__(self, shop_id):\n        self.shop_id = shop_id\n" if kind == "init" else ""
+    env = tmp_path / "shop.py"
+    env.write_text(f"""class Shop:{init}
+    def reset(self, **row):
+        self.stock = row["inventory"]
+
+    def price(self, item: str) -> str:
+        \"\"\"The price of an item.
+
+        Args:
+            item: The item's name.
+        \"\"\"
+        return "3"
+""")
+    said = ("Shop() failed (TypeError:" if kind == "init" else
+            "Shop.reset() failed on the first training row (KeyError: 'inventory')")
+    runs = tmp_path / "runs"
+    for dry in ([], ["--dry-run"]) if kind == "init" else ([],):
+        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--environment",
+                            f"{env}:Shop", "--output-dir", str(runs), *dry], capture_output=True, text=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "400"},
+                           timeout=300)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert said in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert not runs.exists()
