@@ -12,6 +12,7 @@ from rich.table import Table
 
 from app.config.build import build_config, load_yaml_file, validate
 from app.errors import UserError
+from app.eval.harness import INSTALL_HINT
 from app.export.gguf import EXTRA
 from app.host.machine import installed
 from app.run import layout, lookup, store
@@ -42,6 +43,14 @@ def gguf_export() -> str:
     return f"available (llama.cpp's converter {version}; {checked})"
 
 
+def eval_extra() -> str:
+    """Whether `qlora-app eval` can run here: lm-evaluation-harness, the [eval] extra."""
+    try:
+        return f"available (lm-eval {md.version('lm-eval')})"
+    except md.PackageNotFoundError:
+        return f"not available: {INSTALL_HINT}"
+
+
 def report(console) -> None:
     t = Table(title="qlora-app doctor")
     t.add_column("check")
@@ -69,6 +78,7 @@ def report(console) -> None:
     t.add_row("GRPO fast paths (auto)", plan.describe().replace("\n", "; ") if plan is not None
               else f"the default run would be refused here: {refused}")
     t.add_row("GGUF export (export --format gguf|ollama)", escape(gguf_export()))
+    t.add_row("benchmarks (qlora-app eval)", escape(eval_extra()))
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")
     console.print(t)

@@ -343,8 +343,7 @@ def presets_show(name: str = typer.Argument(..., help="Preset name or YAML file.
 @runs_app.command("list", cls=Command)
 def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (same as --output-dir)."),
               output_dir: Optional[Path] = typer.Option(None, help="Runs folder (default: runs/ and demo-runs/)."),
-              memory: bool = switch("--memory", help="Each GPU run's memory estimate beside its "
-                                                                  "measured peak."),
+              memory: bool = switch("--memory", help="Each GPU run's memory estimate beside its measured peak."),
               as_json: bool = switch("--json", help="One JSON object per run, one per line.")):
     """Runs with status, method, model, dataset and final metrics."""
     chosen = folder or output_dir
@@ -360,12 +359,13 @@ def runs_list(folder: Optional[Path] = typer.Argument(None, help="Runs folder (s
 
 
 @runs_app.command("show", cls=Command)
-def runs_show(run: Path = typer.Argument(..., help="Run directory.")):
-    """A run's config, status and curves."""
+def runs_show(run: Path = typer.Argument(..., help="Run directory."), config: bool = switch("--config", help="Print "
+              "its whole config.yaml too.")):
+    """A run's status, curves, what its diagnosis said and its proof; --config: its config.yaml."""
     d = lookup.require_run_dir(run)
     console.print(f"[bold]{escape(str(d))}[/]")
-    sys.stdout.write((d / layout.CONFIG).read_text())
-    print_run_summary(d, console)
+    print_run_summary(d, console, (d / layout.CONFIG).read_text() if config else None)
+    console.print(f"config: {escape(str(d / layout.CONFIG))} (--config prints it)", highlight=False, soft_wrap=True)
 
 
 # ------------------------------------------------------------------------------------------- export and setup

@@ -134,7 +134,12 @@ SUMMARY_ROWS = (("memory estimate", "memory_check"), ("fast paths", "fast_paths"
                 ("general ability", "general_ability"), ("error", "error"))
 
 
-def print_run_summary(d: Path, console) -> None:
+def print_run_summary(d: Path, console, config_text: str | None = None) -> None:
+    """A run's summary table, its diagnosis and its proof (`runs show`; ``config_text``: its config.yaml first,
+    --config), then where the config is."""
+    if config_text is not None:
+        sys.stdout.write(config_text)
+        sys.stdout.flush()
     recs = store.read_metrics(d)  # once: the summary and the curves both use these rows
     st = run_summary(d, recs)
     t = Table(title=f"run {d.name}: {st['status']}", show_header=True)

@@ -83,6 +83,12 @@ class ToolsConfig(StrictModel):
     def enabled(self) -> bool:
         return bool(self.use or self.environment)
 
+    @field_validator("use")
+    @classmethod
+    def _once_each(cls, v: list[str]) -> list[str]:
+        """A tool named twice (--tools calculator --tools calculator) is the same tool: kept once, in order."""
+        return list(dict.fromkeys(x.strip() for x in v if x.strip()))
+
 
 # TRL's DPO losses (trl 1.16, DPOConfig.loss_type); tests/e2e/test_dpo.py keeps this list equal to the names the
 # installed TRL documents.

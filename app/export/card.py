@@ -40,14 +40,22 @@ def shown_name(name: str, kind: str = "model") -> str:
     return f"{p.name} (a local {kind} {'folder' if p.is_dir() or kind == 'model' else 'file'})"
 
 
+def code_name(name: str, kind: str = "model") -> str:
+    """``shown_name`` in markdown: the name in a code span, the words about it outside ("`x` (a local model
+    folder)")."""
+    shown = shown_name(name, kind)
+    plain, _, note = shown.partition(" (a local ")
+    return f"`{plain}`" + (f" (a local {note}" if note else "")
+
+
 def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
     """Markdown lines of the held-out comparison, or a line saying there is none yet."""
     if not cmp:
         return ["No held-out comparison of this adapter is recorded: a run writes its proof when training ends; "
                 "`qlora-app compare --adapter ADAPTER --num-samples 100` records one for another adapter."]
     s, c = cmp["summary"], cmp.get("config") or {}
-    dataset = shown_name(c["dataset"], "dataset") if c.get("dataset") else None
-    how = (f"{s['n']} held-out rows of `{dataset}` the adapter never trained on" if dataset
+    dataset = code_name(c["dataset"], "dataset") if c.get("dataset") else None
+    how = (f"{s['n']} held-out rows of {dataset} the adapter never trained on" if dataset
            else f"{s['n']} prompts")
     how += " (an ad-hoc comparison of this adapter)" if adhoc else ""
     decoding = "greedy" if c.get("greedy", True) else f"temperature {c.get('temperature')}"
@@ -56,8 +64,9 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
              "| | accuracy | mean reward | mean tokens |", "|---|---:|---:|---:|"]
     for side in ("base", "adapter"):
         x = s[side]
+        tokens = x.get("mean_tokens")
         lines.append(f"| {side} | {_pct(x.get('accuracy'))} | {_num(x.get('mean_reward'))} | "
-                     f"{_num(x.get('mean_tokens'))} |")
+                     f"{'–' if tokens is None else f'{tokens:.1f}'} |")
     if s["adapter"].get("tool_success") is not None:
         lines += ["", f"Answers whose tool calls all succeeded: base {_pct(s['base'].get('tool_success'))}, adapter "
                       f"{_pct(s['adapter'].get('tool_success'))} (calls per answer {_num(s['base'].get('tool_calls'))} "
@@ -110,7 +119,7 @@ def tools_line(cfg) -> str:
 def data_words(cfg, st: dict) -> str:
     """'`arith`', or a mix: 'a mix of `arith` 70% (700 rows) and `my.jsonl` 30% (300 rows), drawn without ...'."""
     if not cfg.data.mix:
-        return f"`{shown_name(cfg.data.dataset, 'dataset')}`" if cfg.data.dataset else "`None`"
+        return code_name(cfg.data.dataset, 'dataset') if cfg.data.dataset else "`None`"
     drawn = st.get(layout.MIX) or []  # in the order of data.mix
     parts = []
     for i, p in enumerate(cfg.data.mix):
@@ -118,7 +127,7 @@ def data_words(cfg, st: dict) -> str:
         said = (f"{p.share:.0%}" if p.share is not None else "whole") + (
             f", {rows['rows']} of its {rows['available']} rows" + (f" repeated x{rows['repeats']}" if rows.get(
                 "repeats") else "") if rows else "")
-        parts.append(f"`{shown_name(p.dataset, 'dataset')}` ({said})")
+        parts.append(f"{code_name(p.dataset, 'dataset')} ({said})")
     return (f"a mix of {', '.join(parts)}; each dataset's fields detected on its own, its rows drawn to its share "
             "(seeded, without repeating a row unless data.mix_rows asks for more) and shuffled together, its held-out "
             "rows kept apart")
@@ -138,7 +147,7 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                          datasets=hub_data or None, pipeline_tag="text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
-            f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of `{shown_name(base_model)}` trained with "
+            f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of {code_name(base_model)} trained with "
             f"qlora-app ({(method or 'unknown method').upper()} on a 4-bit base)"
             + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")
             + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"

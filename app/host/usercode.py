@@ -33,7 +33,7 @@ def import_target(target: str, what: str, entry: str):
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module  # so functions defined there pickle by reference
             spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - the user's file; report, don't trace
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's file (one that exits too): report it
             sys.modules.pop(mod_name, None)
             raise UserError(f"{what} file '{path}' failed to import ({type(e).__name__}: {e}); fix it") from None
         return module
@@ -42,5 +42,5 @@ def import_target(target: str, what: str, entry: str):
     except ImportError as e:
         raise UserError(f"{what} module '{target}' cannot be imported ({e}); check '{entry}' and "
                         "that the module is on PYTHONPATH") from None
-    except Exception as e:  # noqa: BLE001
+    except (Exception, SystemExit) as e:  # noqa: BLE001
         raise UserError(f"{what} module '{target}' failed to import ({type(e).__name__}: {e})") from None

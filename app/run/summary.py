@@ -12,6 +12,17 @@ from app.host.procs import pid_alive
 from app.run import benchmarks, integrity, layout, lookup, proof, store
 
 
+def _ms(ms: float) -> str:
+    """A call's time as a person reads it: 0.21 ms, 12.5 ms, 1,042 ms, 3.4 s (never 1e+03).
+
+    >>> [_ms(x) for x in (0.2149, 12.46, 1042.0, 3400.0)]
+    ['0.215 ms', '12.5 ms', '1,042 ms', '3.4 s']
+    """
+    if ms >= 2000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+
+
 def run_summary(d: Path, records: list[dict] | None = None) -> dict:
     """``records``: the run's metrics.jsonl rows when the caller has read them already."""
     d = Path(d)
@@ -87,7 +98,7 @@ def tools_text(counts: dict | None, calls: str = "calls") -> str | None:
     parts = []
     for name, c in counts.items():
         timed = f" ({c['timeouts']} timed out)" if c.get("timeouts") else ""
-        latency = f", {c['mean_latency_ms']:.3g} ms each" if c.get("mean_latency_ms") is not None else ""
+        latency = f", {_ms(c['mean_latency_ms'])} each" if c.get("mean_latency_ms") is not None else ""
         why = f" (first failure: {c['first_error']})" if c.get("failures") and c.get("first_error") else ""
         parts.append(f"{name} {c['calls']} {calls}, {c['failures']} failed{timed}{latency}{why}")
     return "; ".join(parts)

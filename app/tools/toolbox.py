@@ -76,6 +76,10 @@ def _schema_problem(fn: Callable) -> str | None:
     fn = as_tool(fn)
     if not (inspect.getdoc(fn) or "").strip():
         return "has no docstring (the model reads what a tool does from it)"
+    loose = [p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if loose:  # a call passes named arguments the schema lists; *args / **kwargs have no schema
+        return f"takes *{loose[0]} (the model can only pass the named, typed arguments its schema lists)"
     try:
         get_json_schema(fn)
     except Exception as e:  # noqa: BLE001 - transformers' DocstringParsingException / TypeHintParsingException

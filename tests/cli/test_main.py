@@ -166,7 +166,11 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
     for name, d in made.items():
         r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", name], capture_output=True, text=True,
                            cwd=tmp_path, env=env)
-        assert r.returncode == 0 and "method: grpo" in r.stdout and d.name in r.stdout, r.stderr
+        assert r.returncode == 0 and "method: grpo" not in r.stdout and d.name in r.stdout, r.stderr
+        assert "(--config prints it)" in r.stdout  # the config on request, not 150 lines before the status
+        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", name, "--config"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env)
+        assert r.returncode == 0 and "method: grpo" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list"], capture_output=True, text=True,
                        cwd=tmp_path, env=env)
     assert r.returncode == 0 and all(n in r.stdout for n in made) and "runs in demo-runs" in r.stdout
@@ -410,6 +414,23 @@ def test_doctor_says_whether_gguf_export_can_run(monkeypatch):
     assert doctor.gguf_export() == "not available: pip install 'qlora-app[gguf]'"
     r = cli("doctor", "--help")
     assert r.returncode == 0
+
+
+def test_doctor_says_whether_the_eval_extra_is_installed(monkeypatch):
+    import importlib.metadata as md
+
+    import app.cli.doctor as doctor
+
+    assert doctor.eval_extra().startswith("available (lm-eval ")  # the dev install has it
+    real = md.version
+
+    def missing(name):
+        if name == "lm-eval":
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(doctor.md, "version", missing)
+    assert doctor.eval_extra() == "not available: pip install 'qlora-app[eval]' (or: pip install lm-eval)"
 
 
 def test_the_dpo_preset_follows_the_guide():

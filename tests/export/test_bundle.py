@@ -102,6 +102,8 @@ def test_adapter_export_has_our_card_with_the_proof(bare_run, tmp_path):
     assert "library_name: peft" in front and "- qlora-app" in front and "- grpo" in front
     assert "base_model:" not in front  # a local folder is not a hub id
     assert "(a local model folder)" in card and str(bare_run.parent) not in card  # named, not its whole path
+    assert "` (a local model folder)" in card and "(a local model folder)`" not in card  # the words outside the code
+    assert "| base | 25.0% | 0.500 | 10.0 |" in card  # tokens as tokens, not 10.000
     assert "10 held-out rows of `math.jsonl`" in card
     assert "| base | 25.0% | 0.500 |" in card and "| adapter | 75.0% | 1.250 |" in card
     assert "6 wins, 3 ties, 1 losses (n = 10)" in card

@@ -373,3 +373,40 @@ def test_an_environment_that_cannot_be_made_or_reset_is_one_line_before_the_mode
         assert r.returncode == 2, r.stderr[-2000:]
         assert said in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
         assert not runs.exists()
+
+
+def test_a_tool_named_twice_is_one_tool_and_a_loose_signature_is_refused(tmp_path):
+    from app.config.schema import ToolsConfig
+
+    assert ToolsConfig(use=["calculator", " calculator", "calculator"]).use == ["calculator"]
+    assert [f.__name__ for f in load_toolbox(_cfg(tmp_path, use=["calculator", "calculator"])).functions] == [
+        "calculator"]
+    f = _write(tmp_path, "loose.py", '''
+        def total(*numbers: int) -> str:
+            """Add numbers.
+
+            Args:
+                numbers: The numbers.
+            """
+            return str(sum(numbers))
+    ''')
+    with pytest.raises(UserError, match=r"tool 'total' in .*takes \*numbers \(the model can only pass the named"):
+        load_toolbox(_cfg(tmp_path, use=[str(f)]))
+
+
+def test_a_tool_file_that_exits_at_import_is_one_line_even_in_a_dry_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from repo_paths import ROOT
+
+    f = tmp_path / "quits.py"
+    f.write_text("import sys\nsys.exit(3)\n")
+    for dry in ([], ["--dry-run"]):
+        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--tools", str(f),
+                            "--output-dir", str(tmp_path / "runs"), *dry], capture_output=True, text=True,
+                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "300"},
+                           timeout=300)
+        assert r.returncode == 2, (dry, r.returncode, r.stderr[-1500:])
+        assert "failed to import (SystemExit: 3)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
