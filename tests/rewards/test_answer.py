@@ -32,7 +32,7 @@ def total(text, ref=GSM, cfg=None):
 # ------------------------------------------------------------------------------------------------ doctests
 
 
-@pytest.mark.parametrize("module", ["app.rewards", "app.rewards.answer", "app.rewards.components"])
+@pytest.mark.parametrize("module", ["app.rewards", "app.rewards.answer", "app.rewards.components", "app.rewards.match"])
 def test_doctests(module):
     import importlib
 
