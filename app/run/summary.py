@@ -69,6 +69,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "general_ability": benchmarks.eval_text(benchmarks.latest_eval(d)),
         "tools": tools_text(st.get(layout.TOOL_COUNTS)),
         "judgements": tools_text(st.get(layout.JUDGE_COUNTS), "judgements"),
+        "calls": calls_brief(st),
         # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
         "diagnosis": [d.get("message", "") for d in st.get(layout.DIAGNOSIS) or []],
         "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or []) or None,
@@ -87,6 +88,14 @@ def _data_label(data: dict) -> str | None:
         return DataConfig.model_validate(data).label
     except ValueError:  # a config.yaml edited by hand into something invalid: its datasets, as listed
         return " + ".join(str(p.get("dataset")) for p in data["mix"] if isinstance(p, dict))
+
+
+def calls_brief(st: dict) -> str | None:
+    """'calculator 412/9 failed · judge 56/56 failed': each tool's and the judge's calls and failures in a few
+    words, for a table row (the Runs tab) where a run whose every judgement failed must not look healthy."""
+    parts = [f"{name} {c['calls']} calls, {c['failures']} failed"
+             for key in (layout.TOOL_COUNTS, layout.JUDGE_COUNTS) for name, c in (st.get(key) or {}).items()]
+    return " · ".join(parts) or None
 
 
 def tools_text(counts: dict | None, calls: str = "calls") -> str | None:

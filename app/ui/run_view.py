@@ -5,6 +5,7 @@ tells a view when to refresh."""
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
 from app.host.procs import pid_alive
@@ -17,7 +18,8 @@ from app.ui.jobs import console_tail, running_elsewhere
 LOG_TAIL_BYTES = 64 * 1024
 
 
-RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "pref. acc.", "date"]
+RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "pref. acc.", "calls", "notes",
+               "date"]
 
 
 def runs_rows(runs_dir: str | Path) -> list[list]:
@@ -28,7 +30,7 @@ def runs_rows(runs_dir: str | Path) -> list[list]:
         rows.append([label, s["status"], s["method"] or "", _short_source(s["model"]),
                      _short_source(s["dataset"]), str(step),
                      "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"],
-                     s["pref_accuracy"] or "", s["date"]])
+                     s["pref_accuracy"] or "", s["calls"] or "", s["notes"] or "", s["date"]])
     return rows
 
 
@@ -110,8 +112,9 @@ def status_markdown(s: dict) -> str:
     if s.get("judgements"):
         parts.append(f"judge: {s['judgements']}")
     for line in s.get("diagnosis") or []:  # what the run's diagnosis found: in view beside the curves it reads
+        text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))  # markdown is not read inside HTML
         parts.append(f"<div class='diagnosis' style='border-left:4px solid #b06000;background:#fff4e5;"
-                     f"padding:4px 8px;margin:4px 0'><b>why the reward may be flat:</b> {html.escape(line)}</div>")
+                     f"padding:4px 8px;margin:4px 0'><b>what the run's curves say:</b> {text}</div>")
     if s.get("heldout"):
         parts.append(f"held-out during training: {s['heldout']}")
     if s.get("comparison"):
@@ -122,7 +125,13 @@ def status_markdown(s: dict) -> str:
         parts.append(f"stopped with a checkpoint: resume it from the Runs tab, or `{s['resume_command']}`")
     elif s["status"] == layout.CRASHED:
         parts.append("the training process is gone and left no complete checkpoint: start the run again")
-    return "  \n".join(parts)
+    out = ""
+    for part in parts:  # an HTML block runs to the next blank line: blank lines around it, or what follows joins it
+        if part.startswith("<div"):
+            out += f"\n\n{part}\n\n"
+        else:
+            out += ("" if not out or out.endswith("\n\n") else "  \n") + part
+    return out.strip()
 
 
 def progress_html(s: dict | None) -> str:

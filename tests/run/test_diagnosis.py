@@ -1,5 +1,5 @@
 """Why a run's reward is flat (app/run/diagnosis.py): each finding on the curves that show it, silence on healthy
-ones, said once; and real runs built to show each kind (identical rewards + truncation + an unreachable reference,
+ones, said once; and real runs built to show each kind (a constant reward + truncation + an unreachable reference,
 a gamed component, a frozen learning rate), read back in status.json, train.log, the terminal, `runs`, the UI's run
 view and `qlora-app doctor RUN`."""
 
@@ -201,8 +201,9 @@ def test_identical_rewards_truncation_and_an_unreachable_reference_are_said(tmp_
                                      "reward.weights.boilerplate=0"])
     st = store.read_status(d)
     found = {x["kind"]: x for x in st[layout.DIAGNOSIS]}
-    assert set(found) == {"flat_groups", "truncated", "unreachable"}, found
-    assert found["flat_groups"]["numbers"]["frac_reward_zero_std"] == 1.0
+    # every completion scored the same: the reward's fault (constant), not the sampling's (flat_groups)
+    assert set(found) == {"constant", "truncated", "unreachable"}, found
+    assert "reference never varied" in found["constant"]["message"]
     assert found["truncated"]["message"].startswith("100% of completions hit max_completion_length (6 tokens)")
     assert "reference stayed at 0.00" in found["unreachable"]["message"]
     log = (d / layout.LOG).read_text()
@@ -213,9 +214,14 @@ def test_identical_rewards_truncation_and_an_unreachable_reference_are_said(tmp_
     from app.ui.run_view import status_markdown
 
     s = run_summary(d)
-    assert s["notes"] == "flat_groups, truncated, unreachable" and len(s["diagnosis"]) == 3
+    assert set(s["notes"].split(", ")) == {"constant", "truncated", "unreachable"} and len(s["diagnosis"]) == 3
     page = status_markdown(s)  # the UI's run view, beside the curves
-    assert page.count("class='diagnosis'") == 3 and "why the reward may be flat" in page
+    assert page.count("class='diagnosis'") == 3 and "what the run's curves say" in page
+    assert "`" not in page.split("class='diagnosis'", 1)[1]  # code in HTML is <code>, not literal backticks
+    from app.ui.run_view import runs_rows
+
+    (row,) = [r for r in runs_rows(tmp_path) if r[0].endswith("hard")]
+    assert "unreachable" in row[10]  # the Runs tab's notes column
 
 
 @pytest.mark.slow
