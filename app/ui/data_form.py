@@ -15,6 +15,7 @@ from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.loading import detect_dataset
 from app.data.preference import pair_of
 from app.errors import UserError
+from app.rewards.match import choose_for as choose_match
 from app.ui.handlers import AUTO, FIELD_OVERRIDES, form_defaults, widget_value, widget_values
 
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
@@ -75,7 +76,10 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
         for s, r in zip(samples, rows):
             pair = pair_of(r, det)
             s["chosen"], s["rejected"] = (_short(pair.chosen), _short(pair.rejected)) if pair else ("–", "–")
-    return {"detection": det.to_dict(), "split": split, "samples": samples}
+    # what the reward's reference component will compare with, decided as the run's plan and `inspect` decide it
+    match = choose_match(ds, lambda r: reference_text(r, det)) if det.reference_field and len(ds) else None
+    return {"detection": det.to_dict(), "split": split, "samples": samples,
+            "reference_match": {"mode": match[0], "why": match[1]} if match else None}
 
 
 def _short(text, n: int = 240) -> str:
@@ -101,4 +105,7 @@ def detection_markdown(result: dict) -> str:
     for k, why in d["reasons"].items():
         if k not in ROLES:
             lines.append(f"- *{k}*: {why}")
+    match = result.get("reference_match")
+    if match:  # auto's choice for this column (the Reward section's "Reference match" sets another)
+        lines.append(f"- **reference match** (auto): `{match['mode']}` — {match['why']}")
     return "\n".join(lines)

@@ -157,6 +157,8 @@ def test_detect_fields_and_override(math_jsonl):
     assert len(res["samples"]) == 3 and "apples" in res["samples"][0]["prompt (as the model sees it)"]
     md = df.detection_markdown(res)
     assert "`question`" in md and "`answer`" in md and "40 rows" in md
+    # the reference match auto picks for this column, said as `inspect` says it
+    assert res["reference_match"]["mode"] == "numeric" and "- **reference match** (auto): `numeric`" in md
     swapped = df.detect(str(math_jsonl), prompt_field="answer", reference_field="question")
     assert swapped["detection"]["prompt_field"] == "answer"
     assert "override" in swapped["detection"]["reasons"]["prompt_field"]
