@@ -1,6 +1,6 @@
-"""judge + diagnosis: what a judge costs a GRPO step, and whether the flat-reward diagnosis stays silent on the demo.
+"""judge: what a judge costs a GRPO step (the diagnosis is measured by bench/bench_diagnosis.py).
 
-    python bench/bench_judge.py [--out DIR] [--reps 3] [--seeds 1,2,3] [--steps 12]
+    python bench/bench_judge.py [--out DIR] [--reps 3] [--steps 12]
 
 1. The demo's GRPO recipe (presets/demo-grpo.yaml, arith-base in 4-bit) for ``--steps`` steps three ways, interleaved
    (the order rotates each rep): the shaped reward alone; plus a local judge (the same tiny base loaded in 4-bit
@@ -8,9 +8,8 @@
    of the first run's adapter). Each run's step time is its logged wall clock from the first step to the last over
    the steps between (TRL's step_time leaves out the steps that sample);
    the ratios (judged / plain) are per rep, reported as the median and the range, with the judge's own counts.
-2. `qlora-app demo --seed N` and `--quick` for each seed: the diagnosis each run recorded (status.json), which must be
-   empty on every one.
-Rewrites the `## judge and diagnosis` section of docs/performance.md. CPU, offline.
+Rewrites the `## judge and diagnosis` section of docs/performance.md (its diagnosis part is a pointer to
+`## diagnosis`, which bench/bench_diagnosis.py writes). CPU, offline.
 """
 
 from __future__ import annotations
@@ -100,26 +99,6 @@ def judge_cost(out: Path, reps: int, steps: int) -> dict:
             "endpoint": ratio("endpoint judge / plain", list(zip(times["endpoint"], times["plain"])))}
 
 
-def demo_diagnosis(out: Path, seeds: list[int]) -> list[dict]:
-    from rich.console import Console
-
-    from app.demo.run import run_demo
-
-    rows = []
-    for quick in (False, True):
-        for seed in seeds:
-            folder = out / f"demo-{'quick' if quick else 'full'}-{seed}"
-            result = run_demo(folder, quick=quick, console=Console(file=open(os.devnull, "w")), progress=False,
-                              seed=seed)
-            d = Path(result.config["demo"]["grpo_run"])
-            logged = len([r for r in store.read_metrics(d) if "loss" in r])
-            said = [x["kind"] for x in (store.read_status(d) or {}).get(layout.DIAGNOSIS) or []]
-            rows.append({"mode": "--quick" if quick else "full", "seed": seed, "logged": logged, "said": said,
-                         "lift": result.config["demo"]["grpo_lift"]})
-            print(json.dumps(rows[-1]), flush=True)
-    return rows
-
-
 def main() -> None:
     from app.host.process import start_command
 
@@ -128,12 +107,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--seeds", default="1,2,3")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-judge-"))
     cost = judge_cost(out / "cost", args.reps, args.steps)
     print(json.dumps({k: cost[k] for k in ("times", "counts")}), flush=True)
-    diag = demo_diagnosis(out / "demo", [int(s) for s in args.seeds.split(",") if s.strip()])
 
     def per_call(name):
         c = cost["counts"].get(name) or {}
@@ -141,9 +118,6 @@ def main() -> None:
                 f"{c.get('mean_latency_ms') or 0:.1f} ms each")
 
     plain = statistics.median(cost["times"]["plain"])
-    table = "\n".join(f"| {r['mode']} | {r['seed']} | {r['logged']} | {', '.join(r['said']) or 'nothing'} | "
-                      f"{r['lift'] * 100:+.1f} |" for r in diag)
-    silent = sum(not r["said"] for r in diag)
     md = f"""Measured by `python bench/bench_judge.py` on this machine ({os.cpu_count()} CPU cores, no GPU, offline),
 {time.strftime('%Y-%m-%d')}, in one run.
 
@@ -163,15 +137,8 @@ A judge model as small as the trained one is the cheap end: a real judge costs w
 its server's replies (endpoint) cost, 32 judgements a step here, fewer where the cache hits (a repeated completion is
 judged once).
 
-**The diagnosis on healthy runs.** `qlora-app demo --seed N` (200 steps, logged every 10: 20 lines, one window) and
-`--quick` (60 steps, logged every step): what each run's diagnosis recorded.
-
-| demo | seed | logged steps | diagnosis said | GRPO's lift (points) |
-|---|---:|---:|---|---:|
-{table}
-
-Silent on {silent} of {len(diag)} runs. Each kind is raised by a run built to show it in tests/run/test_diagnosis.py
-(identical rewards, truncation, an unreachable reference, a gamed component, a frozen learning rate).
+**The diagnosis** (false alarms on healthy runs, runs built to fail) is measured by `bench/bench_diagnosis.py`: see
+the `diagnosis` section.
 """
     write_section("judge and diagnosis", md)
     print(md)
