@@ -142,11 +142,12 @@ def table(out: Path) -> str:
         said, steps, live = read_again(d)
         (built if "expect" in meta else healthy).append((d.name, meta, said, steps, live, _lift(d)))
     alarms = sum(bool(r[2]) for r in healthy)
+    seeds = ", ".join(sorted({str(r[1]["seed"]) for r in healthy}))
     lines = [f"Measured by `python bench/bench_diagnosis.py` on this machine (2 CPU cores, no GPU, offline), "
              f"{date.today().isoformat()}. Each run is the command a user types; the kept metrics are read again by "
              "the diagnosis as it is now (what `qlora-app doctor RUN` says; checks count training steps, a logged "
              "line standing for the steps since the one before).", "",
-             f"**Healthy runs** (every demo, full and `--quick`, seeds {', '.join(sorted({str(r[1]['seed']) for r in healthy}))}): "
+             f"**Healthy runs** (every demo, full and `--quick`, seeds {seeds}): "
              f"**{alarms} false alarms in {len(healthy)} runs**.", "",
              "| demo | mode | runs | steps each | said | lift, points (mean ± sd) |", "|---|---|---:|---:|---|---:|"]
     groups: dict[tuple, list] = {}

@@ -15,7 +15,6 @@ from app.eval.render import page_html, print_result
 from app.host.threads import use_free_cores
 from app.run import layout
 
-
 DEFAULT_SAMPLES = 20  # held-out rows `compare RUN` compares when it is given neither --num-samples nor --prompt
 
 

@@ -218,7 +218,7 @@ def compare(
     adapter: Optional[Path] = typer.Option(None, help="The same as RUN, as an option."),
     model: Optional[str] = typer.Option(None, help="Base model (default: read from the adapter/run config)."),
     dataset: Optional[str] = typer.Option(None, help="Dataset for held-out rows (default: the run's)."),
-    num_samples: Optional[int] = typer.Option(None, help=f"Held-out rows (seeded; {DEFAULT_SAMPLES} without --prompt)."),
+    num_samples: Optional[int] = typer.Option(None, help=f"Held-out rows ({DEFAULT_SAMPLES} without --prompt)."),
     prompt: Optional[List[str]] = typer.Option(None, help="A prompt to compare (repeatable)."),
     prompt_field: Optional[str] = typer.Option(None), reference_field: Optional[str] = typer.Option(None),
     max_new_tokens: int = typer.Option(128),
@@ -232,7 +232,7 @@ def compare(
     """Base vs adapter on held-out rows or your prompts, scored with the shaped reward."""
     apply_local_only(local_only)
     raise typer.Exit(run_compare_cli(
-        adapter=one_target(run, adapter), model=model, dataset=dataset, num_samples=num_samples, prompts=list(prompt or []),
+        adapter=one_target(run, adapter), model=model, dataset=dataset, num_samples=num_samples, prompts=prompt or [],
         prompt_field=prompt_field, reference_field=reference_field, max_new_tokens=max_new_tokens,
         temperature=temperature, batch_size=batch_size, seed=seed, json_out=json_out, html_out=html_out,
         local_only=local_only, console=console,

@@ -23,8 +23,9 @@ from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
 from app.train.memory import VERDICTS
-from app.train.plan import card_verdicts, decide_machine, judge_answers, make_plan
+from app.train.plan import card_verdicts, decide_machine, make_plan
 from app.train.request import check_user_code
+from app.train.reward_checks import judge_answers
 
 
 def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,

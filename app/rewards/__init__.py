@@ -4,7 +4,8 @@ user functions), each a separate TRL reward function so TRL logs ``rewards/<comp
     total = sum(weight[c] * component[c])      (a None component counts 0, exactly as TRL's nansum does)
 
 The components: components.py (length, format, reference, boilerplate, accuracy), answer.py (reading a final
-answer), match.py (how a reference is compared), formats.py (JSON and patterns), judge/ (a model as judge).
+answer), json_answer.py (the JSON an answer holds), match.py (how a reference is compared), formats.py (JSON and
+patterns), judge/ (a model as judge).
 
 ``score_completion`` computes the same total for one completion, so ``score``, ``compare`` and the UI show the
 number training optimised. Only the standard library is imported here; math-verify (sympy) loads on first use.

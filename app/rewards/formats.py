@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.rewards import answer as A
+from app.rewards import json_answer as J
 from app.rewards.components import Component
 
 REGEX_TIMEOUT_S = 1.0  # a pattern that backtracks without end on one answer gives that answer None, not a hung run
@@ -81,7 +82,7 @@ class JsonReward(Component):
         return f"{where + ': ' if where else ''}{error.message}"[:200]
 
     def score(self, text, reference):
-        candidate = A.json_text(text)
+        candidate = J.json_text(text)
         if candidate is None:
             return 0.0, "no JSON in the answer"
         try:

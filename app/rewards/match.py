@@ -7,7 +7,7 @@
     math     math-verify equivalence ("1/2" = "0.5" = "\\frac{1}{2}"); numbers as numeric
     overlap  ROUGE-L F1 (Google's rouge-score: the longest common subsequence of words) between the answer and the
              reference, 0..1: summaries, rewrites, explanations, support answers
-    json     the answer's JSON (app/rewards/answer.json_value) against the reference's: 1 when equal, else the
+    json     the answer's JSON (app/rewards/json_answer.json_value) against the reference's: 1 when equal, else the
              share of the reference's fields (an object's keys, a list's items) the answer has with equal values
 
 ``auto`` reads up to ``SAMPLE`` references once per run (the plan records the choice and why): mostly JSON objects
@@ -23,6 +23,7 @@ import re
 from statistics import median
 
 from app.rewards import answer as A
+from app.rewards import json_answer as J
 
 SAMPLE = 200  # references auto reads
 SHORT_WORDS = 5  # a reference of at most this many words (median) is a short answer
@@ -61,7 +62,7 @@ def choose(references) -> tuple[str, str]:
     if not values:
         return "numeric", "no reference to read: answers are compared as numbers, else as text"
     n = len(values)
-    structured = sum(A.is_json_structure(v) for v in values)
+    structured = sum(J.is_json_structure(v) for v in values)
     if structured >= MOSTLY * n:
         return "json", (f"{structured} of {n} references read are JSON objects or lists: an answer's JSON is "
                         "compared with the reference's, field by field")
@@ -82,7 +83,7 @@ def choose(references) -> tuple[str, str]:
 def _latex(v: str) -> bool:
     """A reference that reads as a LaTeX expression: one short line, not a number, not JSON, not code."""
     return (A.to_number(v) is None and "\n" not in v.strip() and len(v) <= A.MAX_ANSWER_CHARS
-            and not A.is_json_structure(v) and bool(A._LATEXY_RE.search(v)) and not _CODE_RE.search(v))
+            and not J.is_json_structure(v) and bool(A._LATEXY_RE.search(v)) and not _CODE_RE.search(v))
 
 
 _CODE_RE = re.compile(r"[;=]\s*$|\b(def|return|function|class|import|var|let|const|SELECT|FROM)\b|=>|==|\(\)")
@@ -215,11 +216,11 @@ def _json_match(text: str, reference: str) -> tuple[float | None, str]:
     try:
         gold = json.loads(reference)
     except ValueError:
-        found, value = A.json_value(reference)
+        found, value = J.json_value(reference)
         if not found:
             return None, "the reference is not JSON"
         gold = value
-    found, pred = A.json_value(text)
+    found, pred = J.json_value(text)
     if not found:
         return 0.0, "no JSON in the answer"
     if _same(pred, gold):

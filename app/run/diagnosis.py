@@ -268,7 +268,8 @@ def _task_components(f: Facts) -> list[str]:
 def _unreachable(last, early, held, f: Facts):
     for name in _task_components(f):
         values = _series(last, _component(name))
-        if _points(last, _component(name)) >= MIN_POINTS and max(values) - BY_NAME[name].low <= UNREACHABLE * _range(name):
+        low = BY_NAME[name].low
+        if _points(last, _component(name)) >= MIN_POINTS and max(values) - low <= UNREACHABLE * _range(name):
             how = f" (reward.reference_match={f.reference_match})" if name == "reference" and f.reference_match else ""
             hint = ("for free-text references set reward.reference_match=overlap, or judge the answers "
                     "(reward.judge.url / reward.judge.model); else the task is too hard for this model"

@@ -23,7 +23,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.errors import UserError
-
 from app.serve import requests as R
 from app.serve.requests import BadRequest
 

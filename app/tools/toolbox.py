@@ -16,7 +16,7 @@ from typing import Callable
 
 from app.errors import UserError
 from app.host.usercode import import_target, is_file_target
-from app.run.counts import CallCounts
+from app.run.counts import CallCounts, error_text
 from app.tools.builtin import BUILTIN_TOOLS
 from app.tools.guard import Limits, guarded, guarded_environment, public_methods
 
@@ -127,8 +127,6 @@ def try_environment(cls: type, row: dict | None = None) -> None:
     """TRL makes each rollout's environment with no arguments and resets it with the training row: both are tried
     once before the model loads (``row``: the first training row, once the data is read), so an environment that
     cannot be made or reset is one line, not a traceback after the model has loaded."""
-    from app.run.counts import error_text
-
     try:
         env = cls()
     except Exception as e:  # noqa: BLE001 - the user's code: any failure is one line

@@ -2,6 +2,7 @@
 (sft.py, grpo.py, dpo.py) on a 4-bit base with a PEFT LoRA adapter, built as planned (plan.py, build.py).
 
     request.py      the request's checks and the resume point;  preflight.py, memory.py: the memory estimate and fit
+    reward_checks.py  the reward's checks (schema, judge: asked once) and the reference match auto picks
     args.py         the config as TRL's arguments;  common.py: what every trainer shares;  batching.py, context.py
     fastpaths.py    the GPU fast paths;  sampler.py: GRPO's merged sampler;  fsdp.py: sharding under torchrun
     callbacks.py    metrics, status, Stop, counts;  heldout_eval.py: the held-out evaluation during training

@@ -29,7 +29,7 @@ from app.config.keys import differences
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data import to_grpo, to_sft
-from app.data.convert import prompt_text, reference_text, require_a_pair, to_dpo
+from app.data.convert import require_a_pair, to_dpo
 from app.data.loading import sampled_system_prompt
 from app.data.mixing import mix_note
 from app.data.preference import require_pairs
@@ -47,15 +47,13 @@ from app.model.placement import (
 from app.model.source import model_load_error, model_on_disk
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
-from app.rewards.formats import check_schema
-from app.rewards.judge.reward import check_judge, probe_judge
-from app.rewards.match import choose_for as choose_match
 from app.tools.toolbox import load_toolbox, try_environment
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
 from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, verdict
 from app.train.preflight import fit_memory, token_lengths
+from app.train.reward_checks import check_reward, judge_answers, reference_match
 from app.train.torchrun import world_size
 
 
@@ -298,38 +296,6 @@ def plan_tools(cfg: AppConfig, say):
         f"grpo.max_completion_length={g.max_completion_length} (the memory estimate's sequence); a call may take "
         f"{t.timeout_s:g} s and show {t.max_output_chars} characters")
     return box
-
-
-def check_reward(cfg: AppConfig, say, offline: bool = False) -> None:
-    """The reward's checks, before any model file is read (one line each): the JSON Schema file, the judge (rubric,
-    endpoint under --local-only, local model; ``offline``: a plan for any machine, whose judge need not be here)."""
-    r = cfg.reward
-    check_schema(r.json_schema)
-    if r.judge.enabled:
-        say(check_judge(r.judge, cfg.runtime.local_only, loads=not offline))
-
-
-def judge_answers(cfg: AppConfig, rows, det, say) -> None:
-    """An endpoint judge asked one real judgement of the first training row (its reference as the answer) before the
-    model loads: a judge that is down, refuses or cannot score is one line (app/rewards/judge/reward.probe_judge)."""
-    j = cfg.reward.judge
-    if not (j.enabled and j.url and cfg.reward.weight("judge")) or rows is None or det is None or not len(rows):
-        return
-    row = rows[0]
-    reference = reference_text(row, det)
-    say(probe_judge(j, prompt_text(row, det), reference or "", reference))
-
-
-def reference_match(cfg: AppConfig, rows, det, say) -> dict:
-    """The reference match ``auto`` picks from the reference column of a GRPO run, said with why and recorded as the
-    value that trains (so its proof compares the same way; other methods do not train on the reward, and their proof
-    decides per reference). Returns the change."""
-    field = det.reference_field if det is not None else None
-    if cfg.method != "grpo" or cfg.reward.reference_match != "auto" or rows is None or field is None:
-        return {}
-    mode, why = choose_match(rows, lambda row: reference_text(row, det))
-    say(f"reference match: {mode} ({why}); reward.reference_match sets another")
-    return {"reward.reference_match": mode}
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):

@@ -32,7 +32,8 @@ def total(text, ref=GSM, cfg=None):
 # ------------------------------------------------------------------------------------------------ doctests
 
 
-@pytest.mark.parametrize("module", ["app.rewards", "app.rewards.answer", "app.rewards.components", "app.rewards.match"])
+@pytest.mark.parametrize("module", ["app.rewards", "app.rewards.answer", "app.rewards.components", "app.rewards.match",
+                                    "app.rewards.json_answer"])
 def test_doctests(module):
     import importlib
 
