@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 ROLES = ("system", "user", "assistant", "tool")
-MAX_STOPS = 4  # OpenAI takes up to 4 stop strings
+MAX_STOPS = 16  # OpenAI takes up to 4; lm-eval sends a task's `until` with the EOS (more on some tasks), as vLLM takes
 # the fields served; "user" and "parallel_tool_calls" are a client's bookkeeping and the model's own choice
 HONOURED = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "seed", "stream",
             "stream_options", "n", "stop", "tools", "tool_choice", "user", "parallel_tool_calls"}
