@@ -113,7 +113,8 @@ def test_a_grpo_run_judged_by_a_local_model(tiny_models, math_jsonl, tmp_path):
 def test_a_judge_that_hangs_or_talks_nonsense_never_stops_a_run(tiny_models, math_jsonl, tmp_path):
     from threading import Thread
 
-    _Judge.mode, _Judge.seen, _Judge.fails_left = "garbage", [], 0
+    # the judge answers the run's probe (one judgement before the model loads), then talks nonsense or hangs
+    _Judge.mode, _Judge.seen, _Judge.fails_left, _Judge.ok_left = "garbage", [], 0, 1
     server = JudgeServer(("127.0.0.1", 0), _Judge)
     Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -133,7 +134,7 @@ def test_a_judge_that_hangs_or_talks_nonsense_never_stops_a_run(tiny_models, mat
         shown = io.StringIO()  # the summary `train` and `runs show` print: no curve for a judge that never scored
         print_run_summary(d, Console(file=shown, width=200))
         assert "rewards/judge/mean" not in shown.getvalue() and "judgements" in shown.getvalue()
-        _Judge.mode = "hang"
+        _Judge.mode, _Judge.ok_left = "hang", 1
         d = _judged_run(tmp_path, tiny_models["qwen3"], math_jsonl, "hang", {"url": url, "retries": 0,
                                                                                "timeout_s": 0.3}, steps=1)
         st = store.read_status(d)

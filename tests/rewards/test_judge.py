@@ -440,7 +440,7 @@ def test_train_with_a_judge_that_refuses_is_exit_2_with_nothing_made(judge_serve
 def test_a_judge_that_fails_while_training_is_said_live_in_the_summary_and_in_runs_show(judge_server, tmp_path):
     """The judge answers the probe, then refuses every judgement: the run says so as soon as it has judged 16, the
     summary and `runs show` say it with the first failure, `runs list` has it in its notes."""
-    _Judge.mode, _Judge.ok_left = "ok_then_refuse", 1
+    _Judge.mode, _Judge.ok_left = "refuse", 1
     out = tmp_path / "runs"
     r = cli("train", "--preset", "demo-grpo", "--judge-url", judge_server, "--max-steps", "4", "--output-dir",
             str(out), "--no-progress", "--set", "run_name=judged", "--set", "logging_steps=5",
@@ -457,4 +457,5 @@ def test_a_judge_that_fails_while_training_is_said_live_in_the_summary_and_in_ru
     assert st[layout.JUDGE_COUNTS]["judge"]["failures"] == st[layout.JUDGE_COUNTS]["judge"]["calls"] >= 16
     shown = cli("runs", "show", str(out / "judged"))
     assert "the judge failed" in shown.stdout and "256-token context" in shown.stdout
-    assert "judge_failing" in cli("runs", "list", str(out)).stdout
+    listed = cli("runs", "list", str(out), "--json")
+    assert json.loads(listed.stdout)["notes"] == "judge_failing"
