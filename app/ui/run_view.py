@@ -18,8 +18,9 @@ from app.ui.jobs import console_tail, running_elsewhere
 LOG_TAIL_BYTES = 64 * 1024
 
 
-RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "pref. acc.", "calls", "notes",
-               "date"]
+# notes: each tool's and the judge's calls and failures, and the kinds the run's diagnosis said (a run whose every
+# judgement failed must not look healthy here); one column, so the table still fits a 1400 px page
+RUN_COLUMNS = ["run", "status", "method", "model", "dataset", "step", "loss", "reward", "pref. acc.", "notes", "date"]
 
 
 def runs_rows(runs_dir: str | Path) -> list[list]:
@@ -30,7 +31,7 @@ def runs_rows(runs_dir: str | Path) -> list[list]:
         rows.append([label, s["status"], s["method"] or "", _short_source(s["model"]),
                      _short_source(s["dataset"]), str(step),
                      "" if s["loss"] is None else s["loss"], "" if s["reward"] is None else s["reward"],
-                     s["pref_accuracy"] or "", s["calls"] or "", s["notes"] or "", s["date"]])
+                     s["pref_accuracy"] or "", " · ".join(x for x in (s["calls"], s["notes"]) if x), s["date"]])
     return rows
 
 

@@ -141,7 +141,7 @@ def test_train_runs_compare_in_chromium(tmp_path):
             while not _curves_drawn(page, "run-curves"):
                 assert time.time() < deadline, "no curves drawn in the Runs tab"
                 time.sleep(0.5)
-            # the nine columns fit a 1400 px page: the last header cell ends inside the table's visible box
+            # the eleven columns fit a 1400 px page: the last header cell ends inside the table's visible box
             table = page.locator("#runs-table").bounding_box()
             date_head = page.locator("#runs-table").get_by_text("date", exact=True).first
             box = date_head.bounding_box()

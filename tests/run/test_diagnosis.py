@@ -221,7 +221,7 @@ def test_identical_rewards_truncation_and_an_unreachable_reference_are_said(tmp_
     from app.ui.run_view import runs_rows
 
     (row,) = [r for r in runs_rows(tmp_path) if r[0].endswith("hard")]
-    assert "unreachable" in row[10]  # the Runs tab's notes column
+    assert "unreachable" in row[9]  # the Runs tab's notes column
 
 
 @pytest.mark.slow

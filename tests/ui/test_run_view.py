@@ -1,5 +1,5 @@
 """The run view's text (app/ui/run_view.py): the lines after a diagnosis note stay lines of their own, code reads as
-code inside the note, and the Runs table says a run's failed calls and what its diagnosis found."""
+code inside the note, and the Runs table's notes say a run's failed calls and what its diagnosis found."""
 
 
 def test_lines_after_a_diagnosis_note_are_not_swallowed_by_it(tmp_path):
@@ -17,7 +17,7 @@ def test_lines_after_a_diagnosis_note_are_not_swallowed_by_it(tmp_path):
     assert "<br />" in after or "<p>" in after
 
 
-def test_the_runs_table_has_calls_and_notes(tmp_path):
+def test_the_runs_tables_notes_have_the_calls_and_the_diagnosis(tmp_path):
     from app.run import layout, store
     from app.ui.run_view import RUN_COLUMNS, runs_rows
 
@@ -29,4 +29,4 @@ def test_the_runs_table_has_calls_and_notes(tmp_path):
         layout.DIAGNOSIS: [{"kind": "judge_failing", "step": 2, "message": "the judge failed", "numbers": {}}]})
     (row,) = runs_rows(tmp_path)
     shown = dict(zip(RUN_COLUMNS, row))
-    assert shown["calls"] == "judge 56 calls, 56 failed" and shown["notes"] == "judge_failing"
+    assert shown["notes"] == "judge 56 calls, 56 failed · judge_failing"

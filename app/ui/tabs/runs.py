@@ -19,10 +19,10 @@ def build(ctx: Context, tab):
     runs_dir, jobs = ctx.runs_dir, ctx.jobs
     with gr.Row():
         refresh_btn = gr.Button("Refresh", size="sm", elem_id="runs-refresh")
-    # Narrow columns get narrow widths so the ten fit a 1400 px page; the table scrolls sideways below that. Cells
+    # Narrow columns get narrow widths so the eleven fit a 1400 px page; the table scrolls sideways below that. Cells
     # wrap: a run's name is what people copy into --resume / compare, so it is shown whole, never cut.
     runs_df = gr.Dataframe(headers=rv.RUN_COLUMNS, interactive=False, wrap=True, elem_id="runs-table",
-                           column_widths=["24%", "8%", "6%", "12%", "11%", "7%", "7%", "7%", "7%", "11%"])
+                           column_widths=["20%", "7%", "6%", "10%", "9%", "6%", "6%", "6%", "6%", "14%", "10%"])
     with gr.Row():
         run_pick = gr.Dropdown([], label="Run", elem_id="run-pick", scale=3)
         extend = gr.Number(None, label="Extend to steps (optional)", precision=0, elem_id="resume-steps", scale=1)
