@@ -26,9 +26,10 @@ numbers, and what to change:
                   said as soon as there are: no window to wait for): its component scores nothing
 
 A run that is learning contradicts the checks that say it cannot: when a task component rose by ``TASK_RISE`` of
-its range from the first steps to the last, or held-out accuracy rose by ``HELD_OUT_RISE``, flat_groups, saturated,
-frozen and gamed stay silent (measured: the tools demo's format component sits at its maximum while its reference
-rises; docs/performance.md has the classifier's table, `python bench/bench_diagnosis.py`).
+its range from the first steps to the last, or the later half of the held-out evaluations averages
+``HELD_OUT_LEARNING`` above the first, flat_groups, saturated, frozen and gamed stay silent (measured: the tools
+demo's format component sits at its maximum while its reference rises; docs/performance.md has the classifier's
+table, `python bench/bench_diagnosis.py`).
 
 The same function reads a finished run's metrics.jsonl (``qlora-app doctor RUN``) and a live run's lines (the run's
 callback), so both say the same. Thresholds are listed in docs/rewards.md. Standard library only: `runs` and the UI
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from statistics import fmean
 
 from app.config.reward_components import BY_NAME, TASK_COMPONENTS
 from app.run import layout
@@ -55,6 +57,7 @@ GAMED_TASK = 0.1
 REWARD_RISE = 0.05  # of the sum of the weights: a rise of the total reward that is more than noise
 FLAT_REWARD = 0.02  # of the sum of the weights: a total reward that moved less than this is flat
 HELD_OUT_RISE = 0.02  # held-out accuracy that rose less than this did not rise
+HELD_OUT_LEARNING = 0.05  # held-out accuracy whose later evaluations average this much above the first: learning
 TASK_RISE = 0.1  # of a task component's range: a rise from the first steps to the last that is learning, not noise
 # (a component sampled at temperature 1 on 16 completions a step moves ~0.05 between two 10-step means by chance)
 FROZEN = 1e-4  # the adapter moved less than this share of its size over the window
@@ -203,7 +206,8 @@ def _learning(early, last, held, f: Facts) -> bool:
         first, late = _mean(early, _component(name)), _mean(last, _component(name))
         if first is not None and late is not None and late - first >= TASK_RISE * _range(name):
             return True
-    return len(held) >= 2 and max(held[1:]) >= held[0] + HELD_OUT_RISE
+    later = held[1:][len(held[1:]) // 2:]  # the second half of the evaluations after the first: not one lucky point
+    return bool(later) and fmean(later) >= held[0] + HELD_OUT_LEARNING
 
 
 def _judge_failing(judged: tuple[float, float], last: list[dict]):

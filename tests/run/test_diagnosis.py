@@ -148,6 +148,9 @@ def test_a_learning_run_contradicts_the_checks_that_say_it_cannot_learn():
     held = [{"step": 20 * k, layout.EVAL_ACCURACY: a} for k, a in ((1, 0.469), (2, 0.625))]
     rising = sorted(tools_like(lambda i: 0.3 + 0.02 * (i % 2)) + held, key=lambda r: r["step"])
     assert _kinds(rising) == []
+    lucky = [{"step": 8 * k, layout.EVAL_ACCURACY: a} for k, a in enumerate((0.30, 0.30, 0.34, 0.30, 0.30), 1)]
+    noisy = sorted(tools_like(lambda i: 0.3 + 0.02 * (i % 2)) + lucky, key=lambda r: r["step"])
+    assert "saturated" in _kinds(noisy)  # one lucky evaluation is not learning
     # a check a learning run does not contradict still speaks: cut answers
     assert _kinds(_steps(30, **{**HEALTHY, "completions__clipped_ratio": 0.5})) == ["truncated"]
 
