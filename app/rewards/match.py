@@ -174,9 +174,9 @@ def score(mode: str, text: str, reference) -> tuple[float | None, str]:
             return 0.0, "empty answer"
         f1 = rouge_l(pred, ref)
         return round(f1, 4), f"ROUGE-L F1 {f1:.2f} with the reference ({len(ref)} chars)"
-    if mode == "json":
-        return _json_match(text, _raw(reference))
     raw = _raw(reference)
+    if mode == "json":
+        return _json_match(text, raw)
     if raw and A._norm_text(_overlap_text(A.to_text(text))) == A._norm_text(raw):
         return 1.0, "the answer is the reference"
     gold = A.parse_reference(reference)
@@ -270,7 +270,8 @@ def correct(mode: str | None, text: str, reference) -> bool | None:
     """
     if _raw(reference) == "":
         return None
-    value, _ = score(resolved(mode, reference), text, reference)
+    mode = resolved(mode, reference)
+    value, _ = score(mode, text, reference)
     if value is None:
         return None
-    return value >= (OVERLAP_CORRECT if resolved(mode, reference) == "overlap" else 1.0)
+    return value >= (OVERLAP_CORRECT if mode == "overlap" else 1.0)

@@ -37,6 +37,11 @@ FORM_WORDS = ("response_format", "json_schema", "json_object", "schema", "gramma
 RETRIED_4XX = (408, 409, 429)  # a client error that may pass on a second try: timeout, conflict, rate limit
 
 
+def _refused_for_good(status: int) -> bool:
+    """A client error that a second try would get again (an unknown model, a prompt too long, a bad key)."""
+    return 400 <= status < 500 and status not in RETRIED_4XX
+
+
 def is_this_machine(url: str) -> bool:
     """Whether ``url``'s host is this machine (app.host.net: loopback or its own host name, without DNS).
 
@@ -115,12 +120,10 @@ class EndpointJudge:
                 reply = self._ask(text)
             except openai.APITimeoutError:
                 failure, self.last_failure = "timeout", f"no reply within {self.cfg.timeout_s:g} s"
-            except openai.APIStatusError as e:
-                failure, self.last_failure = "error", f"{type(e).__name__}: {str(e)[:160]}"
-                if 400 <= e.status_code < 500 and e.status_code not in RETRIED_4XX:
-                    return None, failure  # refused for what it asks: the same request is refused again
             except (openai.APIError, RuntimeError, OSError) as e:  # refused, 5xx, lost connection, no model listed
                 failure, self.last_failure = "error", f"{type(e).__name__}: {str(e)[:160]}"
+                if isinstance(e, openai.APIStatusError) and _refused_for_good(e.status_code):
+                    return None, failure  # refused for what it asks: the same request is refused again
             else:
                 score = parse_score(reply)
                 if score is None:

@@ -22,7 +22,7 @@ from app.rewards.components import Component
 from app.rewards.judge.endpoint import EndpointJudge, is_this_machine
 from app.rewards.judge.local import LocalJudge
 from app.rewards.judge.rubric import load_rubric, render
-from app.run.counts import CallCounts
+from app.run.counts import CallCounts, error_text
 
 CACHE_SIZE = 50_000  # judgements kept: a run re-scores few, compare re-scores its rows
 STATS_NAME = "judge"  # the counters' name in stats (metrics.jsonl: judge/calls, judge/failures, ...)
@@ -66,7 +66,7 @@ def probe_judge(judge_cfg, prompt: str, completion: str, reference: str | None) 
         value, failure = judge.judge_one(render(load_rubric(judge_cfg.rubric), prompt, A.strip_think(completion),
                                                 reference))
     except Exception as e:  # noqa: BLE001 - whatever breaks, the user gets the line below
-        value, failure, judge.last_failure = None, "error", f"{type(e).__name__}: {str(e)[:160]}"
+        value, failure, judge.last_failure = None, "error", error_text(e)
     if failure is None:
         return (f"judge: answered a training row's judgement in {time.monotonic() - t0:.1f} s "
                 f"({value * 10:g}/10, model {judge.model()})")
