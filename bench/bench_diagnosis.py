@@ -122,17 +122,14 @@ def _lift(d: Path) -> float | None:
 
 def read_again(d: Path) -> tuple[list[str], int, list[str]]:
     """What the diagnosis says of a kept run now, the training steps it read, what the run said live."""
-    import yaml
+    from app.config.build import load_yaml_file, validate
+    from app.run import layout, store
+    from app.run.diagnosis import Facts, diagnose, step_lines, steps_of
 
-    from app.config.schema import AppConfig
-    from app.run.diagnosis import Facts, diagnose, is_step
-
-    records = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    cfg = AppConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
-    found = diagnose(records, Facts.of(cfg))
-    steps = max((r.get("step", 0) for r in records if is_step(r)), default=0)
-    live = [x["kind"] for x in json.loads((d / "status.json").read_text()).get("diagnosis") or []]
-    return [f.kind for f in found], steps, live
+    records = store.read_metrics(d)
+    found = diagnose(records, Facts.of(validate(load_yaml_file(d / layout.CONFIG))))
+    live = [x["kind"] for x in (store.read_status(d) or {}).get(layout.DIAGNOSIS) or []]
+    return [f.kind for f in found], steps_of(step_lines(records)), live
 
 
 def table(out: Path) -> str:

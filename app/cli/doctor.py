@@ -16,7 +16,7 @@ from app.eval.harness import INSTALL_HINT
 from app.export.gguf import EXTRA
 from app.host.machine import installed
 from app.run import layout, lookup, store
-from app.run.diagnosis import WINDOW, Facts, diagnose, is_step
+from app.run.diagnosis import WINDOW, Facts, diagnose, step_lines, step_mean, steps_of, window
 from app.train.plan import make_plan
 
 
@@ -90,29 +90,37 @@ def report_run(run, console) -> int:
     d = lookup.require_run_dir(run)
     cfg = validate(load_yaml_file(d / layout.CONFIG))
     records = store.read_metrics(d)
-    steps = [r for r in records if is_step(r)]
+    lines = step_lines(records)  # each logged line stands for the steps since the one before, as the checks count
     found = diagnose(records, Facts.of(cfg))
-    console.print(f"[bold]{escape(d.name)}[/]: {cfg.method.upper()}, {len(steps)} logged steps")
-    if len(steps) < WINDOW:
-        console.print(f"too few logged steps to read ({len(steps)}; the checks need {WINDOW}): nothing to say yet",
+    steps = steps_of(lines)
+    console.print(f"[bold]{escape(d.name)}[/]: {cfg.method.upper()}, {steps} training steps in {len(lines)} logged "
+                  "lines")
+    if steps >= WINDOW:
+        console.print(_signals(window(lines)))
+    elif not found:
+        console.print(f"too few training steps to read ({steps}; the checks need {WINDOW}): nothing to say yet",
                       highlight=False)
         return 0
-    last = steps[-WINDOW:]
-    t = Table(title=f"the signals over the last {WINDOW} logged steps (steps {last[0].get('step')}-"
+    if not found:
+        console.print("no sign of a flat reward: none of the checks' signals persisted (docs/rewards.md lists "
+                      "them)", highlight=False)
+    for f in found:  # a failing judge is said before any window
+        console.print(f"[bold yellow]{f.kind}[/]: {escape(f.message)}", soft_wrap=True)
+    return len(found)
+
+
+def _signals(last: list[dict]) -> Table:
+    """The signals the checks read over the last window, each its mean over the steps (the adapter's movement, its
+    sum)."""
+    t = Table(title=f"the signals over the last {WINDOW} training steps (steps {last[0].get('step')}-"
                     f"{last[-1].get('step')})")
     t.add_column("signal")
     t.add_column("mean", justify="right")
     read = ("reward", "frac_reward_zero_std", "completions/clipped_ratio", layout.ADAPTER_UPDATE)
     for key in sorted({k for r in last for k in r if k in read or k.startswith("rewards/") and k.endswith("/mean")}):
-        values = [r[key] for r in last if isinstance(r.get(key), (int, float))]
-        if values:
-            total = key == layout.ADAPTER_UPDATE  # the adapter's movement adds up over the window
-            t.add_row(escape(key) + (" (sum)" if total else ""),
-                      f"{(sum(values) if total else sum(values) / len(values)):.4g}")
-    console.print(t)
-    if not found:
-        console.print("no sign of a flat reward: none of the checks' signals persisted (docs/rewards.md lists "
-                      "them)", highlight=False)
-    for f in found:
-        console.print(f"[bold yellow]{f.kind}[/]: {escape(f.message)}", soft_wrap=True)
-    return len(found)
+        if key == layout.ADAPTER_UPDATE:  # the adapter's movement adds up over the window
+            moved = [r[key] for r in last if isinstance(r.get(key), (int, float))]
+            t.add_row(escape(key) + " (sum)", f"{sum(moved):.4g}")
+        elif (mean := step_mean(last, key)) is not None:
+            t.add_row(escape(key), f"{mean:.4g}")
+    return t

@@ -40,7 +40,6 @@ Owns: the diagnosis of a run's curves. Must not change a run (it says; the user 
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 
@@ -64,6 +63,8 @@ FROZEN = 1e-4  # the adapter moved less than this share of its size over the win
 CONSTANT = 1e-9  # a batch's reward_std at most this: every completion scored the same
 JUDGE_FAILING = 0.5  # share of the judge's judgements that failed
 JUDGE_MIN_CALLS = 16  # judgements before the share is read
+STEPS = "_steps"  # the training steps a line stands for (set on the diagnosis's own copies, never written)
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -105,7 +106,7 @@ def _weight(record: dict) -> int:
     return record.get(STEPS, 1)
 
 
-def _mean(records: list[dict], key: str) -> float | None:
+def step_mean(records: list[dict], key: str) -> float | None:
     """The mean of ``key`` over the steps the lines stand for (a line of 10 steps weighs 10)."""
     pairs = [(r[key], _weight(r)) for r in records if isinstance(r.get(key), (int, float))]
     total = sum(w for _, w in pairs)
@@ -117,8 +118,9 @@ def _points(records: list[dict], key: str) -> int:
     return sum(_weight(r) for r in records if isinstance(r.get(key), (int, float)))
 
 
-def _steps(records: list[dict]) -> int:
-    return sum(_weight(r) for r in records)
+def steps_of(lines: list[dict]) -> int:
+    """The training steps the lines stand for."""
+    return sum(_weight(r) for r in lines)
 
 
 def _span(last: list[dict]) -> str:
@@ -135,12 +137,14 @@ def _range(name: str) -> float:
     return (spec.high - spec.low) if spec else 1.0
 
 
-STEPS = "_steps"  # the training steps a line stands for (set on the diagnosis's own copies, never written)
-
-
 def is_step(record: dict) -> bool:
     """A training step's line (a held-out evaluation of a step that was not logged has a line of its own)."""
     return any(k in record for k in ("loss", "reward", layout.ADAPTER_UPDATE))
+
+
+def _marked(record: dict, before: int) -> dict:
+    """A training step's line marked with the steps it stands for: those since ``before``, the previous line's."""
+    return {**record, STEPS: max(1, int(record.get("step", before + 1)) - before)}
 
 
 def step_lines(records: list[dict]) -> list[dict]:
@@ -148,13 +152,12 @@ def step_lines(records: list[dict]) -> list[dict]:
     out, before = [], 0
     for r in records:
         if is_step(r):
-            step = int(r.get("step", before + 1))
-            out.append({**r, STEPS: max(1, step - before)})
-            before = max(before, step)
+            out.append(_marked(r, before))
+            before = max(before, int(r.get("step", before + 1)))
     return out
 
 
-def _window(lines: list[dict], steps: int, last: bool) -> list[dict]:
+def window(lines: list[dict], steps: int = WINDOW, last: bool = True) -> list[dict]:
     """The fewest lines at the end (``last``) or the start that stand for ``steps`` steps, or all of them."""
     seq = reversed(lines) if last else iter(lines)
     out, n = [], 0
@@ -170,11 +173,12 @@ def diagnose(records: list[dict], facts: Facts) -> list[Finding]:
     """Every finding the logged steps ``records`` (metrics.jsonl lines, in step order) show for a run of ``facts``;
     [] when fewer than WINDOW steps are logged or nothing persisted."""
     train = step_lines(records)
-    return _diagnose(_window(train, WINDOW // 2, last=False), _window(train, WINDOW, last=True), _steps(train),
+    return _diagnose(window(train, WINDOW // 2, last=False), window(train, WINDOW, last=True), steps_of(train),
                      _series(records, layout.EVAL_ACCURACY), facts, _judge_totals(records))
 
 
 def _judge_totals(lines: list[dict]) -> tuple[float, float]:
+    """(judgements, failed ones) the lines count (judge/calls, judge/failures)."""
     return (sum(_series(lines, layout.JUDGE_PREFIX + "calls")), sum(_series(lines, layout.JUDGE_PREFIX + "failures")))
 
 
@@ -203,7 +207,7 @@ def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float]
 def _learning(early, last, held, f: Facts) -> bool:
     """Whether the run shows it learns: a task component rose by TASK_RISE of its range, or held-out accuracy rose."""
     for name in _task_components(f):
-        first, late = _mean(early, _component(name)), _mean(last, _component(name))
+        first, late = step_mean(early, _component(name)), step_mean(last, _component(name))
         if first is not None and late is not None and late - first >= TASK_RISE * _range(name):
             return True
     later = held[1:][len(held[1:]) // 2:]  # the second half of the evaluations after the first: not one lucky point
@@ -226,10 +230,10 @@ def _constant(last, early, held, f: Facts):
     spread = _series(last, "reward_std")
     if f.method != "grpo" or _points(last, "reward_std") < MIN_POINTS or max(spread) > CONSTANT:
         return None
-    names = sorted({layout.component_of(k.removesuffix("/std") + layout.COMPONENT_SUFFIX) or k
-                    for r in last for k in r if k.startswith(layout.COMPONENT_PREFIX) and k.endswith("/std")})
-    names = [n for n in names if max(_series(last, f"{layout.COMPONENT_PREFIX}{n}/std") or [0]) <= CONSTANT]
-    level = _mean(last, "reward")
+    spreads = {k for r in last for k in r if k.startswith(layout.COMPONENT_PREFIX) and k.endswith("/std")}
+    names = sorted(k[len(layout.COMPONENT_PREFIX):-len("/std")] for k in spreads
+                   if max(_series(last, k), default=0) <= CONSTANT)
+    level = step_mean(last, "reward")
     which = ", ".join(names) or "the reward"
     return ("constant",
             f"every completion scored the same over {_span(last)} (reward {level:.2f}, reward_std 0; {which} never "
@@ -239,12 +243,12 @@ def _constant(last, early, held, f: Facts):
 
 
 def _flat_groups(last, early, held, f: Facts):
-    flat = _mean(last, "frac_reward_zero_std")
+    flat = step_mean(last, "frac_reward_zero_std")
     if f.method != "grpo" or _points(last, "frac_reward_zero_std") < MIN_POINTS or flat < FLAT_GROUPS:
         return None
     if max(_series(last, "reward_std") or [1.0]) <= CONSTANT:
         return None  # every completion scored the same: the reward's fault (constant), not the sampling's
-    reward = _mean(last, "reward")
+    reward = step_mean(last, "reward")
     level = f" (mean reward {reward:.2f})" if reward is not None else ""
     return ("flat_groups",
             f"{flat:.0%} of GRPO's groups had identical rewards over {_span(last)} "
@@ -255,7 +259,7 @@ def _flat_groups(last, early, held, f: Facts):
 
 
 def _truncated(last, early, held, f: Facts):
-    clipped = _mean(last, "completions/clipped_ratio")
+    clipped = step_mean(last, "completions/clipped_ratio")
     if f.method != "grpo" or _points(last, "completions/clipped_ratio") < MIN_POINTS or clipped < TRUNCATED:
         return None
     return ("truncated",
@@ -287,13 +291,13 @@ def _unreachable(last, early, held, f: Facts):
 
 def _gamed(last, early, held, f: Facts):
     tasks = _task_components(f)
-    task_late = {n: v for n in tasks if (v := _mean(last, _component(n))) is not None}
+    task_late = {n: v for n in tasks if (v := step_mean(last, _component(n))) is not None}
     if task_late and all(v - BY_NAME[n].low <= GAMED_TASK * _range(n) for n, v in task_late.items()):
         for name in f.weights:
             spec = BY_NAME.get(name)
             if spec is None or name in TASK_COMPONENTS or spec.high <= 0:
                 continue
-            late, first = _mean(last, _component(name)), _mean(early, _component(name))
+            late, first = step_mean(last, _component(name)), step_mean(early, _component(name))
             if late is not None and first is not None and late >= SATURATED * spec.high and late > first + 0.1:
                 task = ", ".join(f"{n} stayed at {v:.2f}" for n, v in task_late.items())
                 main = max(task_late, key=lambda n: f.weights.get(n, 0))
@@ -302,7 +306,7 @@ def _gamed(last, early, held, f: Facts):
                         f"for the {name} alone; raise reward.weights.{main} or lower reward.weights.{name}, and check "
                         f"that {main} can score these answers (`qlora-app score`)",
                         {name: round(late, 3), **{n: round(v, 3) for n, v in task_late.items()}})
-    late, first = _mean(last, "reward"), _mean(early, "reward")
+    late, first = step_mean(last, "reward"), step_mean(early, "reward")
     scale = sum(abs(w) for w in f.weights.values()) or 1.0
     if len(held) >= 3 and late is not None and first is not None:
         rise = late - first
@@ -316,7 +320,7 @@ def _gamed(last, early, held, f: Facts):
 
 
 def _saturated(last, early, held, f: Facts):
-    late, first = _mean(last, "reward"), _mean(early, "reward")
+    late, first = step_mean(last, "reward"), step_mean(early, "reward")
     scale = sum(abs(w) for w in f.weights.values()) or 1.0
     if late is None or first is None or abs(late - first) >= FLAT_REWARD * scale:
         return None
@@ -357,33 +361,28 @@ class Watch:
     def __init__(self, facts: Facts, said: list[dict] | None = None):
         self.facts = facts
         self.early: list[dict] = []
-        self.last: deque[dict] = deque()
+        self.last: list[dict] = []
         self.steps = 0
         self.before = 0  # the step of the last training line
         self.held: list[float] = []
-        self.judged = [0.0, 0.0]
+        self.judged = (0.0, 0.0)
         self.found: list[dict] = list(said or [])
 
     def add(self, record: dict) -> list[dict]:
         if isinstance(record.get(layout.EVAL_ACCURACY), (int, float)):
             self.held.append(record[layout.EVAL_ACCURACY])
-        for i, key in enumerate(("calls", "failures")):  # a count may come on a line of its own (the run's end)
-            value = record.get(layout.JUDGE_PREFIX + key)
-            self.judged[i] += value if isinstance(value, (int, float)) else 0
+        calls, failures = _judge_totals([record])  # a count may come on a line of its own (the run's end)
+        self.judged = (self.judged[0] + calls, self.judged[1] + failures)
         if is_step(record):
-            step = int(record.get("step", self.before + 1))
-            line = {**record, STEPS: max(1, step - self.before)}
-            self.before = max(self.before, step)
+            line = _marked(record, self.before)
+            self.before = max(self.before, int(record.get("step", self.before + 1)))
             self.steps += line[STEPS]
-            if _steps(self.early) < WINDOW // 2:
-                self.early.append(line)
-            self.last.append(line)
-            while len(self.last) > 1 and _steps(list(self.last)[1:]) >= WINDOW:
-                self.last.popleft()
-        elif not any(k.startswith(layout.JUDGE_PREFIX) for k in record):
+            self.early = window(self.early + [line], WINDOW // 2, last=False)
+            self.last = window(self.last + [line])
+        elif not calls:
             return []  # a held-out evaluation's line: kept for the next step's checks
         known = {d["kind"] for d in self.found}
-        new = [d.to_dict() for d in _diagnose(self.early, list(self.last), self.steps, self.held, self.facts,
-                                              tuple(self.judged)) if d.kind not in known]
+        new = [d.to_dict() for d in _diagnose(self.early, self.last, self.steps, self.held, self.facts, self.judged)
+               if d.kind not in known]
         self.found += new
         return new
