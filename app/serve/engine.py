@@ -22,6 +22,7 @@ from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length
 from app.model.templates import ensure_tool_parser, tool_template_problem
 from app.run.lookup import adapter_name
+from app.tools.loop import read_turn
 
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
 
@@ -48,13 +49,17 @@ class StopAt:
         self.text, self.sent, self.hit = "", 0, None
         self.hold = max((len(s) - 1 for s in self.stops), default=0)
 
+    def first(self, text: str) -> tuple[int, str] | None:
+        """(where, which) of the first stop string in ``text``, or None."""
+        return min(((i, s) for s in self.stops if (i := text.find(s)) != -1), default=None)
+
     def feed(self, piece: str) -> str:
         if self.hit is not None:
             return ""
         self.text += piece
-        found = [(i, s) for s in self.stops if (i := self.text.find(s)) != -1]
+        found = self.first(self.text)
         if found:
-            cut, self.hit = min(found)
+            cut, self.hit = found
             self.text = self.text[:cut]
         safe = len(self.text) if self.hit is not None else max(self.sent, len(self.text) - self.hold)
         out, self.sent = self.text[self.sent:safe], safe
@@ -106,37 +111,31 @@ class Engine:
     def tool_calls(self, reply: str, prompt: str, tools: list[dict]) -> tuple[str, list[dict] | None]:
         """(content, OpenAI tool_calls or None) of a reply to a tools request, read by TRL's parser as training reads
         a rollout's calls (app/tools/loop.py)."""
-        from trl.chat_template_utils import parse_response
-
         ensure_tool_parser(self.tok)
         ids = self.tok(reply, add_special_tokens=False)["input_ids"]
-        prefix = self.tok(prompt, add_special_tokens=False)["input_ids"]
-        parsed = parse_response(self.tok, ids, prefix=prefix, tools=tools) if ids else {}
+        content, parsed = read_turn(self.tok, ids, self.tok(prompt, add_special_tokens=False)["input_ids"], tools)
         calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                   "function": {"name": (c.get("function") or {}).get("name"),
                                "arguments": json.dumps((c.get("function") or {}).get("arguments") or {})}}
-                 for c in parsed.get("tool_calls") or []]
-        return (parsed.get("content") or "").strip() if calls else reply, calls or None
+                 for c in parsed or []]
+        return content.strip() if calls else reply, calls or None
 
-    def _fit(self, text: str, max_tokens: int) -> list[int]:
+    def ids(self, text: str, max_tokens: int) -> list[int]:
+        """The prompt's token ids; a prompt that leaves no room for ``max_tokens`` is one line."""
         ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
         if self.context is not None and len(ids) + max_tokens > self.context:
             raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
                             f"{self.context}-token context; shorten it or lower max_tokens")
         return ids
 
-    def ids(self, text: str, max_tokens: int) -> list[int]:
-        """The prompt's token ids; a prompt that leaves no room for ``max_tokens`` is one line."""
-        return self._fit(text, max_tokens)
-
     def reply_tokens(self, text: str, asked: int | None, most: int) -> int:
         """A request's reply length, checked against the context: ``asked``, or when it names none ``most`` or what
         the context leaves beside the prompt (the prompt tokenized once)."""
         if asked is not None or self.context is None:
             tokens = most if asked is None else asked
-            self._fit(text, tokens)
+            self.ids(text, tokens)
             return tokens
-        used = len(self._fit(text, 1))
+        used = len(self.ids(text, 1))
         return max(1, min(most, self.context - used))
 
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
@@ -147,12 +146,11 @@ class Engine:
         ids = self.ids(text, max_tokens)
         watch = StopAt(list(stops))
         ended = _Either(stop)
-        shown = on_text
 
         def piece(p: str) -> None:
             out = watch.feed(p)
-            if out and shown:
-                shown(out)
+            if out and on_text:
+                on_text(out)
             if watch.hit is not None:
                 ended.own.set()  # the stop string is met: generation ends at the next token
 
@@ -162,20 +160,16 @@ class Engine:
             with self.pair.side(side):
                 out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed,
                                    piece if (on_text or watch.stops) else None, ended)
-        if watch.stops:  # the whole text is cut the same way the stream was (the decoded text is the reference)
-            cut = [(i, s) for s in watch.stops if (i := out.find(s)) != -1]
-            if cut:
-                out = out[:min(cut)[0]]
-            if shown and watch.hit is None:
-                rest = watch.rest()
-                if rest:
-                    shown(rest)
+        hit = watch.first(out)  # the whole text is cut as the stream was (the decoded text is the reference)
+        if hit:
+            out = out[:hit[0]]
+        if on_text and watch.hit is None and (rest := watch.rest()):
+            on_text(rest)  # what was held back in case it began a stop string
         with self.stats.lock:
             self.stats.requests += 1
             self.stats.waited_s += waited
             self.stats.stopped += int(bool(stop and stop.is_set()))
-        hit = min(cut)[1] if watch.stops and cut else None
-        return Reply(out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"]), hit)
+        return Reply(out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"]), hit[1] if hit else None)
 
 
 class _Either:

@@ -91,6 +91,15 @@ def call_lines(turns: list[dict]) -> list[str]:
     return out
 
 
+def read_turn(tok, ids: list[int], prefix: list[int], tools) -> tuple[str, list[dict] | None]:
+    """(content, tool calls or None) of a generated assistant turn, read by TRL's parser as training reads a rollout's
+    calls (the tokenizer's parser set: app/model/templates.ensure_tool_parser). The tool loop's and the API server's."""
+    from trl.chat_template_utils import parse_response  # heavy: TRL's parser, the one training reads calls with
+
+    parsed = parse_response(tok, ids, prefix=prefix, tools=tools or None) if ids else {}
+    return parsed.get("content") or "", parsed.get("tool_calls") or None
+
+
 def _render(tok, messages: list[dict], tools: list[Callable]) -> list[int]:
     """The conversation's token ids up to the next assistant turn, the tools' schemas rendered by the template."""
     return tok.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=True,
@@ -104,8 +113,6 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
 
     ``generate_ids(prompt_ids: list[list[int]], max_new_tokens) -> list[list[int]]`` generates one batch (the
     caller's generation path: greedy or sampled, one model or the base side)."""
-    from trl.chat_template_utils import parse_response  # heavy: TRL's parser, the one training reads calls with
-
     ensure_tool_parser(tok)
     by_name = [{f.__name__: f for f in row} for row in tools]
     msgs = [list(c) for c in conversations]
@@ -130,9 +137,9 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
         for i, p, ids in zip(active, prompts, new):
             ids = ids[:max_new_tokens - used[i]]  # each answer within its own budget, as TRL cuts it
             used[i] += len(ids)
-            parsed = parse_response(tok, ids, prefix=p, tools=tools[i] or None) if ids else {}
-            message = {"role": "assistant", "content": parsed.get("content") or ""}
-            wanted = parsed.get("tool_calls") if round_ < max_calls else None
+            content, asked = read_turn(tok, ids, p, tools[i])
+            message = {"role": "assistant", "content": content}
+            wanted = asked if round_ < max_calls else None
             if wanted:
                 message["tool_calls"] = wanted
             turns[i].append(message)
