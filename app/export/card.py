@@ -31,21 +31,20 @@ def _hub_id(name: str | None) -> str | None:
     return name
 
 
-def shown_name(name: str, kind: str = "model") -> str:
-    """How a card names a base or a dataset: a hub id or built-in name as it is; a local path by its last part,
-    saying it is local (the card may be published: the user's directory layout is not)."""
+def _named(name: str, kind: str) -> tuple[str, str | None]:
+    """(the name a card shows, what it is when it is local): a hub id or built-in name as it is; a local path by its
+    last part, saying it is local (the card may be published: the user's directory layout is not)."""
     p = Path(name).expanduser()
     if not (p.is_absolute() or p.exists() or name.startswith((".", "~"))):
-        return name
-    return f"{p.name} (a local {kind} {'folder' if p.is_dir() or kind == 'model' else 'file'})"
+        return name, None
+    return p.name, f"a local {kind} {'folder' if p.is_dir() or kind == 'model' else 'file'}"
 
 
 def code_name(name: str, kind: str = "model") -> str:
-    """``shown_name`` in markdown: the name in a code span, the words about it outside ("`x` (a local model
-    folder)")."""
-    shown = shown_name(name, kind)
-    plain, _, note = shown.partition(" (a local ")
-    return f"`{plain}`" + (f" (a local {note}" if note else "")
+    """How a card names a base or a dataset in markdown: the name in a code span, the words about it outside ("`x`
+    (a local model folder)")."""
+    plain, local = _named(name, kind)
+    return f"`{plain}`" + (f" ({local})" if local else "")
 
 
 def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
