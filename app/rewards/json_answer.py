@@ -7,6 +7,8 @@ Owns: finding and decoding an answer's JSON. Must not score it.
 
 from __future__ import annotations
 
+import json
+
 from app.rewards import answer as A
 
 MAX_JSON_CHARS = 100_000  # longer answers are cut before parsing: a flood costs the same as a page
@@ -37,8 +39,6 @@ def json_value(text) -> tuple[bool, object]:
     >>> json_value("no json")[0]
     False
     """
-    import json
-
     candidate = json_text(text)
     if candidate is None:
         return False, None
@@ -50,8 +50,6 @@ def json_value(text) -> tuple[bool, object]:
 
 def is_json_structure(text: str) -> bool:
     """Whether a reference is a JSON object or list as a whole (not a number or a string that JSON also reads)."""
-    import json
-
     s = text.strip()
     if s[:1] not in "{[":
         return False

@@ -19,6 +19,7 @@ slashes are not math). In every mode but overlap, an answer that is its referenc
 
 from __future__ import annotations
 
+import json
 import re
 from statistics import median
 
@@ -209,8 +210,6 @@ def _same(a, b) -> bool:
 def _json_match(text: str, reference: str) -> tuple[float | None, str]:
     """The json mode: the answer's JSON against the reference's (1 when equal; else the share of the reference's
     fields the answer has with equal values)."""
-    import json
-
     if not reference:
         return None, "no reference"
     try:

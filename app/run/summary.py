@@ -91,8 +91,8 @@ def _data_label(data: dict) -> str | None:
 
 
 def calls_brief(st: dict) -> str | None:
-    """'calculator 412/9 failed · judge 56/56 failed': each tool's and the judge's calls and failures in a few
-    words, for a table row (the Runs tab) where a run whose every judgement failed must not look healthy."""
+    """'calculator 412 calls, 9 failed · judge 56 calls, 56 failed': each tool's and the judge's calls and failures in
+    a few words, for a table row (the Runs tab) where a run whose every judgement failed must not look healthy."""
     parts = [f"{name} {c['calls']} calls, {c['failures']} failed"
              for key in (layout.TOOL_COUNTS, layout.JUDGE_COUNTS) for name, c in (st.get(key) or {}).items()]
     return " · ".join(parts) or None
