@@ -81,3 +81,22 @@ def plan_for(cfg, gpu_gb: float | None = None, packing: bool | None = None):
 
     plan = make_plan(cfg, offline=True, machine=decide_machine(cfg, card_gb=gpu_gb))
     return replace(plan, packing=packing) if plan.cfg.method == "sft" else plan
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory) -> Path:
+    """A random tiny Gemma 3 vision-language model with its processor (PIL, no torchvision): the image demo's base
+    before its pretraining (app.demo.build_vision_base.tiny_vision_model), built in about a second."""
+    from app.demo.build_vision_base import tiny_vision_model
+
+    return tiny_vision_model(tmp_path_factory.mktemp("tiny-vlm") / "gemma3")
+
+
+@pytest.fixture(scope="session")
+def images_demo(tmp_path_factory):
+    """(finished process, its output folder) of `qlora-app demo --images --quick --seed 7`: a real QLoRA SFT run of
+    a vision-language model on images, made once for the tests that read it (chat, export, the demo itself)."""
+    out = tmp_path_factory.mktemp("images-demo")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--images", "--quick", "--output-dir", str(out),
+                        "--seed", "7"], capture_output=True, text=True, timeout=900)
+    return r, out

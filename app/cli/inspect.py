@@ -85,6 +85,11 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
         ranker = det.preference_field
         rows_.append(("ranked by", ", ".join(ranker) if isinstance(ranker, list) else ranker,
                       det.reasons.get("preference_field", "")))
+    if det.image_field:
+        lo, hi = det.images_per_row or (1, 1)
+        count = f"{lo}" if lo == hi else f"{lo}-{hi}"
+        rows_.append(("images", det.image_field, f"{det.reasons.get('image_field', '')}; {count} per row (training "
+                                                 "needs a vision-language model: docs/datasets.md#images)"))
     for role, field, why in rows_:
         roles.add_row(role, Text(field), Text(why))
     console.print(roles)

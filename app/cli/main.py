@@ -32,8 +32,8 @@ from app.config.flags import CLI_FLAGS, flags_layer
 from app.config.presets import list_presets, load_preset, preset_path
 from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.config.schema import METHODS, METHODS_IN_WORDS, AppConfig
-from app.demo.dpo import run_dpo_demo
-from app.demo.run import DemoInterrupted, run_demo
+from app.demo.choose import run_chosen_demo
+from app.demo.run import DemoInterrupted
 from app.errors import UserError
 from app.host.offline import apply_local_only, no_telemetry
 from app.host.process import start_command
@@ -250,18 +250,14 @@ def demo(
                                             "then DPO)."),
     tools: bool = switch("--tools", help="GRPO with the built-in calculator tool: a tiny tool-calling model learns "
                                          "to call it right on two-digit word problems (arith-calc)."),
+    images: bool = switch("--images", help="SFT of a tiny vision-language model (4-bit) on built-in images: it "
+                                           "learns to name the colour of a shape."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try
-    if method not in ("grpo", "dpo"):
-        raise UserError(f"--method {method} has no demo; pass grpo or dpo")
-    if tools and method != "grpo":
-        raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
     try:
-        if method == "dpo":
-            run_dpo_demo(output_dir, quick=quick, console=console, seed=seed)
-        else:
-            run_demo(output_dir, quick=quick, console=console, seed=seed, tools=tools)
+        run_chosen_demo(output_dir, quick=quick, console=console, seed=seed, method=method, tools=tools,
+                        images=images)
     except KeyboardInterrupt as e:  # Ctrl-C: stopped, not a success (130 = 128 + SIGINT, what shells report)
         if not isinstance(e, DemoInterrupted):
             err_console.print("demo interrupted")

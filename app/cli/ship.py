@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from app.cli.options import switch
+from app.data.images import open_image
 from app.errors import UserError
 from app.eval.chat import Chat
 from app.export.bundle import export_run
@@ -42,6 +43,8 @@ def chat(
     seed: int = typer.Option(0, help="Seed for sampling (temperature > 0)."),
     as_json: bool = switch("--json", help="With --message: print {\"adapter\": ..., \"base\": ...}."),
     local_only: bool = switch("--local-only"),
+    image: Optional[List[Path]] = typer.Option(None, "--image", help="A picture the conversation is about (a run "
+                                                                      "trained on images); repeat for several."),
 ):
     """Talk to a trained adapter in the terminal, with its base beside it on /both or --both."""
     apply_local_only(local_only)
@@ -52,11 +55,13 @@ def chat(
     if temperature < 0 or max_new_tokens < 1:
         raise UserError("--temperature must be >= 0 and --max-new-tokens >= 1")
     sides = ["adapter", "base"] if both else ["base"] if base else ["adapter"]
+    pictures = [open_image(p) for p in image or []]  # a missing or broken file: one line before the model loads
     use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
     with console.status("loading the model", spinner="dots") if console.is_terminal else _nothing():
         session = Chat(run, local_only=local_only)
     if system is not None:
         session.system = system or None
+    session.set_images(pictures)
     gen = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     if message is not None:
         replies = {s: session.reply(s, message, **gen, on_text=None if as_json or both else _echo) for s in sides}

@@ -47,6 +47,8 @@ class ModelConfig(StrictModel):
     trust_remote_code: bool = _d(False, "allow the model repository's own Python code to run")
     chat_template: str | None = _d(None, "use one of the chat templates TRL ships instead of the model's own, by name "
                                          "(qwen2_5, qwen3, llama3_1, ...): a tool run needs one TRL can parse calls of")
+    images: bool | None = _d(None, "load the model whole, vision tower and processor, to read images (a "
+                                   "vision-language model); empty = auto: on when the data has images")
 
 
 class LoraConfig(StrictModel):

@@ -11,7 +11,8 @@ Public API (used by the engine, compare and the UI)::
                   which column is prompt / reference / chosen / rejected, and why; preference.py: pair layouts
     convert.py, turns.py
                   rows to TRL's formats; the text of cells and conversations
-    arith.py      the built-in arith word problems
+    arith.py      the built-in arith word problems;  shapes.py: the built-in images (the image demo's)
+    images.py     which column holds images, and every row's images read and checked into one ``images`` column
 
 A mix of datasets (data.mix) is each dataset read and detected alone, then drawn to its share: mixing.py.
 

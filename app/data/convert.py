@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from app.data.detect import SOURCE, DataError, Detection
+from app.data.images import IMAGES
 from app.data.preference import answer_text, pair_of, require_pairs, shared_prompt
 from app.data.profile import name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
@@ -189,7 +190,8 @@ def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: s
     these of them)."""
     kwargs = {"det": det, "chat": _has_template(tokenizer), "system_prompt": system_prompt}
     made = ("prompt", "reference")
-    drop = [c for c in ds.column_names if c in made or (not keep and c not in also)]
+    # the rows' images (app/data/images.py) always travel with them: TRL reads them from this column
+    drop = [c for c in ds.column_names if c in made or (not keep and c not in also and c != IMAGES)]
     return ds.map(fn, fn_kwargs=kwargs, remove_columns=drop, desc=desc)
 
 

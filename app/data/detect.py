@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from app.data.images import find_image_field, image_values, images_per_row
 from app.data.preference import with_preference
 from app.data.profile import spread_sample
 from app.data.rules import Detector, describe
@@ -51,12 +52,18 @@ class Detection:
     # A mix (data.mix, app/data/mixing.py): per dataset its name, share, rows drawn of rows there, repeats, held-out
     # rows and the fields detected in it; its rows are in the run's columns, the dataset's name in 'source'.
     mix: list[dict] | None = None
+    # Image data (app/data/images.py): the column holding each row's images (or the conversation column whose turns
+    # carry image parts), and the fewest and most images a sampled row has.
+    image_field: str | None = None
+    images_per_row: tuple[int, int] | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("solution_field")
         if d["mix"] is None:  # one dataset (inspect's contract); a mix's plan --json has its parts
             d.pop("mix")
+        if d["image_field"] is None:  # text data keeps inspect's contract; image data adds its two keys
+            d.pop("image_field"), d.pop("images_per_row")
         return d
 
     def fields_line(self) -> str:
@@ -72,11 +79,19 @@ class Detection:
             parts.append("context " + ", ".join(self.context_fields))
         if self.desirable_field:
             parts.append(f"only rows whose {self.desirable_field} is true")
+        if self.image_field:
+            lo, hi = self.images_per_row or (1, 1)
+            parts.append(f"images {self.image_field} ({lo if lo == hi else f'{lo}-{hi}'} per row)")
         return (", ".join(parts) or "none found") + " (qlora-app inspect shows why)"
 
 
 
 # ------------------------------------------------------------------------------------------------ detection
+
+
+def _only_images(rows: list[dict], column: str) -> bool:
+    """Whether a column holds images and nothing else (a conversation with image parts holds text too)."""
+    return all(image_values(r.get(column)) is not None for r in rows if r.get(column) is not None)
 
 
 def _resolve_override(name: str, columns: list[str], what: str) -> str:
@@ -146,13 +161,24 @@ def detect_nested(rows: list[dict], columns: list[str], prompt_field: str | None
 def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | None = None,
                      reference_field: str | None = None, num_rows: int | None = None, *,
                      chosen_field: str | None = None, rejected_field: str | None = None,
-                     said: dict | None = None) -> Detection:
+                     said: dict | None = None, _images: bool = True) -> Detection:
     """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files).
     ``chosen_field`` / ``rejected_field``: overrides of a preference pair's columns (app/data/preference.py).
     ``said``: how messages name an override ({"prompt_field": "data.prompt_field from preset demo-grpo"});
     default, its flag."""
     if not columns:
         raise DataError("the dataset has no columns; pass a file with named fields (e.g. JSONL objects)")
+    image, why = find_image_field(rows, columns) if _images else (None, "")
+    if image:
+        # the images are no prompt, reference or context: the other columns are detected as for text data
+        text_columns = [c for c in columns if c != image or not _only_images(rows, c)]
+        det = detect_from_rows([{k: v for k, v in r.items() if k in text_columns} for r in rows], text_columns,
+                               prompt_field, reference_field, num_rows, chosen_field=chosen_field,
+                               rejected_field=rejected_field, said=said, _images=False)
+        det.columns = columns
+        det.image_field, det.images_per_row = image, images_per_row(rows, image)
+        det.reasons["image_field"] = why
+        return det
     said = {k: (said or {}).get(k) or f"--{k.replace('_', '-')}"
             for k in ("prompt_field", "reference_field", "chosen_field", "rejected_field")}
     p_override = _resolve_override(prompt_field, columns, said["prompt_field"]) if prompt_field else None

@@ -20,15 +20,17 @@ from pathlib import Path
 
 from app.data.arith import CALC_OPERANDS, arith_dataset
 from app.data.detect import DataError, detect_nested
+from app.data.images import attach_images, images_folder
 from app.data.mixing import mix_splits
 from app.data.profile import spread_sample
+from app.data.shapes import shapes_dataset
 from app.host.offline import hub_reachable, offline
 
 log = logging.getLogger("app.data")
 
 # Short names people type. GSM8K lives under the openai org and needs its 'main' config.
 ALIASES = {"gsm8k": ("openai/gsm8k", "main")}
-BUILTINS = ("arith", "arith-sft", "arith-calc")
+BUILTINS = ("arith", "arith-sft", "arith-calc", "shapes")
 LOADERS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".tsv": "csv",
            ".parquet": "parquet", ".txt": "text"}
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
@@ -107,6 +109,8 @@ def resolve_dataset(spec: str, config_name: str | None = None, local_only: bool 
     spec = str(spec).strip()
     kind = source_kind(spec)
     if kind == "builtin":
+        if spec == "shapes":
+            return shapes_dataset()
         if spec == "arith-calc":
             return arith_dataset(operands=CALC_OPERANDS)
         return arith_dataset(final_answer=spec == "arith-sft")
@@ -348,6 +352,9 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field,
                                 chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field,
                                 said=said)
+    # every row's images read and checked once, before anything trains on them (row numbers: the file's)
+    base = images_folder(data_cfg.dataset)
+    train = attach_images(train, det, base, local_only)
     train = _desirable(train, det)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
@@ -358,10 +365,10 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
         if data_cfg.eval_split == train_name:
             raise DataError(f"eval split '{train_name}' is also the training split; pick another, or unset it to "
                             "hold out rows automatically")
-        heldout = _like(dd[data_cfg.eval_split], train)
+        heldout = attach_images(_like(dd[data_cfg.eval_split], train), det, base, local_only, data_cfg.eval_split)
         det.reasons["heldout"] = f"split '{data_cfg.eval_split}' (set in the config)"
     elif other := next((s for s in HELDOUT_SPLITS if s in dd and s != train_name), None):
-        heldout = _like(dd[other], train)
+        heldout = attach_images(_like(dd[other], train), det, base, local_only, other)
         det.reasons["heldout"] = f"the dataset's own '{other}' split"
     else:
         # At most a fifth of the rows, so a small dataset still has something to train on.

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.config.builtin import BUILTIN_MODEL, TOOLS_MODEL, builtin_model_path, cache_dir
+from app.config.builtin import BUILTIN_MODEL, TOOLS_MODEL, VISION_MODEL, builtin_model_path, cache_dir
 from app.config.presets import load_preset
 from app.demo.build_base import build
 from app.demo.build_tools_base import build as build_tools_base
+from app.demo.build_vision_base import build as build_vision_base
+
+BUILDERS = {BUILTIN_MODEL: build, TOOLS_MODEL: build_tools_base, VISION_MODEL: build_vision_base}
 
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
 
@@ -31,14 +34,14 @@ def base_model_path(build_if_missing: bool = True, name: str = BUILTIN_MODEL) ->
     """The shipped tiny base model ``name``; if the package was installed without it, build it once into the user
     cache.
 
-    Building takes ~3 (arith-base) or ~5 (arith-tools-base) minutes on 2 CPU cores. It is written to a temporary
+    Building takes ~3 (arith-base), ~5 (arith-tools-base) or ~0.5 (shapes-vlm-base) minutes on 2 CPU cores. It is written to a temporary
     sibling and renamed, so an interrupted build never leaves a half-written model that a later run would trust."""
     found = builtin_model_path(name)
     if (found / "model.safetensors").is_file() or not build_if_missing:
         return found
     cached = cache_dir(name)
     tmp = cached.with_name(cached.name + f".tmp-{os.getpid()}")
-    (build_tools_base if name == TOOLS_MODEL else build)(tmp, log_every=0)
+    BUILDERS[name](tmp, log_every=0)
     tmp.rename(cached)
     return cached
 
@@ -47,4 +50,11 @@ def tools_preset(model_path: str | Path | None = None) -> dict:
     """The tools demo's GRPO run (presets/demo-tools.yaml) as an AppConfig-shaped dict."""
     d = load_preset("demo-tools")
     d["model"]["name_or_path"] = str(model_path or base_model_path(name=TOOLS_MODEL))
+    return d
+
+
+def images_preset(model_path: str | Path | None = None) -> dict:
+    """The image demo's SFT run (presets/demo-images.yaml) as an AppConfig-shaped dict."""
+    d = load_preset("demo-images")
+    d["model"]["name_or_path"] = str(model_path or base_model_path(name=VISION_MODEL))
     return d

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from app.errors import UserError
-from app.model.generation import format_prompt, generate, generate_ids
+from app.model.generation import format_prompt, generate, generate_ids, generate_with_images
 from app.run.counts import CallCounts
 from app.tools.guard import Limits, public_methods
 from app.tools.loop import run_tool_loop
@@ -56,8 +56,15 @@ def item_tools(run_cfg, items: list[dict], stats: CallCounts | None = None) -> t
 
 def answer_items(model, tok, items: list[dict], run_cfg, max_new_tokens: int, temperature: float = 0.0,
                  batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None,
-                 stats: CallCounts | None = None) -> list[dict]:
-    """[{text, tokens, prompt_cut} (+ turns, tool_calls, tool_failures for a tool run)] in the order of ``items``."""
+                 stats: CallCounts | None = None, processor=None) -> list[dict]:
+    """[{text, tokens, prompt_cut} (+ turns, tool_calls, tool_failures for a tool run)] in the order of ``items``.
+    Items with ``images`` are asked through ``processor`` (a model that reads images: its processor)."""
+    if any(it.get("images") for it in items):
+        if processor is None:
+            raise UserError("these rows have images but the model was loaded without its processor; train or "
+                            "compare it as a vision-language model (model.images=true)")
+        return generate_with_images(model, processor, items, max_new_tokens=max_new_tokens, temperature=temperature,
+                                    batch_size=batch_size, seed=seed, on_batch=on_batch)
     if not uses_tools(run_cfg):
         texts = [format_prompt(tok, it) for it in items]
         return generate(model, tok, texts, max_new_tokens=max_new_tokens, temperature=temperature,

@@ -15,7 +15,7 @@ from typing import Callable
 
 from app.errors import UserError
 from app.eval.answers import item_tools, uses_tools
-from app.model.generation import adds_special_tokens, generate_ids, generate_one
+from app.model.generation import adds_special_tokens, generate_ids, generate_one, generate_with_images
 from app.model.pair import SIDES, conversation_prompt, open_pair
 from app.model.placement import context_length
 from app.tools.loop import call_lines, run_tool_loop
@@ -37,10 +37,19 @@ class Chat:
         self._tools: dict[str, list] = {}
         self.last_turns: dict[str, list[dict]] = {}  # a tool run: each side's last reply's calls and results
         self.dropped = 0  # turns left out because the conversation outgrew the context
+        self.images: list = []  # a model that reads images: the pictures this conversation is about (set_images)
 
     def reset(self) -> None:
         self.history = {s: [] for s in SIDES}
         self._tools, self.last_turns = {}, {}
+
+    def set_images(self, images: list) -> None:
+        """The pictures (PIL images: app.data.images.open_image) the conversation is about; each side sees them
+        before its first message, where training put a row's images. A run whose model reads none: one line."""
+        if images and self.pair.processor is None:
+            raise UserError(f"'{self.adapter_dir}' was trained on text: its model reads no images; drop --image, or "
+                            "chat with a run trained on images")
+        self.images = list(images or [])
 
     def tools(self, side: str) -> list:
         """A tool run's guarded tools for ``side`` (an environment: one instance per side and conversation)."""
@@ -84,6 +93,8 @@ class Chat:
             raise UserError("the message is empty; type something to send")
         if uses_tools(self.run_cfg):
             return self._reply_with_tools(side, message, temperature, max_new_tokens, seed, on_text)
+        if self.images:
+            return self._reply_with_images(side, message, temperature, max_new_tokens, seed, on_text)
         ids = self._fit(side, message, max_new_tokens)
         with self.pair.side(side):
             text = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
@@ -108,6 +119,19 @@ class Chat:
                                {"role": "assistant", "content": rollout.text}]
         self.last_turns[side] = rollout.turns
         return rollout.text
+
+    def _reply_with_images(self, side: str, message: str, temperature: float, max_new_tokens: int, seed: int,
+                           on_text) -> str:
+        """A reply about the conversation's pictures: compare's path for a prompt with images (one prompt, no
+        streaming: the processor's generation gives the whole reply)."""
+        item = {"messages": self.messages(side, message), "images": self.images}
+        with self.pair.side(side):
+            text = generate_with_images(self.model, self.pair.processor, [item], max_new_tokens, temperature,
+                                        seed=seed)[0]["text"]
+        if on_text:
+            on_text(text)
+        self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
+        return text
 
     def shown(self, side: str, text: str) -> str:
         """A reply as the transcript shows it: a tool run's calls and results of the side's last reply above it."""

@@ -136,7 +136,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     sides = {}
     for side in ("base", "adapter"):  # a tool run answers with its tools on both sides (app/eval/answers.py)
         with pair.side(side):
-            sides[side] = answer_items(peft_model, tok, items, run_cfg, **gen)
+            sides[side] = answer_items(peft_model, tok, items, run_cfg, processor=pair.processor, **gen)
     base_out, adapter_out = sides["base"], sides["adapter"]
     # preference data: which of each held-out pair's answers base and adapter find more likely
     pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)

@@ -12,6 +12,7 @@ import random
 from app.data import build_splits
 from app.data.convert import plain_prompt, prompt_messages, prompt_text, reference_text
 from app.data.detect import SOURCE
+from app.data.images import IMAGES, decoded
 from app.data.mixing import allocate
 from app.data.preference import pair_of
 
@@ -34,7 +35,8 @@ def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None =
     rows = heldout.select(idx).to_list() if idx else []
     return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r,
              "messages": prompt_messages(r, det, system_prompt), "plain": plain_prompt(r, det, system_prompt),
-             "pair": _pair(r, det), **({"dataset": r.get(SOURCE)} if det.mix else {})} for r in rows]
+             "pair": _pair(r, det), **({"dataset": r.get(SOURCE)} if det.mix else {}),
+             **({"images": decoded(r[IMAGES])} if r.get(IMAGES) else {})} for r in rows]
 
 
 def _indices(heldout, det, n: int, seed: int) -> list[int]:

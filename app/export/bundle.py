@@ -27,6 +27,7 @@ from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
 from app.model.pair import find_target, merged_model
+from app.model.vision import load_processor
 from app.run import layout, lookup
 
 FORMATS = ("adapter", "merged", "gguf", "ollama")
@@ -82,13 +83,18 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     run_dir = lookup.run_of_adapter(adapter_dir)
     out = Path(out) if out is not None else default_out(adapter_dir, run_dir, fmt)
     check_out(out, force)
+    if fmt in ("gguf", "ollama") and mc.images:
+        raise UserError("this run trained a vision-language model (model.images): GGUF export of its language model "
+                        "with the vision projector (llama.cpp's --mmproj file) is not built yet; export --format "
+                        "merged (the 16-bit model with its processor) or --format adapter")
     if fmt in ("gguf", "ollama"):
         gguf_mod.converter()  # the extra is missing: one line before anything loads
     result = Exported(out=out, fmt=fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtype, dtype, local_only)
+        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtype, dtype, local_only,
+               images=bool(mc.images))
         _umask_modes(staging)
         out.mkdir(exist_ok=True)
         for entry in sorted(staging.iterdir()):
@@ -108,12 +114,13 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     return result
 
 
-def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtype, dtype, local_only):
+def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtype, dtype, local_only,
+           images: bool = False):
     name = slug(run_dir.name if run_dir else adapter_dir.name)
     if fmt == "adapter":
         shutil.copytree(adapter_dir, stage, dirs_exist_ok=True)
     elif fmt == "merged":
-        merge(adapter_dir, base, stage, dtype or "bf16", local_only)
+        merge(adapter_dir, base, stage, dtype or "bf16", local_only, images=images)
     else:
         merged = stage / _MERGED_TMP
         tok = save_tokenizer(adapter_dir, base, merged, local_only)
@@ -157,14 +164,20 @@ def save_tokenizer(adapter_dir: Path, base: str, dest: Path, local_only: bool):
     return tok
 
 
-def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True) -> None:
-    """The adapter merged into a ``dtype`` copy of the base, saved in ``dest``; the model is freed on return."""
-    model = merged_model(adapter_dir, base, torch_dtype(dtype), local_only)
+def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True,
+          images: bool = False) -> None:
+    """The adapter merged into a ``dtype`` copy of the base, saved in ``dest``; the model is freed on return.
+    ``images``: a vision-language model, merged whole (its vision side as it was) and saved with its processor."""
+    model = merged_model(adapter_dir, base, torch_dtype(dtype), local_only, images=images)
     model.save_pretrained(dest)
     del model
     gc.collect()
     if tokenizer:
-        save_tokenizer(adapter_dir, base, dest, local_only)
+        tok = save_tokenizer(adapter_dir, base, dest, local_only)
+        if images:
+            processor = load_processor(base, local_only=local_only)
+            processor.tokenizer = tok
+            processor.save_pretrained(dest)
 
 
 def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path, tools: bool = False

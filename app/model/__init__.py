@@ -1,7 +1,8 @@
 """A base model: where it comes from (source), where and how it runs (placement: device, compute dtype, attention,
 packing), loading it in 4-bit (load), attaching LoRA (lora), its size (shape), the Unsloth backend
-(unsloth_backend), its chat templates (templates), generating from it (generation), and a run's adapter opened
-on its base (pair: the one way every command loads a trained adapter).
+(unsloth_backend), its chat templates (templates), generating from it (generation), a run's adapter opened
+on its base (pair: the one way every command loads a trained adapter), and what a vision-language model is made of
+(vision: its vision side kept 16-bit, its language model's LoRA targets, its processor).
 
 Owns: every call into transformers/bitsandbytes/PEFT that makes or runs a model. The decisions are small pure
 functions, tested without a GPU; the loading is the real path, tested on tiny models. Must not train, plan a run or

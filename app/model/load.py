@@ -13,6 +13,7 @@ from app.host.machine import torch_dtype
 from app.model.placement import Placement, placement, quant_storage
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
+from app.model.vision import load_processor, meta_model, skip_modules
 
 
 @contextlib.contextmanager
@@ -33,10 +34,12 @@ def eval_keeping_4bit(model):
         model.train(training)
 
 
-def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False):
+def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False, skip: list[str] | None = None):
+    """bitsandbytes' NF4 config; ``skip``: module paths left in 16-bit (a vision-language model's vision side)."""
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(
+        **({"llm_int8_skip_modules": skip} if skip else {}),
         load_in_4bit=True,
         bnb_4bit_quant_type=mc.quant_type,
         bnb_4bit_use_double_quant=mc.double_quant,  # ~0.37 bit/param saved (QLoRA paper)
@@ -57,12 +60,13 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False):
 
 
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
-                    fsdp: bool = False, where: Placement | None = None, tok=None):
+                    fsdp: bool = False, where: Placement | None = None, tok=None, images: bool = False):
     """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
     runtime.device (auto / cpu / cuda), used when ``where`` (the decided placement) is not given; ``tok``: the
-    tokenizer when the caller has loaded it already."""
+    tokenizer when the caller has loaded it already. ``images``: load the vision-language model whole (its
+    image-text-to-text class, the vision side in 16-bit) with its processor, in info["processor"]."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     check_model_source(mc.name_or_path, local_only)
     where = where or placement(mc, device)
@@ -74,14 +78,18 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         local_files_only=local_only,
         dtype=torch_dtype(dtype),
     )
+    skip = None
+    if images:  # the vision side's module paths, read from the model's tree on the meta device
+        shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        skip = skip_modules(shell)
     if mc.load_in_4bit:
-        kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp)
+        kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp, skip)
     # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
     # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
     # under FSDP the Trainer places (and shards) the model itself.
     if not fsdp:
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
-    model = _from_pretrained(AutoModelForCausalLM, mc, kwargs)
+    model = _from_pretrained(AutoModelForImageTextToText if images else AutoModelForCausalLM, mc, kwargs)
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
     tok = tok if tok is not None else load_tokenizer(mc, local_only)
@@ -92,6 +100,10 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
+    if images:
+        info["processor"] = processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)
+        info["kept_16bit"] = skip
     return model, tok, info
 
 

@@ -4,10 +4,13 @@ it covers."""
 from __future__ import annotations
 
 from app.config.schema import LoraConfig
+from app.model.vision import lora_target_pattern
 from app.run.lookup import find_adapter
 
 
-def peft_lora_config(lc: LoraConfig):
+def peft_lora_config(lc: LoraConfig, targets=None):
+    """``targets``: the layers to wrap when not lc.target_modules itself (a vision-language model's are limited to
+    its language model: app.model.vision.lora_target_pattern)."""
     from peft import LoraConfig as PeftLoraConfig
 
     return PeftLoraConfig(
@@ -15,21 +18,25 @@ def peft_lora_config(lc: LoraConfig):
         lora_alpha=lc.alpha,
         lora_dropout=lc.dropout,
         # "LoRA Without Regret": all linear layers, attention and MLP; rank cannot make up for skipping MLPs.
-        target_modules=lc.target_modules,
+        target_modules=targets or lc.target_modules,
         exclude_modules=lc.exclude_modules or None,
         task_type="CAUSAL_LM",
     )
 
 
-def attach_or_describe_lora(model, lc: LoraConfig):
+def attach_or_describe_lora(model, lc: LoraConfig, images: bool = False):
     """(model, peft_config) for a TRL trainer: a fresh adapter is described by a LoraConfig that TRL attaches;
-    lora.init_from loads an existing adapter as trainable and TRL gets the PeftModel with no config."""
+    lora.init_from loads an existing adapter as trainable and TRL gets the PeftModel with no config. ``images``: a
+    vision-language model loaded whole, whose adapter goes on its language model only (a plain regex stays the
+    user's)."""
     from peft import PeftModel
 
     if isinstance(model, PeftModel):  # the Unsloth backend attaches its own adapter
         return model, None
     if not lc.init_from:
-        return model, peft_lora_config(lc)
+        plain_regex = isinstance(lc.target_modules, str) and lc.target_modules != "all-linear"
+        targets = lora_target_pattern(model, lc.target_modules) if images and not plain_regex else None
+        return model, peft_lora_config(lc, targets)
 
     # Same preparation TRL gives a fresh adapter (it handles quantized bases itself), so both paths match.
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None

@@ -104,10 +104,11 @@ def open_target(adapter: str | Path, model: str | None = None, local_only: bool 
 
 
 class Pair:
-    """A loaded pair: ``model`` (the PeftModel), ``tok``, and ``side(name)`` to run one side."""
+    """A loaded pair: ``model`` (the PeftModel), ``tok``, ``processor`` (a model that reads images: its processor,
+    else None), and ``side(name)`` to run one side."""
 
-    def __init__(self, target: Target, model, tok):
-        self.target, self.model, self.tok = target, model, tok
+    def __init__(self, target: Target, model, tok, processor=None):
+        self.target, self.model, self.tok, self.processor = target, model, tok, processor
 
     def side(self, side: str):
         """A context in which ``model`` is that side: the base is the adapter switched off (no second copy)."""
@@ -128,7 +129,8 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
     from peft import PeftModel  # heavy
 
     mc = target.base
-    base, tok, _ = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device)
+    base, tok, info = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device,
+                                      images=bool(mc.images))
     try:
         model = PeftModel.from_pretrained(base, str(target.adapter_dir), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
@@ -141,16 +143,17 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
         raise UserError(f"adapter '{target.adapter_dir}' does not fit base '{mc.name_or_path}'{other}: {detail}; "
                         "pass the base it was trained on with --model") from None
     model.eval()
-    return Pair(target, model, tok)
+    return Pair(target, model, tok, info.get("processor"))
 
 
-def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False):
+def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False, images: bool = False):
     """The adapter merged into a ``dtype`` (a torch dtype) copy of its base ``base`` (16-bit, not 4-bit: what export
-    writes), in place, so there is no second copy of the weights."""
+    writes), in place, so there is no second copy of the weights. ``images``: the vision-language model whole."""
     from peft import PeftModel  # heavy
-    from transformers import AutoModelForCausalLM  # heavy
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # heavy
 
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype, local_files_only=local_only)
+    auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
+    model = auto.from_pretrained(base, dtype=dtype, local_files_only=local_only)
     return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
 
 

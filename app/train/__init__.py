@@ -7,6 +7,7 @@
     fastpaths.py    the GPU fast paths;  sampler.py: GRPO's merged sampler;  fsdp.py: sharding under torchrun
     callbacks.py    metrics, status, Stop, counts;  heldout_eval.py: the held-out evaluation during training
     checkpoints.py  saving the adapter;  oom.py: the out-of-memory ladder;  peakmem.py: peak memory
+    images.py       a run on images: the model that reads them, their tokens, the vision side's weights
     runlog.py       train.log;  launcher.py, torchrun.py: torchrun's workers
 
 Owns: the plan and every decision in it (memory, batching, context, fast paths, the OOM ladder), the trainers and

@@ -70,7 +70,8 @@ def sft_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
     cfg = plan.cfg
     kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
     kw.update(trl_kwargs(plan.fast, cfg))
-    kw.update(max_length=cfg.training.max_length, packing=plan.packing)
+    # a row with images is never cut: an image's tokens must stay whole (TRL refuses to cut them)
+    kw.update(max_length=None if plan.vision else cfg.training.max_length, packing=plan.packing)
     return _with_extra(kw, cfg, "SFTConfig")
 
 

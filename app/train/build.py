@@ -28,6 +28,7 @@ class Loaded:
     tokenizer: Any
     attention: str  # the kernel the model really runs ("unsloth": Unsloth's own)
     quantized: bool  # 4-bit layers were made (transformers quantizes none for some architectures)
+    processor: Any = None  # a model that reads images: its processor (TRL's processing_class)
 
 
 def load_model(plan: RunPlan) -> Loaded:
@@ -37,8 +38,8 @@ def load_model(plan: RunPlan) -> Loaded:
         model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
         return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit)
     model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, fsdp=cfg.runtime.fsdp,
-                                       where=plan.where, tok=plan.tokenizer)
-    return Loaded(model, tok, info["attention"], info["4bit"])
+                                       where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images))
+    return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"))
 
 
 def run_rewards(plan: RunPlan, has_reference: bool, counts: RunCounts):
@@ -59,10 +60,10 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
                                   on_sampler_change=on_sampler_change)
     if plan.cfg.method in ("dpo", "orpo"):
         return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
-    return build_sft_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
+    return build_sft_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
 
 
-def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
+def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor=None):
     """(watch, stop, progress bar): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
     say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
     held-out evaluation every training.eval_every steps."""
@@ -88,5 +89,6 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict]):
         trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
                                          record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg,
-                                         rewards=session.rewards[0] if session.rewards else None))
+                                         rewards=session.rewards[0] if session.rewards else None,
+                                         processor=processor))
     return watch, stop, bar

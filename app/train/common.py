@@ -17,7 +17,7 @@ def make_trainer(trainer_cls, args, plan, model, tok, train_ds, **extra):
 
     cfg = plan.cfg
 
-    model, peft_config = attach_or_describe_lora(model, cfg.lora)
+    model, peft_config = attach_or_describe_lora(model, cfg.lora, images=bool(cfg.model.images))
     try:
         trainer = atomic_trainer(trainer_cls)(model=model, args=args, train_dataset=train_ds, processing_class=tok,
                                               peft_config=peft_config, **extra)

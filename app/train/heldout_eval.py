@@ -45,13 +45,14 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
                  keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1, run_cfg=None,
-                 rewards=None):
+                 rewards=None, processor=None):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
         reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
         (if any) answer with the model as in training (app/eval/answers.py); ``rewards``: the run's own reward
-        functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring."""
-        self.rewards = rewards
+        functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring; ``processor``:
+        a model that reads images, whose held-out rows are asked with their images."""
+        self.rewards, self.processor = rewards, processor
         self.run_cfg = run_cfg
         self.beta, self.base_logps = beta, None
         self.record = record or (lambda status, **fields: None)
@@ -89,7 +90,7 @@ class HeldoutEval(TrainerCallback):
         tokens = min(self.max_new_tokens, context // 2) if context else self.max_new_tokens
         with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
             outs = answer_items(model, self.tok, self.items, self.run_cfg, max_new_tokens=tokens,
-                                batch_size=len(self.texts))
+                                batch_size=len(self.texts), processor=self.processor)
             pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps)
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg, it["prompt"], self.rewards)
                                 for o, it in zip(outs, self.items)])

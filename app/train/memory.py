@@ -79,6 +79,7 @@ class Decisions:
     completions_at_once: int | None = None  # GRPO's generation batch; None: the config's (auto)
     compiled: bool | None = None  # a static-cache sampler (prompt width rounded up to 64); None: merged on CUDA
     offloading: bool = False  # checkpointed activations in CPU memory (SFT offloading, Unsloth's checkpointing)
+    vision_params: int = 0  # a run on images: the vision side's parameters, loaded in 16-bit beside the 4-bit LM
 
 
 def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
@@ -214,7 +215,8 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
         return out
     s, dec = shape, decisions
     d = 4 if dec.dtype == "fp32" else 2
-    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant, d)
+    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant, d) + dec.vision_params * d
+    params += dec.vision_params
     adapter, paged = adapter_bytes(s, cfg, dec.cuda, d)
     packing = cfg.training.packing is not False if dec.packing is None else dec.packing
     tokens = micro_batch_tokens(cfg, lengths, packing)

@@ -51,6 +51,7 @@ from app.tools.toolbox import load_toolbox, try_environment
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
+from app.train.images import Vision, plan_images
 from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, verdict
 from app.train.preflight import fit_memory, token_lengths
 from app.train.reward_checks import check_reward, judge_answers, reference_match
@@ -89,6 +90,7 @@ class RunPlan:
     tokenizer: Any = field(default=None, compare=False, repr=False)
     lengths: Any = field(default=None, compare=False, repr=False)  # the data's token lengths the estimate used
     tools: Any = field(default=None, compare=False, repr=False)  # app.tools.toolbox.Toolbox of a tool run, checked
+    vision: Vision | None = None  # a run on images (app/train/images.py); None: text
 
     def decisions(self) -> Decisions:
         """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
@@ -97,7 +99,8 @@ class RunPlan:
         packing = self.packing if self.packing is not None else expected_packing(self.cfg, self.where, self.backend)
         return Decisions(cuda=True, dtype=self.where.compute_dtype if self.where.cuda else "bf16", packing=packing,
                          sampler="vllm" if f.vllm else f.sampler, completions_at_once=f.completions_at_once,
-                         compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth")
+                         compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth",
+                         vision_params=(self.vision.tower_params or 0) if self.vision else 0)
 
     def estimated(self) -> "RunPlan":
         """This plan with its memory estimate made of its own decisions."""
@@ -242,7 +245,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
         judge_answers(cfg, rows, det, steps.say)
-    lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "")
+    vision, changes = plan_images(cfg, det, rows, steps.say, offline)  # a run on images: the model reads them
+    cfg = steps.apply(cfg, changes)
+    lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "", vision=vision)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
                      Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
@@ -281,7 +286,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths, tools=tools).estimated()
+                   lengths=lengths, tools=tools, vision=vision).estimated()
 
 
 def plan_tools(cfg: AppConfig, say):

@@ -22,6 +22,7 @@ from app.data.preference import pair_of
 from app.errors import UserError
 from app.train.batching import steps_per_generation
 from app.train.fastpaths import Env
+from app.train.images import row_image_tokens
 from app.train.memory import Decisions, an, estimate_memory, fit_changes, fit_problem
 from app.train.sampler import cpu_copy_fits
 
@@ -30,7 +31,7 @@ CHARS_PER_TOKEN = 4  # English BPE, when the tokenizer is not on disk yet
 LENGTH_SAMPLE = 2000
 
 
-def token_lengths(cfg, rows, det, extra_text: str = "") -> list[int] | None:
+def token_lengths(cfg, rows, det, extra_text: str = "", vision=None) -> list[int] | None:
     """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO, the prompt
     and the longer answer for DPO (both answers are padded to it). ``extra_text``: what the template adds to every
     prompt beyond the system prompt (a tool run's tool schemas)."""
@@ -49,9 +50,10 @@ def token_lengths(cfg, rows, det, extra_text: str = "") -> list[int] | None:
         texts.append(text)
     tok = _local_tokenizer(cfg)
     overhead = 12  # chat-template tokens around the turns
+    pictures = [row_image_tokens(vision, rows[i]) for i in range(n)] if vision else [0] * n
     if tok is None:
-        return [len(t) // CHARS_PER_TOKEN + overhead for t in texts]
-    return [len(ids) + overhead for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+        return [len(t) // CHARS_PER_TOKEN + overhead + k for t, k in zip(texts, pictures)]
+    return [len(ids) + overhead + k for ids, k in zip(tok(texts, add_special_tokens=False)["input_ids"], pictures)]
 
 
 def _local_tokenizer(cfg):

@@ -206,7 +206,7 @@ class Session:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training
         heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
-        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, heldout)
+        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, heldout, loaded.processor)
         return trainer, watch, stop, loaded
 
     def train(self, trainer, stop) -> str | None:

@@ -3,8 +3,22 @@
 import logging
 import warnings
 
+import pytest
+
 from app.run import layout
 from app.train.runlog import close_logging, setup_logging
+
+
+@pytest.fixture(autouse=True)
+def _library_warnings_on():
+    """transformers at its default level (warnings), whatever an earlier in-process command set: `qlora-app` sets
+    TRANSFORMERS_VERBOSITY=error, and a worker that imported transformers after an in-process CLI test logs errors
+    only, so these tests' library warning would never be made."""
+    lib = logging.getLogger("transformers")
+    level = lib.level
+    lib.setLevel(logging.WARNING)
+    yield
+    lib.setLevel(level)
 
 
 def _lines(d, text):

@@ -1,0 +1,234 @@
+"""Images in a dataset: which column holds them (by name and by value), how many a row has, and every row's images
+read, checked and put in one ``images`` column (a list per row, as TRL's trainers take it).
+
+What counts as an image: a PIL image, a ``datasets`` Image cell ({"bytes", "path"}), encoded bytes, a path to an
+image file (relative to the data file's folder), a data URL, or an http(s) URL (fetched only when downloads are
+allowed). Layouts: an image column (one image or a list), LLaVA / ShareGPT (``<image>`` in the text beside an image
+column: the marker is dropped, TRL places the images before the first user turn's text), and messages whose content
+has image parts ({"type": "image", "image": ...} or OpenAI's {"type": "image_url", "image_url": {"url": ...}}).
+
+A missing or unreadable image is one line naming the row and the image (DataError, exit 2 at the plan), never a
+row silently trained without its picture. Only the standard library at module level; PIL and ``datasets`` inside.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from pathlib import Path
+
+from app.data.profile import name_words
+from app.errors import DataError
+
+IMAGE_WORDS = {"image", "images", "img", "imgs", "picture", "pictures", "photo", "photos", "figure", "screenshot"}
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+IMAGES = "images"  # the column the conversions carry (TRL's name)
+MARKER = re.compile(r"<image>\s*")  # LLaVA's placeholder in the text
+_MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"BM")
+
+
+def is_image(v) -> bool:
+    """Whether one value is an image or names one."""
+    if type(v).__module__.startswith("PIL."):
+        return True
+    if isinstance(v, dict):
+        return v.get("bytes") is not None or (isinstance(v.get("path"), str) and is_image(v["path"]))
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v[:4]).startswith(_MAGIC)
+    if isinstance(v, str):
+        s = v.strip().lower()
+        return s.startswith("data:image/") or s.split("?")[0].endswith(IMAGE_SUFFIXES)
+    return False
+
+
+def image_values(v) -> list | None:
+    """A cell's images as a list (one image, or a list of them); None when the cell holds no image."""
+    if is_image(v):
+        return [v]
+    if isinstance(v, (list, tuple)) and v and all(is_image(x) for x in v):
+        return list(v)
+    return None
+
+
+def _part_image(part) -> object | None:
+    """The image a message content part carries ({"type": "image", "image"|"url"|"path": ...}, OpenAI's image_url)."""
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "image_url":
+        url = part.get("image_url")
+        return url.get("url") if isinstance(url, dict) else url
+    if kind == "image":
+        return next((part[k] for k in ("image", "url", "path") if part.get(k) is not None), None)
+    return None
+
+
+def message_images(msgs) -> list:
+    """The images carried inside a conversation's content parts, in order."""
+    out = []
+    for m in msgs or []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            out += [img for img in map(_part_image, content) if img is not None]
+    return out
+
+
+def find_image_field(rows: list[dict], columns: list[str]) -> tuple[str | None, str]:
+    """(the column holding images, why). A column most of whose sampled cells are images (or whose name says image
+    and whose cells name images), else a conversation column with image parts."""
+    best, best_share = None, 0.0
+    for c in columns:
+        cells = [r.get(c) for r in rows if r.get(c) is not None]
+        if not cells:
+            continue
+        share = sum(image_values(v) is not None for v in cells) / len(cells)
+        named = bool(set(name_words(c)) & IMAGE_WORDS)
+        if (share >= 0.5 or (named and share > 0)) and share > best_share:
+            best, best_share = c, share
+    if best is not None:
+        return best, f"{best_share:.0%} of the sampled cells are images (files, bytes or image cells)"
+    for c in columns:
+        if any(message_images(r.get(c)) for r in rows if isinstance(r.get(c), list)):
+            return c, "its messages carry image parts"
+    return None, ""
+
+
+def images_per_row(rows: list[dict], field: str) -> tuple[int, int]:
+    """(the fewest, the most) images a sampled row has."""
+    counts = [len(_row_sources(r, field)) for r in rows]
+    return (min(counts), max(counts)) if counts else (0, 0)
+
+
+def _row_sources(row: dict, field: str) -> list:
+    v = row.get(field)
+    return image_values(v) or (message_images(v) if isinstance(v, list) else [])
+
+
+def _read(src, base: Path | None, local_only: bool) -> bytes:
+    """The encoded bytes of one image source (raises ValueError with what is wrong)."""
+    if type(src).__module__.startswith("PIL."):
+        buf = io.BytesIO()
+        src.save(buf, format="PNG")
+        return buf.getvalue()
+    if isinstance(src, dict):
+        if src.get("bytes") is not None:
+            return bytes(src["bytes"])
+        src = src.get("path")
+    if isinstance(src, (bytes, bytearray)):
+        return bytes(src)
+    s = str(src).strip()
+    if s.startswith("data:"):
+        head, _, data = s.partition(",")
+        return base64.b64decode(data) if ";base64" in head else data.encode()
+    if s.startswith(("http://", "https://")):
+        if local_only:
+            raise ValueError("is a URL and downloads are off (--local-only); download the images and point the "
+                             "column at the files")
+        from urllib.request import urlopen
+
+        with urlopen(s, timeout=30) as r:  # noqa: S310 - the user's own data names it
+            return r.read()
+    p = Path(s).expanduser()
+    if not p.is_absolute() and base is not None:
+        p = base / p
+    if not p.is_file():
+        raise ValueError(f"not found (looked for {p})")
+    return p.read_bytes()
+
+
+def checked_image(src, base: Path | None, local_only: bool) -> bytes:
+    """One image's bytes, decoded once to prove it is an image."""
+    from PIL import Image, UnidentifiedImageError
+
+    data = _read(src, base, local_only)
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+    except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        raise ValueError(f"is not a readable image ({type(e).__name__}: {str(e).splitlines()[0][:80]})") from None
+    return data
+
+
+def _shown(src) -> str:
+    if isinstance(src, dict):
+        src = src.get("path") or "image bytes"
+    if isinstance(src, (bytes, bytearray)) or type(src).__module__.startswith("PIL."):
+        return "image bytes"
+    s = str(src)
+    return s[:40] + "..." if s.startswith("data:") else s
+
+
+def _row_images(row: dict, idx: int, field: str, text_fields: tuple, base, local_only: bool, split: str) -> dict:
+    where = f"row {idx + 1}" + (f" of split '{split}'" if split else "")
+    sources = _row_sources(row, field)
+    if not sources:
+        raise DataError(f"{where} has no image in '{field}'; fix or remove the row (every row of an image dataset "
+                        "needs its image)")
+    out = []
+    for src in sources:
+        try:
+            out.append({"bytes": checked_image(src, base, local_only), "path": None})
+        except ValueError as e:
+            raise DataError(f"{where}: image '{_shown(src)}' in '{field}' {e}; fix or remove the row") from None
+    made = {IMAGES: out}
+    for c in text_fields:  # LLaVA's <image> markers: TRL places the images itself
+        v = row.get(c)
+        if isinstance(v, str) and "<image>" in v:
+            made[c] = MARKER.sub("", v)
+        elif isinstance(v, list) and any(isinstance(m, dict) and "<image>" in str(m.get("value", m.get("content")))
+                                         for m in v):
+            made[c] = [_unmarked(m) for m in v]
+    return made
+
+
+def _unmarked(m):
+    if not isinstance(m, dict):
+        return m
+    return {k: MARKER.sub("", v) if isinstance(v, str) else v for k, v in m.items()}
+
+
+def images_folder(spec: str) -> Path | None:
+    """The folder a dataset's relative image paths are read from: the data file's own folder (a folder dataset:
+    the folder); None for the built-in and hub data, whose images are in the data."""
+    p = Path(spec).expanduser()
+    return p if p.is_dir() else p.parent if p.is_file() else None
+
+
+def attach_images(ds, det, base: Path | None, local_only: bool = False, split: str = ""):
+    """``ds`` with every row's images read, checked and in the ``images`` column (a list of ``datasets`` Image
+    cells per row); ``base``: the folder relative image paths are read from (the data file's); ``split``: named in
+    errors when not the training split. Raises DataError naming the first row whose image is missing or
+    unreadable. Text data comes back as it was."""
+    from datasets import Image, List
+
+    if not det.image_field:
+        return ds
+    text_fields = tuple(c for c in (det.prompt_field, det.messages_field) if c and c != IMAGES)
+    kwargs = {"field": det.image_field, "text_fields": text_fields, "base": base, "local_only": local_only,
+              "split": split}
+    ds = ds.map(_row_images, with_indices=True, fn_kwargs=kwargs, desc="reading images",
+                remove_columns=[IMAGES] if IMAGES in ds.column_names and det.image_field != IMAGES else None)
+    return ds.cast_column(IMAGES, List(Image()))
+
+
+def decoded(cells: list) -> list:
+    """A row's ``images`` cells as PIL images (``Dataset.to_list`` leaves Image cells as {"bytes", "path"})."""
+    from PIL import Image
+
+    out = []
+    for c in cells or []:
+        if isinstance(c, dict):
+            c = Image.open(io.BytesIO(c["bytes"])) if c.get("bytes") is not None else Image.open(c["path"])
+            c.load()
+        out.append(c)
+    return out
+
+
+def open_image(path):
+    """One image file a user named (chat --image): a PIL image, or one line saying what is wrong with it."""
+    try:
+        data = checked_image(str(path), None, local_only=True)
+    except (ValueError, OSError) as e:
+        raise DataError(f"image '{path}' {e}; pass an existing image file (PNG, JPEG, WebP, ...)") from None
+    return decoded([{"bytes": data}])[0]

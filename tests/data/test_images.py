@@ -1,0 +1,119 @@
+"""Image data: the image column found by name and value in every layout (an Image feature, paths relative to the
+file, several per row, LLaVA's <image> markers, image parts inside messages, data URLs), every image read and
+checked, and a missing or unreadable one refused in one line naming the row."""
+
+import base64
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+from PIL import Image
+
+from app.data.images import IMAGES, decoded, find_image_field, image_values, is_image
+from app.data.loading import build_splits
+from app.errors import DataError
+
+
+def _data(dataset, **kw):
+    return SimpleNamespace(dataset=str(dataset), config_name=None, split=None, prompt_field=None, reference_field=None,
+                           chosen_field=None, rejected_field=None, eval_split=None, heldout_size=4, max_samples=None,
+                           mix=None, **kw)
+
+
+def _png(path, color):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (12, 12), color).save(path)
+    return path
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+COLORS = ["red", "blue", "green", "yellow"]
+
+
+def test_values_that_are_images_and_values_that_are_not():
+    assert is_image(Image.new("RGB", (2, 2)))
+    assert is_image("imgs/cat.PNG") and is_image("https://x.org/a.jpg?s=1") and is_image("data:image/png;base64,AA")
+    assert is_image({"bytes": b"\x89PNG....", "path": None}) and is_image({"bytes": None, "path": "a.webp"})
+    assert not is_image("a cat on a mat") and not is_image("notes.txt") and not is_image({"text": "x"})
+    assert image_values(["a.png", "b.jpg"]) == ["a.png", "b.jpg"] and image_values(["a.png", "text"]) is None
+
+
+def test_the_builtin_shapes_images_are_detected_and_carried_as_images():
+    train, heldout, det = build_splits(_data("shapes"), seed=1)
+    assert (det.prompt_field, det.reference_field, det.image_field) == ("question", "answer", "image")
+    assert det.images_per_row == (1, 1) and "images" in det.fields_line() and "image_field" in det.reasons
+    row = heldout.select([0]).to_list()[0]
+    [img] = decoded(row[IMAGES])
+    assert img.size == (48, 48) and row["answer"] in COLORS
+
+
+def test_paths_relative_to_the_file_and_several_images_per_row(tmp_path):
+    rows = [{"question": f"What colors are these? ({i})", "answer": f"{c} and {c}",
+             "pictures": [f"imgs/{i}a.png", f"imgs/{i}b.png"]} for i, c in enumerate(COLORS * 5)]
+    for i, c in enumerate(COLORS * 5):
+        _png(tmp_path / f"imgs/{i}a.png", c), _png(tmp_path / f"imgs/{i}b.png", c)
+    train, heldout, det = build_splits(_data(_jsonl(tmp_path / "d.jsonl", rows)), seed=1)
+    assert det.image_field == "pictures" and det.images_per_row == (2, 2) and det.prompt_field == "question"
+    first = train.select([0]).to_list()[0]
+    imgs = decoded(first[IMAGES])
+    want = next(r for r in rows if r["question"] == first["question"])["answer"].split()[0]
+    assert len(imgs) == 2 and imgs[0].getpixel((0, 0)) == Image.new("RGB", (1, 1), want).getpixel((0, 0))
+
+
+def test_llava_layout_drops_the_image_marker_and_keeps_the_conversation(tmp_path):
+    rows = [{"image": f"{i}.png", "conversations": [{"from": "human", "value": "<image>\nWhat color is it?"},
+                                                   {"from": "gpt", "value": c}]} for i, c in enumerate(COLORS * 5)]
+    for i, c in enumerate(COLORS * 5):
+        _png(tmp_path / f"{i}.png", c)
+    train, _, det = build_splits(_data(_jsonl(tmp_path / "llava.jsonl", rows)), seed=1)
+    assert det.image_field == "image" and det.messages_field == "conversations"
+    turn = train.select([0]).to_list()[0]["conversations"][0]
+    assert turn["value"] == "What color is it?"
+
+
+def test_image_parts_inside_messages_and_data_urls(tmp_path):
+    def url(c):
+        buf = io.BytesIO()
+        Image.new("RGB", (8, 8), c).save(buf, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+    rows = [{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url(c)}},
+                                                       {"type": "text", "text": "Which color?"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": c}]}]}
+            for c in COLORS * 5]
+    train, _, det = build_splits(_data(_jsonl(tmp_path / "chat.jsonl", rows)), seed=1)
+    assert det.image_field == "messages" and det.messages_field == "messages" and det.images_per_row == (1, 1)
+    assert len(decoded(train.select([0]).to_list()[0][IMAGES])) == 1
+
+
+def test_an_image_column_is_never_taken_for_the_prompt():
+    rows = [{"img": f"x/{i}.png", "caption": f"a {c} square seen from above"} for i, c in enumerate(COLORS * 4)]
+    field, why = find_image_field(rows, ["img", "caption"])
+    assert field == "img" and "images" in why
+
+
+@pytest.mark.parametrize("problem", ["missing", "corrupt", "url offline", "no image"])
+def test_a_bad_image_is_one_line_naming_the_row(tmp_path, problem):
+    rows = [{"question": "What color?", "answer": c, "image": f"{i}.png"} for i, c in enumerate(COLORS * 5)]
+    for i, c in enumerate(COLORS * 5):
+        _png(tmp_path / f"{i}.png", c)
+    if problem == "missing":
+        (tmp_path / "7.png").unlink()
+    elif problem == "corrupt":
+        (tmp_path / "7.png").write_bytes(b"\x89PNG not really a png")
+    elif problem == "url offline":
+        rows[7]["image"] = "https://example.org/7.png"
+    else:
+        rows[7]["image"] = None
+    data = _data(_jsonl(tmp_path / "d.jsonl", rows))
+    with pytest.raises(DataError) as e:
+        build_splits(data, seed=1, local_only=True)
+    msg = str(e.value)
+    assert "\n" not in msg and "row 8" in msg and "fix or remove the row" in msg
+    assert {"missing": "not found", "corrupt": "not a readable image", "url offline": "--local-only",
+            "no image": "has no image"}[problem] in msg
