@@ -18,9 +18,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import steptimer  # noqa: E402
 
 
+def images_sft(spec: dict):
+    """The image side (bench_images): a vision-language model as a TRL user loads it for QLoRA (the language model
+    in NF4, the vision tower and projector skipped by module path, LoRA on the language model), its processor as
+    TRL's processing_class, and the rows as TRL's image format (prompt / completion / images)."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForImageTextToText, AutoProcessor, BitsAndBytesConfig
+    from trl import SFTConfig, SFTTrainer
+
+    from app.data.shapes import shapes_dataset
+
+    torch.manual_seed(spec["seed"])
+    proc = AutoProcessor.from_pretrained(spec["model"])
+    skip = ["model.vision_tower", "model.multi_modal_projector", "lm_head"]
+    model = AutoModelForImageTextToText.from_pretrained(
+        spec["model"], dtype=torch.float32, device_map={"": "cpu"},
+        quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                               bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32,
+                                               llm_int8_skip_modules=skip))
+    train = shapes_dataset()["train"]
+    ds = train.map(lambda r: {"prompt": [{"role": "user", "content": r["question"]}],
+                              "completion": [{"role": "assistant", "content": r["answer"]}], "images": [r["image"]]},
+                   remove_columns=train.column_names)
+    lora = LoraConfig(r=spec["r"], lora_alpha=spec["alpha"], lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=r"model\.language_model\..*\.(down_proj|gate_proj|k_proj|o_proj|q_proj|up_proj|v_proj)")
+    args = SFTConfig(output_dir=spec["out"], learning_rate=spec["lr"], max_steps=spec["steps"],
+                     per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=1, seed=spec["seed"],
+                     data_seed=spec["seed"], gradient_checkpointing=False, lr_scheduler_type="linear", warmup_steps=0,
+                     logging_steps=1, save_strategy="no", report_to="none", use_cpu=True, optim="adamw_torch",
+                     dataloader_num_workers=0, disable_tqdm=True, bf16=False, max_length=None)
+    return SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=proc, peft_config=lora)
+
+
 def main(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     steptimer.install()
+    if spec["method"] == "images":
+        trainer = images_sft(spec)
+        for p in trainer.model.parameters():  # the adapter in the fp32 compute dtype, as qlora-app keeps it
+            if p.requires_grad:
+                p.data = p.data.float()
+        trainer.train()
+        return
     import torch
     from datasets import Dataset
     from peft import LoraConfig

@@ -24,6 +24,8 @@ from app.errors import DataError
 IMAGE_WORDS = {"image", "images", "img", "imgs", "picture", "pictures", "photo", "photos", "figure", "screenshot"}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 IMAGES = "images"  # the column the conversions carry (TRL's name)
+# a column named only of these words (image, image_path, img_url, ...) is meant to hold images
+IMAGE_NAME_WORDS = IMAGE_WORDS | {"path", "paths", "file", "files", "url", "urls", "uri"}
 MARKER = re.compile(r"<image>\s*")  # LLaVA's placeholder in the text
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"BM")
 
@@ -88,6 +90,13 @@ def find_image_field(rows: list[dict], columns: list[str]) -> tuple[str | None, 
             best, best_share = c, share
     if best is not None:
         return best, f"{best_share:.0%} of the sampled cells are images (files, bytes or image cells)"
+    for c in columns:  # a column meant for images that holds none: said, never trained as text without its pictures
+        words = set(name_words(c))
+        if words & IMAGE_WORDS and words <= IMAGE_NAME_WORDS and rows:
+            shown = next((repr(r.get(c))[:40] for r in rows if r.get(c) not in (None, "", [])), "empty cells")
+            raise DataError(f"column '{c}' is named for images but none of its sampled cells is one ({shown}); "
+                            "point it at image files (paths relative to the data file), image bytes or URLs, or "
+                            "drop the column")
     for c in columns:
         if any(message_images(r.get(c)) for r in rows if isinstance(r.get(c), list)):
             return c, "its messages carry image parts"
@@ -232,3 +241,15 @@ def open_image(path):
     except (ValueError, OSError) as e:
         raise DataError(f"image '{path}' {e}; pass an existing image file (PNG, JPEG, WebP, ...)") from None
     return decoded([{"bytes": data}])[0]
+
+
+def thumbnails(images: list, side: int = 96) -> list[str]:
+    """Small PNG copies of a row's images as data URLs: what a comparison keeps to show beside its answers."""
+    out = []
+    for img in images:
+        small = img.convert("RGB").copy()
+        small.thumbnail((side, side))
+        buf = io.BytesIO()
+        small.save(buf, format="PNG")
+        out.append("data:image/png;base64," + base64.b64encode(buf.getvalue()).decode())
+    return out

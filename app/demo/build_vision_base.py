@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from app.data.shapes import COLORS, QUESTION, SHAPE_QUESTION, SHAPES, shapes_rows
-from app.demo.build_base import run_builder
+from app.demo.build_base import SYSTEM_PROMPTS, run_builder
 
 SPECIAL = ["<unk>", "<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
            "<end_of_image>", "<image_soft_token>"]
@@ -45,7 +45,7 @@ def build_processor():
 
     words = [QUESTION.format(shape=s) + " " + c for s in SHAPES for c in COLORS]
     words += [f"{SHAPE_QUESTION} {s}" for s in SHAPES]
-    words += ["You are a helpful assistant.", "Answer the question.", "user model system"]
+    words += [*SYSTEM_PROMPTS, "user model system"]
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -88,11 +88,16 @@ def tiny_vision_model(out: Path, seed: int = 0) -> Path:
     return out
 
 
-def _batch(proc, rows: list[dict]):
-    """Rows as one padded training batch: the conversation with its image, loss on every text token."""
-    texts = [proc.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": r["question"]}]},
-         {"role": "assistant", "content": r["answer"]}], tokenize=False) for r in rows]
+def _batch(proc, rows: list[dict], rng: random.Random):
+    """Rows as one padded training batch: the conversation with its image (half of them after a system prompt, as
+    runs ask: GRPO's default one among them), loss on every text token."""
+    def turns(r):
+        user = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": r["question"]}]},
+                {"role": "assistant", "content": r["answer"]}]
+        system = [{"role": "system", "content": rng.choice(SYSTEM_PROMPTS)}] if rng.random() < 0.5 else []
+        return system + user
+
+    texts = [proc.apply_chat_template(turns(r), tokenize=False) for r in rows]
     enc = proc(text=texts, images=[[r["image"]] for r in rows], padding=True, return_tensors="pt")
     labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
     labels = labels.masked_fill(enc["input_ids"] == proc.tokenizer.convert_tokens_to_ids("<image_soft_token>"), -100)
@@ -118,7 +123,7 @@ def build(out: Path, steps: int = 300, batch_size: int = 16, lr: float = 3e-3, s
     rng = random.Random(seed)
     model.train()
     for step in range(steps):
-        enc, labels = _batch(proc, rng.sample(rows, batch_size))
+        enc, labels = _batch(proc, rng.sample(rows, batch_size), rng)
         loss = model(**enc, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -9,17 +9,19 @@ from app.demo.run import run_demo
 from app.errors import UserError
 
 
-def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str = "grpo", tools: bool = False,
+def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | None = None, tools: bool = False,
                     images: bool = False):
+    """``method``: as typed (None: the demo's own: GRPO, or SFT for --images)."""
+    if images:
+        if tools or method not in (None, "sft", "grpo"):
+            raise UserError("--images is an SFT demo (a vision-language model learns from labelled images), or GRPO "
+                            "with --method grpo; drop --tools / pass --method sft or grpo")
+        return run_images_demo(output_dir, quick=quick, console=console, seed=seed, method=method or "sft")
+    method = method or "grpo"
     if method not in ("grpo", "dpo"):
-        raise UserError(f"--method {method} has no demo; pass grpo or dpo")
+        raise UserError(f"--method {method} has no demo; pass grpo or dpo (or --images for sft)")
     if tools and method != "grpo":
         raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
-    if images and (tools or method != "grpo"):
-        raise UserError("--images is an SFT demo of its own (a vision-language model learns from labelled images); "
-                        "drop --tools / --method")
-    if images:
-        return run_images_demo(output_dir, quick=quick, console=console, seed=seed)
     if method == "dpo":
         return run_dpo_demo(output_dir, quick=quick, console=console, seed=seed)
     return run_demo(output_dir, quick=quick, console=console, seed=seed, tools=tools)

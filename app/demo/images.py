@@ -29,23 +29,26 @@ QUICK = {"steps": 200, "eval": 100}  # --quick: the same training, a smaller pro
 
 
 def run_images_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None,
-                    seed: int = 42, sets: list[str] | tuple = ()):
+                    seed: int = 42, sets: list[str] | tuple = (), method: str = "sft"):
     """Returns the final ``Comparison``; its config["demo"] holds the stages, the run folder and timings.
-    ``seed``: training.seed (data order, LoRA init); the evaluation is greedy on the whole held-out split."""
+    ``seed``: training.seed (data order, LoRA init, GRPO's sampling); the evaluation is greedy on the whole held-out
+    split. ``method``: sft (presets/demo-images.yaml) or grpo (presets/demo-images-grpo.yaml)."""
     console = console or Console()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    console.rule("[bold]qlora-app demo --images[/]: 4-bit QLoRA SFT of a vision-language model on CPU, offline")
+    console.rule(f"[bold]qlora-app demo --images[/]: 4-bit QLoRA {method.upper()} of a vision-language model on CPU, "
+                 "offline")
     base = base_model_path(name=VISION_MODEL)
     console.print(f"base model: {base} (vision tower 16-bit, language model 4-bit)")
-    preset = images_preset(base)
+    preset = images_preset(base, grpo=method == "grpo")
     n_eval = QUICK["eval"] if quick else preset["training"]["proof_rows"]
     sets = [f"training.seed={seed}", f"training.proof_rows={n_eval}", *sets]
-    if quick:
+    if quick and method == "sft":
         sets.append(f"training.max_steps={QUICK['steps']}")
-    console.print("[bold]1/2[/] SFT on the built-in shapes images: 'What color is the <shape>?'")
-    cfg = build_config({**preset, "output_dir": str(output_dir), "run_name": "demo-images"}, sets=sets)
+    console.print(f"[bold]1/2[/] {method.upper()} on the built-in shapes images: 'What color is the <shape>?'"
+                  + (" (8 sampled answers a picture, the shaped reward)" if method == "grpo" else ""))
+    cfg = build_config({**preset, "output_dir": str(output_dir), "run_name": f"demo-images-{method}"}, sets=sets)
     show = console.is_terminal if progress is None else progress
     run = Session(cfg, progress=show, console=console).run()
     stop_if_interrupted(run, console)
@@ -58,15 +61,15 @@ def run_images_demo(output_dir: Path, quick: bool = False, console=None, progres
     result = run_proof(run)
     s = result.summary
     lift = s.adapter.accuracy - s.base.accuracy
-    result.config["demo"] = {"quick": quick, "seed": seed, "images": True, "run": str(run),
-                             "stages": {"base": {"accuracy": s.base.accuracy}, "sft": {"accuracy": s.adapter.accuracy}},
-                             "sft_lift": lift,
+    stages = {"base": {"accuracy": s.base.accuracy}, method: {"accuracy": s.adapter.accuracy}}
+    result.config["demo"] = {"quick": quick, "seed": seed, "images": True, "method": method, "run": str(run),
+                             "stages": stages, "lift": lift,
                              "timings": {"train_s": round(train_s, 1), "total_s": round(time.time() - t0, 1)}}
-    out = output_dir / layout.DEMO_IMAGES_JSON
+    out = output_dir / (layout.DEMO_IMAGES_JSON if method == "sft" else layout.DEMO_IMAGES_GRPO_JSON)
     _keep_previous(out)
     store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     print_result(result, console, max_rows=4)
-    console.print(f"\nSFT's lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} images (base "
-                  f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
+    console.print(f"\n{method.upper()}'s lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} images "
+                  f"(base {s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
     console.print(f"comparison: {out}  (total {time.time() - t0:.0f} s)")
     return result

@@ -53,8 +53,9 @@ def tools_preset(model_path: str | Path | None = None) -> dict:
     return d
 
 
-def images_preset(model_path: str | Path | None = None) -> dict:
-    """The image demo's SFT run (presets/demo-images.yaml) as an AppConfig-shaped dict."""
-    d = load_preset("demo-images")
+def images_preset(model_path: str | Path | None = None, grpo: bool = False) -> dict:
+    """The image demo's SFT run (presets/demo-images.yaml; ``grpo``: its GRPO run, demo-images-grpo.yaml) as an
+    AppConfig-shaped dict."""
+    d = load_preset("demo-images-grpo" if grpo else "demo-images")
     d["model"]["name_or_path"] = str(model_path or base_model_path(name=VISION_MODEL))
     return d

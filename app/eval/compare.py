@@ -13,6 +13,7 @@ inside functions so `qlora-app --help` stays fast.
 from __future__ import annotations
 
 from app.config.schema import DataConfig, DPOSection, TrainingConfig
+from app.data.images import thumbnails
 from app.errors import UserError
 from app.eval.answers import answer_items, tool_names
 from app.eval.heldout import heldout_examples
@@ -139,12 +140,14 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
             sides[side] = answer_items(peft_model, tok, items, run_cfg, processor=pair.processor, **gen)
     base_out, adapter_out = sides["base"], sides["adapter"]
     # preference data: which of each held-out pair's answers base and adapter find more likely
-    pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
+    pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta,
+                            processor=pair.processor)
 
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
                 base=score_cell(b, it["reference"], reward_cfg, it["prompt"]),
-                adapter=score_cell(a, it["reference"], reward_cfg, it["prompt"]), dataset=it.get("dataset"))
+                adapter=score_cell(a, it["reference"], reward_cfg, it["prompt"]), dataset=it.get("dataset"),
+                images=thumbnails(it["images"]) if it.get("images") else None)
             for it, b, a in zip(items, base_out, adapter_out)]
     config = {"adapter": str(adapter_dir), "base_model": mc.name_or_path, "trained_on": target.trained_on,
               "load_in_4bit": mc.load_in_4bit, "dataset": _dataset_name(run_cfg, dataset, num_samples),

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from app.model.generation import adds_special_tokens, format_prompt, pad_left
 from app.model.pair import base_side
+from app.model.vision import encode_with_images, image_prompt_text
 
 BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
 
@@ -41,10 +42,13 @@ def _encode(tok, item: dict) -> list[tuple[list[int], list[int]]]:
             for ans in item["pair"]]
 
 
-def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
-    """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order."""
+def answer_logprobs(model, tok, items: list[dict], processor=None) -> list[tuple[float, float]]:
+    """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order. Items
+    with ``images`` are read with them through ``processor`` (``_image_logprobs``)."""
     import torch
 
+    if any(it.get("images") for it in items):
+        return _image_logprobs(model, tok, processor, items)
     seqs = [seq for it in items for seq in _encode(tok, it)]
     device = next(model.parameters()).device
     out: list[float] = []
@@ -64,6 +68,31 @@ def answer_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
             rows = logps[r, keep - 1 - len(a):]
             out.append(float(rows.gather(-1, targets[:, None]).sum()))
     return list(zip(out[0::2], out[1::2]))
+
+
+def _image_logprobs(model, tok, processor, items: list[dict]) -> list[tuple[float, float]]:
+    """``answer_logprobs`` of prompts with images: each prompt + answer encoded by the processor with the item's
+    images, one sequence at a time (so the answer's tokens are the sequence's last ones, with no padding to track)."""
+    import torch
+
+    if processor is None:
+        raise ValueError("held-out pairs with images need the model's processor")
+    device = next(model.parameters()).device
+    out = []
+    for it in items:
+        text = format_prompt(tok, it)
+        prompt = image_prompt_text(processor, it["messages"], it["images"])
+        sums = []
+        for ans in it["pair"]:
+            suffix = answer_text(tok, it, ans, text)
+            answer = tok(suffix, add_special_tokens=False)["input_ids"]
+            enc = {k: v.to(device) for k, v in encode_with_images(processor, [prompt + suffix], [it["images"]]).items()}
+            with torch.no_grad():
+                logits = model(**enc).logits[0, -len(answer) - 1:-1].float()
+            targets = enc["input_ids"][0, -len(answer):]
+            sums.append(float(torch.log_softmax(logits, -1).gather(-1, targets[:, None]).sum()))
+        out.append((sums[0], sums[1]))
+    return out
 
 
 @dataclass
@@ -87,14 +116,15 @@ def summarize(base: list[tuple[float, float]], adapter: list[tuple[float, float]
                              adapter_likelier=sum(c > r for c, r in adapter) / n, beta=beta)
 
 
-def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | None = None):
+def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | None = None, processor=None):
     """(PreferenceSummary, the base's log-probs) of the items that hold a pair, or (None, None) when none does.
-    ``base``: the base's log-probs from an earlier call (they do not change while the adapter trains)."""
+    ``base``: the base's log-probs from an earlier call (they do not change while the adapter trains);
+    ``processor``: a model that reads images, whose pairs are scored with their images."""
     pairs = [it for it in items if it.get("pair")]
     if not pairs:
         return None, None
     if base is None:
         with base_side(peft_model):
-            base = answer_logprobs(peft_model, tok, pairs)
-    adapter = answer_logprobs(peft_model, tok, pairs)
+            base = answer_logprobs(peft_model, tok, pairs, processor)
+    adapter = answer_logprobs(peft_model, tok, pairs, processor)
     return summarize(base, adapter, beta), base

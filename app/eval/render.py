@@ -29,6 +29,7 @@ table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
 .wtl{margin:8px 0 20px;font-size:15px} .win{color:#137333} .loss{color:#b3261e} .tie{color:#5b6475}
 .row{background:#fff;border:1px solid #dde1e8;border-radius:6px;margin:0 0 14px;padding:10px 12px}
 .row.w{border-left:5px solid #34a853} .row.l{border-left:5px solid #ea4335} .row.t{border-left:5px solid #bbb}
+.pic{max-height:96px;margin:0 8px 4px 0;image-rendering:pixelated;border:1px solid #d0d5dd}
 .prompt,.ref{white-space:pre-wrap;font-size:14px;margin:2px 0} .ref{color:#5b6475}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin-top:8px}
 .side{border:1px solid #e6e9ef;border-radius:4px;padding:6px 8px;background:#fcfcfd}
@@ -162,7 +163,9 @@ def _row(i: int, r) -> str:
         f'<div class="side" data-side="{name}"><h3>{name} · reward {c.reward:.3f} {_verdict(c.correct)}</h3>'
         f'{_calls_html(c)}<div class="out">{body}</div></div>'
         for name, c, body in (("base", r.base, left), ("adapter", r.adapter, right)))
-    return (f'<div class="row {cls}"><div class="prompt"><b>#{i}</b> {escape(r.prompt)}{same}</div>{ref}'
+    pictures = "".join(f'<img class="pic" src="{escape(u)}" alt="image {k}">'
+                       for k, u in enumerate(r.images or [], 1) if u.startswith("data:image/"))
+    return (f'<div class="row {cls}">{pictures}<div class="prompt"><b>#{i}</b> {escape(r.prompt)}{same}</div>{ref}'
             f'<div class="cols">{sides}</div></div>')
 
 

@@ -44,6 +44,7 @@ class Row:
     base: Cell
     adapter: Cell
     dataset: str | None = None  # a mix's held-out row: the name of the dataset it is from (data.mix)
+    images: list[str] | None = None  # a row with pictures: small copies as data URLs (the page and the UI show them)
 
     @property
     def delta(self) -> float:
@@ -147,12 +148,17 @@ class Comparison:
         return cls(rows=rows, summary=Summary.of(rows), config=config, preference=preference)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for row in d["rows"]:  # text rows keep compare.json's shape
+            if row.get("images") is None:
+                row.pop("images", None)
+        return d
 
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
         rows = [Row(prompt=r["prompt"], reference=r.get("reference"), source=r.get("source", "heldout"),
-                    base=Cell(**r["base"]), adapter=Cell(**r["adapter"]), dataset=r.get("dataset"))
+                    base=Cell(**r["base"]), adapter=Cell(**r["adapter"]), dataset=r.get("dataset"),
+                    images=r.get("images"))
                 for r in data["rows"]]
         s = data["summary"]
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],

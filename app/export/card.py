@@ -115,6 +115,17 @@ def tools_line(cfg) -> str:
             f"per answer, in the chat template's tool-call format (the model calls them; whoever serves it runs them)")
 
 
+def images_line(seen: dict) -> str:
+    """The card's line on a run trained on images: what the model sees, and what was trained of it."""
+    lo, hi = seen.get("per_row") or (1, 1)
+    count = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    kept = ", ".join(f"`{p}`" for p in seen.get("kept_16bit") or []) or "its vision tower and projector"
+    return (f"- images: a vision-language model that sees {count} image(s) per prompt (column "
+            f"`{seen.get('column', '?')}`, {seen.get('tokens_per_image', '?')} tokens each); the vision side ({kept}) "
+            "was kept 16-bit and not trained, the LoRA adapter is on the language model; ask it with the images "
+            "(`qlora-app chat RUN --image PATH`, or an image_url part through `serve`)")
+
+
 def data_words(cfg, st: dict) -> str:
     """'`arith`', or a mix: 'a mix of `arith` 70% (700 rows) and `my.jsonl` 30% (300 rows), drawn without ...'."""
     if not cfg.data.mix:
@@ -142,8 +153,10 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
     tags = ["qlora-app", "qlora", "lora"] + ([method] if method else []) + (["gguf"] if fmt in ("gguf", "ollama")
                                                                            else [])
     hub_data = [d for d in (cfg.data.datasets if cfg else []) if _hub_id(d)]
+    reads_images = bool(cfg and cfg.model.images)
     data = ModelCardData(base_model=_hub_id(base_model), library_name=LIBRARY[fmt], tags=tags,
-                         datasets=hub_data or None, pipeline_tag="text-generation")
+                         datasets=hub_data or None,
+                         pipeline_tag="image-text-to-text" if reads_images else "text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
             f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of {code_name(base_model)} trained with "
@@ -164,6 +177,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                  f"- LoRA: r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}",
                  f"- data: {data_words(cfg, st)}"
                  + (f" (system prompt: \"{cfg.data.system_prompt}\")" if cfg.data.system_prompt else "")]
+        if reads_images:
+            body += [images_line(st.get(layout.VISION) or {})]
         if cfg.method == "grpo":
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "

@@ -155,32 +155,26 @@ def generate_with_images(model, processor, items: list[dict], max_new_tokens: in
                          batch_size: int = 16, seed: int = 0, on_batch: Callable[[int], None] | None = None
                          ) -> list[dict]:
     """``generate`` for prompts with images (each item's ``messages`` and ``images``): the processor renders and
-    encodes them (the images where training placed them, app.model.vision.with_images), the same decoding.
-
-    Batches hold prompts of one token length only, so no row is padded: a left-padded image prompt answers wrongly
-    (measured on Gemma 3: padded rows of a batch garbled their answers, the same prompts alone were right), and the
-    image's tokens are never cut either (prompt_cut is False)."""
+    encodes each left-padded batch (the images where training placed them, app.model.vision.with_images), longest
+    prompts first, the same decoding. A prompt with images is never cut (cutting an image's tokens breaks the
+    model's input): prompt_cut is False."""
     import torch
 
     tok = processor.tokenizer
     texts = [image_prompt_text(processor, it["messages"], it["images"]) for it in items]
-    encoded = [encode_with_images(processor, t, it["images"]) for t, it in zip(texts, items)]
-    by_length: dict[int, list[int]] = {}
-    for i, enc in enumerate(encoded):
-        by_length.setdefault(enc["input_ids"].shape[1], []).append(i)
+    order = sorted(range(len(items)), key=lambda i: -len(texts[i]))
     gen_kw = decoding(model, tok, max_new_tokens, temperature)
     torch.manual_seed(seed)
     out: list[dict | None] = [None] * len(items)
-    for same in by_length.values():
-        for start in range(0, len(same), batch_size):
-            idx = same[start:start + batch_size]
-            enc = {k: torch.cat([encoded[i][k] for i in idx]) for k in encoded[idx[0]]}
-            new = run_batch(model, tok, enc, gen_kw)
-            for row, i in enumerate(idx):
-                ids = _new_tokens(tok, new[row])
-                out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": False}
-            if on_batch:
-                on_batch(len(idx))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        enc = encode_with_images(processor, [texts[i] for i in idx], [items[i]["images"] for i in idx])
+        new = run_batch(model, tok, enc, gen_kw)
+        for row, i in enumerate(idx):
+            ids = _new_tokens(tok, new[row])
+            out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": False}
+        if on_batch:
+            on_batch(len(idx))
     return out  # type: ignore[return-value]
 
 

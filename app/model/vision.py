@@ -99,8 +99,9 @@ def image_prompt_text(processor, messages: list[dict], images: list) -> str:
     return processor.apply_chat_template(with_images(messages, images), tokenize=False, add_generation_prompt=True)
 
 
-def encode_with_images(processor, text: str, images: list) -> dict:
-    """One prompt with its images as the model's inputs: input_ids, attention_mask and the image tensors the model
-    reads (pixel_values, and whatever else the family's processor makes). One prompt, never padded: generation
-    batches only prompts of one length (app.model.generation.generate_with_images)."""
-    return dict(processor(text=[text], images=[list(images)], return_tensors="pt"))
+def encode_with_images(processor, texts: list[str], images: list[list]) -> dict:
+    """Prompts with their images as the model's inputs, a left-padded batch (as app.model.generation.pad_left pads
+    text: the padding asked of this call only, the tokenizer's own side untouched): input_ids, attention_mask and
+    the image tensors the model reads (pixel_values, and whatever else the family's processor makes)."""
+    return dict(processor(text=list(texts), images=[list(i) for i in images], padding=True, padding_side="left",
+                          return_tensors="pt"))

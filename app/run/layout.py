@@ -29,6 +29,8 @@ COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
 DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 DEMO_IMAGES_JSON = "compare-images.json"  # demo --images: the image demo's comparison
+DEMO_IMAGES_GRPO_JSON = "compare-images-grpo.json"  # demo --images --method grpo
+VISION = "images"  # status.json: a run on images (its column, images per row, tokens each, the vision side kept)
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 # status.json: a mix's datasets as the run drew them (name, share, rows drawn of rows there, repeats, held out)
 MIX = "mix"

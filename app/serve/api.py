@@ -82,14 +82,20 @@ async def _answer(engine, request: Request, chat: bool):
         tools = R.tools(body) if chat else None
         if not chat and body.get("tools") is not None:
             raise BadRequest("tools go with /v1/chat/completions", "tools")
+        pictures = R.images(body, engine.local_only) if chat else []
+        if pictures and engine.pair.processor is None:
+            raise BadRequest("this run's model reads no images (it was trained on text); send text content only",
+                             "messages")
         if chat:
-            text = engine.chat_prompt(R.messages(body), tools)
+            text = engine.chat_prompt(msgs := R.messages(body), tools)
         elif isinstance(body.get("prompt"), str):
             text = body["prompt"]
         else:
             raise BadRequest("prompt must be a string", "prompt")
         settings = _settings(body)
         settings["stops"] = R.stops(body)
+        if pictures:  # a chat about pictures: the engine asks the model with them (app/model/generation.py)
+            settings.update(images=pictures, messages=msgs)
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
         # a prompt that does not fit is this request's 400
         settings["max_tokens"] = engine.reply_tokens(text, None if asked is None else settings["max_tokens"],

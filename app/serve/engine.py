@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from app.errors import UserError
-from app.model.generation import adds_special_tokens, generate_one
+from app.model.generation import adds_special_tokens, generate_one, generate_with_images
 from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length
 from app.model.templates import ensure_tool_parser, tool_template_problem
@@ -85,6 +85,7 @@ class Engine:
 
     def __init__(self, run, local_only: bool = False, model: str | None = None):
         self.pair = open_pair(run, model, local_only)
+        self.local_only = local_only  # a request's remote image URL is a 400 then, never a fetch
         self.run_cfg = self.pair.target.run_cfg
         self.system = self.pair.target.system_prompt
         self.names = served_names(self.pair.target.adapter_dir)
@@ -138,10 +139,24 @@ class Engine:
         used = len(self.ids(text, 1))
         return max(1, min(most, self.context - used))
 
+    def image_reply(self, side: str, messages: list[dict], images: list, max_tokens: int, temperature: float,
+                    seed: int) -> str:
+        """A reply about pictures (a run trained on images): compare's path for a prompt with images, whole."""
+        if self.pair.processor is None:
+            raise UserError("this run's model reads no images (it was trained on text); send text content only")
+        if self.system and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": self.system}, *messages]
+        item = {"messages": messages, "images": images}
+        with self.pair.side(side):
+            return generate_with_images(self.model, self.pair.processor, [item], max_tokens, temperature,
+                                        seed=seed)[0]["text"]
+
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
-              stop: threading.Event | None = None, stops: list[str] = ()) -> Reply:
+              stop: threading.Event | None = None, stops: list[str] = (), images: list = (),
+              messages: list[dict] | None = None) -> Reply:
         """The reply to prompt ``text`` from model ``name``, when the model is free; ``stops``: strings that end
-        it (not shown, not counted), streamed or not."""
+        it (not shown, not counted), streamed or not; ``images`` with ``messages``: a chat request with pictures,
+        answered whole (one piece when streamed)."""
         side = self.side(name)
         ids = self.ids(text, max_tokens)
         watch = StopAt(list(stops))
@@ -157,9 +172,14 @@ class Engine:
         t0 = time.monotonic()
         with self._turn:
             waited = time.monotonic() - t0
-            with self.pair.side(side):
-                out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed,
-                                   piece if (on_text or watch.stops) else None, ended)
+            if images:
+                out = self.image_reply(side, messages or [], list(images), max_tokens, temperature, seed)
+                if on_text or watch.stops:
+                    piece(out)
+            else:
+                with self.pair.side(side):
+                    out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed,
+                                       piece if (on_text or watch.stops) else None, ended)
         hit = watch.first(out)  # the whole text is cut as the stream was (the decoded text is the reference)
         if hit:
             out = out[:hit[0]]

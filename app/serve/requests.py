@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+from app.data.images import checked_image, decoded
+
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOPS = 16  # OpenAI takes up to 4; lm-eval sends a task's `until` with the EOS (more on some tasks), as vLLM takes
 # the fields served; "user" and "parallel_tool_calls" are a client's bookkeeping and the model's own choice
@@ -64,16 +66,41 @@ def stops(body: dict) -> list[str]:
 
 
 def _text(content, param: str) -> str:
-    """A message's content: a string, or OpenAI's list of parts (their text parts joined)."""
+    """A message's content: a string, or OpenAI's list of parts (their text parts joined; image parts are read by
+    ``images``)."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        if any(p.get("type") != "text" for p in content):
-            raise BadRequest("only text content parts are served here", param)
-        return "".join(str(p.get("text", "")) for p in content)
-    raise BadRequest("content must be a string or a list of text parts", param)
+        if any(p.get("type") not in ("text", "image_url") for p in content):
+            raise BadRequest("only text and image_url content parts are served here", param)
+        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    raise BadRequest("content must be a string or a list of text / image_url parts", param)
+
+
+def images(body: dict, local_only: bool) -> list:
+    """The request's pictures (OpenAI's image_url parts, in order) as PIL images: a data URL is decoded; an http(s)
+    URL is fetched only where downloads are allowed (under --local-only it is a 400, never a fetch)."""
+    out = []
+    for i, m in enumerate(body.get("messages") or []):
+        parts = m.get("content") if isinstance(m, dict) else None
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            param = f"messages[{i}].content[{j}].image_url"
+            url = part.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str) or not url.strip():
+                raise BadRequest("image_url needs a url (a data: URL with the image)", param)
+            if url.startswith(("http://", "https://")) and local_only:
+                raise BadRequest("remote image URLs are not fetched by this server (--local-only); send the image "
+                                 "as a data URL (data:image/png;base64,...)", param)
+            try:
+                out.append(decoded([{"bytes": checked_image(url, None, local_only)}])[0])
+            except (ValueError, OSError) as e:
+                raise BadRequest(f"the image {e}", param) from None
+    return out
 
 
 def _calls(calls, param: str) -> tuple[list[dict], dict[str, str]]:

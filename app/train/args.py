@@ -82,7 +82,8 @@ def dpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
     kw.update(trl_kwargs(plan.fast, cfg))
     d = cfg.dpo
     kw.update(loss_type=list(d.loss_type), loss_weights=d.loss_weights, beta=d.beta,
-              label_smoothing=d.label_smoothing, max_length=cfg.training.max_length,
+              # a pair with images is never cut: an image's tokens must stay whole (as SFT's)
+              label_smoothing=d.label_smoothing, max_length=None if plan.vision else cfg.training.max_length,
               # prompt + answer cut at max_length keeps the prompt's start; the answer's end goes first
               truncation_mode="keep_start")
     return _with_extra(kw, cfg, "DPOConfig")

@@ -56,10 +56,10 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
     tools count their calls in the run's ``counts``. ``on_sampler_change(sampler, reason)`` hears a fast sampler
     stepping down."""
     if plan.cfg.method == "grpo":
-        return build_grpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, rewards, counts,
-                                  on_sampler_change=on_sampler_change)
+        return build_grpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir,
+                                  rewards, counts, on_sampler_change=on_sampler_change)
     if plan.cfg.method in ("dpo", "orpo"):
-        return build_dpo_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
+        return build_dpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
     return build_sft_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
 
 

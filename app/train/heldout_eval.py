@@ -91,7 +91,8 @@ class HeldoutEval(TrainerCallback):
         with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
             outs = answer_items(model, self.tok, self.items, self.run_cfg, max_new_tokens=tokens,
                                 batch_size=len(self.texts), processor=self.processor)
-            pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps)
+            pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps,
+                                                  self.processor)
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg, it["prompt"], self.rewards)
                                 for o, it in zip(outs, self.items)])
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}

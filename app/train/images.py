@@ -14,7 +14,7 @@ from app.errors import UserError
 from app.model.shape import _local_config
 from app.model.vision import load_processor, meta_model, reads_images, tower_params, vision_paths
 
-METHODS_WITH_IMAGES = ("sft",)
+METHODS_WITH_IMAGES = ("sft", "dpo", "grpo")
 ASSUMED_TOKENS = 256  # per image, when neither the processor nor the model's files say (a 448x448 image at 28 px)
 
 
@@ -28,6 +28,11 @@ class Vision:
     tokens_from: str  # where that number came from
     tower_params: int | None  # the vision side's parameters (16-bit); None: not measured (files not on disk)
     kept_16bit: tuple[str, ...] = ()  # its module paths
+
+    def record(self) -> dict:
+        """What status.json keeps (the card reads it)."""
+        return {"column": self.column, "per_row": list(self.per_row), "tokens_per_image": self.tokens_per_image,
+                "tower_params": self.tower_params, "kept_16bit": list(self.kept_16bit)}
 
     def line(self) -> str:
         lo, hi = self.per_row
@@ -49,7 +54,7 @@ def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict
                         "(--set model.images=) to train on them, or use a dataset without images")
     if cfg.method not in METHODS_WITH_IMAGES:
         raise UserError(f"the dataset has images (column '{det.image_field}') and --method {cfg.method} does not "
-                        "train on images yet; use --method sft, or a dataset without images")
+                        "train on images yet; use --method sft or dpo, or a dataset without images")
     config = _local_config(mc.name_or_path)
     if config is not None and not reads_images(config):
         raise UserError(f"the dataset has images (column '{det.image_field}') but model '{mc.name_or_path}' reads "
@@ -72,7 +77,7 @@ def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict
     vision = Vision(det.image_field, per_row, tokens, source, tower, paths)
     say(vision.line())
     changes = {} if mc.images else {"model.images": True}
-    if cfg.training.packing is not False:
+    if cfg.method == "sft" and cfg.training.packing is not False:
         say("packing is off: TRL trains each image row in its own padded row (packing would cut image tokens apart)")
         changes["training.packing"] = False
     return vision, changes
@@ -111,3 +116,16 @@ def row_image_tokens(vision: Vision | None, row: dict) -> int:
     if vision is None:
         return 0
     return len(row.get("images") or []) * vision.tokens_per_image
+
+
+def check_image_rows(vision: Vision | None, lengths: list[int] | None, context: int | None) -> None:
+    """A run on images never cuts a row (an image's tokens must stay whole): a row longer than the model's context
+    is one line, with what takes the room."""
+    if vision is None or not lengths or context is None or max(lengths) <= context:
+        return
+    longest = max(lengths)
+    most = vision.per_row[1] * vision.tokens_per_image
+    raise UserError(f"a row takes {longest} tokens ({vision.per_row[1]} image(s) of {vision.tokens_per_image} tokens: "
+                    f"{most}), more than the model's {context}-token context, and rows with images are never cut; "
+                    "use fewer or smaller images per row (the processor's max pixels), or a model with a longer "
+                    "context")

@@ -47,11 +47,12 @@ from app.model.placement import (
 from app.model.source import model_load_error, model_on_disk
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
+from app.run import layout
 from app.tools.toolbox import load_toolbox, try_environment
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
-from app.train.images import Vision, plan_images
+from app.train.images import Vision, check_image_rows, plan_images
 from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, verdict
 from app.train.preflight import fit_memory, token_lengths
 from app.train.reward_checks import check_reward, judge_answers, reference_match
@@ -135,7 +136,8 @@ class RunPlan:
                     "for": self.where.gpu if self.where.cuda else "a GPU (bf16)"},
                 "fast_paths": self.fast.describe(),
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
-                "adjustments": [a.line() for a in self.adjustments]}
+                "adjustments": [a.line() for a in self.adjustments],
+                **({layout.VISION: self.vision.record()} if self.vision else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
@@ -255,6 +257,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     cfg = steps.apply(cfg, fit.changes)
 
     tok, context = files or _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
+    check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
     if tools and tok is not None:

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from app.config.build import load_yaml_file, validate
+from app.data.images import open_image
 from app.errors import UserError
 from app.eval.chat import Chat
 from app.host.threads import use_free_cores
@@ -59,10 +60,13 @@ class ChatHolder:
 
 
 def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, temperature, max_new_tokens,
-           local_only):
-    """Yields {side: text so far} while each side answers in turn (adapter first)."""
+           local_only, image: str | None = None):
+    """Yields {side: text so far} while each side answers in turn (adapter first). ``image``: an uploaded picture
+    (a file path) the conversation is about, for a run trained on images."""
+    picture = [open_image(image)] if image else []  # a broken file: one line before the model loads
     with holder.lock:
         session = holder.get(jobs, runs_dir, name, local_only)
+        session.set_images(picture)
         system = (system or "").strip() or None
         if system != session.system:  # a new system prompt starts a new conversation
             session.system = system

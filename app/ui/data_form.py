@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.config.flags import split_datasets
 from app.data import prompt_text, reference_text, resolve_dataset
+from app.data.images import IMAGES, attach_images, decoded, images_folder, thumbnails
 from app.data.loading import detect_dataset
 from app.data.preference import pair_of
 from app.errors import UserError
@@ -79,7 +80,16 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
     # what the reward's reference component will compare with, decided as the run's plan and `inspect` decide it
     match = choose_match(ds, lambda r: reference_text(r, det)) if det.reference_field and len(ds) else None
     return {"detection": det.to_dict(), "split": split, "samples": samples,
-            "reference_match": {"mode": match[0], "why": match[1]} if match else None}
+            "reference_match": {"mode": match[0], "why": match[1]} if match else None,
+            "thumbnails": _thumbnails(ds, det, dataset, local_only)}
+
+
+def _thumbnails(ds, det, dataset: str, local_only: bool, n: int = 4) -> list[str]:
+    """Small copies of the first rows' images (an image dataset), read as training reads them."""
+    if not det.image_field:
+        return []
+    first = attach_images(ds.select(range(min(n, len(ds)))), det, images_folder(dataset), local_only)
+    return [url for row in first.to_list() for url in thumbnails(decoded(row[IMAGES]), side=72)][:n]
 
 
 def _short(text, n: int = 240) -> str:
@@ -105,6 +115,11 @@ def detection_markdown(result: dict) -> str:
     for k, why in d["reasons"].items():
         if k not in ROLES:
             lines.append(f"- *{k}*: {why}")
+    if d.get("image_field"):  # an image dataset: its column, images per row and a few of them
+        lo, hi = d.get("images_per_row") or (1, 1)
+        pics = " ".join(f'<img src="{u}" alt="image" height="72">' for u in result.get("thumbnails") or [])
+        lines.append(f"- **images**: `{d['image_field']}`, {lo if lo == hi else f'{lo}-{hi}'} per row (a "
+                     f"vision-language model trains on them) {pics}")
     match = result.get("reference_match")
     if match:  # auto's choice for this column (the Reward section's "Reference match" sets another)
         lines.append(f"- **reference match** (auto): `{match['mode']}` — {match['why']}")

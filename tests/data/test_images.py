@@ -117,3 +117,15 @@ def test_a_bad_image_is_one_line_naming_the_row(tmp_path, problem):
     assert "\n" not in msg and "row 8" in msg and "fix or remove the row" in msg
     assert {"missing": "not found", "corrupt": "not a readable image", "url offline": "--local-only",
             "no image": "has no image"}[problem] in msg
+
+
+def test_a_column_named_for_images_that_holds_none_is_one_line(tmp_path):
+    rows = [{"question": "What color?", "answer": c, "image_path": "n/a"} for c in COLORS * 5]
+    with pytest.raises(DataError) as e:
+        build_splits(_data(_jsonl(tmp_path / "d.jsonl", rows)), seed=1)
+    assert "column 'image_path' is named for images but none" in str(e.value) and "\n" not in str(e.value)
+    # a caption about an image is text, not an image column
+    rows = [{"question": f"Describe it ({i})", "image_caption": f"a {c} square", "answer": c}
+            for i, c in enumerate(COLORS * 5)]
+    _, _, det = build_splits(_data(_jsonl(tmp_path / "c.jsonl", rows)), seed=1)
+    assert det.image_field is None

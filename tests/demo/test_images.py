@@ -24,8 +24,9 @@ def test_the_image_demo_lifts_held_out_accuracy(images_demo):
     demo = result["config"]["demo"]
     assert len(result["rows"]) == 100 and demo["images"] and demo["quick"]
     base, sft = demo["stages"]["base"]["accuracy"], demo["stages"]["sft"]["accuracy"]
+    assert demo["method"] == "sft" and demo["run"].endswith("demo-images-sft")
     assert base == result["summary"]["base"]["accuracy"] and base <= 0.4  # the base guesses (4 colours)
-    assert demo["sft_lift"] == pytest.approx(sft - base) and demo["sft_lift"] >= 0.30
+    assert demo["lift"] == pytest.approx(sft - base) and demo["lift"] >= 0.30
     assert "SFT's lift" in images_demo[0].stdout
 
 

@@ -48,8 +48,10 @@ def test_4bit_language_model_16bit_vision_side_and_batched_answers_equal_alone(t
     assert next(model.model.vision_tower.parameters()).dtype == torch.float32
     assert info["4bit"] and info["kept_16bit"][:2] == ["model.vision_tower", "model.multi_modal_projector"]
     processor = info["processor"]
-    rows = shapes_rows(6, seed=3)  # questions of different lengths (square / circle / triangle)
-    items = [{"messages": [{"role": "user", "content": r["question"]}], "images": [r["image"]]} for r in rows]
+    rows = shapes_rows(6, seed=3)
+    system = [{"role": "system", "content": "You are a helpful assistant."}]  # every other prompt longer: padded
+    items = [{"messages": (system if i % 2 else []) + [{"role": "user", "content": r["question"]}],
+              "images": [r["image"]]} for i, r in enumerate(rows)]
     batched = generate_with_images(model, processor, items, max_new_tokens=6, batch_size=6)
     alone = [generate_with_images(model, processor, [it], max_new_tokens=6)[0] for it in items]
     assert [o["text"] for o in batched] == [o["text"] for o in alone]

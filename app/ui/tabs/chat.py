@@ -16,8 +16,11 @@ def build(ctx: Context, tab) -> None:
         temp = gr.Slider(0.0, 1.5, value=0.0, step=0.05, label="Temperature (0 = greedy, as Compare)",
                          elem_id="chat-temp", scale=2)
         tokens = gr.Number(128, label="Max new tokens", precision=0, elem_id="chat-tokens", scale=1)
-    system = gr.Textbox(label="System prompt (the run's; editing it starts a new conversation)", lines=1,
-                        elem_id="chat-system")
+    with gr.Row():
+        system = gr.Textbox(label="System prompt (the run's; editing it starts a new conversation)", lines=1,
+                            elem_id="chat-system", scale=4)
+        image = gr.Image(type="filepath", label="Image (a run trained on images)", elem_id="chat-image", height=120,
+                         scale=1)
     with gr.Row():
         adapter_box = gr.Chatbot([], label="adapter", elem_id="chat-adapter", height=360)
         base_box = gr.Chatbot([], label="base (adapter off)", elem_id="chat-base", height=360)
@@ -42,7 +45,7 @@ def build(ctx: Context, tab) -> None:
 
     run.change(on_run, run, [system, adapter_box, base_box, note])
 
-    def on_send(name, sys_text, text, who_value, t, n, a_hist, b_hist):
+    def on_send(name, sys_text, text, who_value, t, n, a_hist, b_hist, picture=None):
         hists = {"adapter": list(a_hist or []), "base": list(b_hist or [])}
         if not (text or "").strip():
             yield hists["adapter"], hists["base"], text, err(UserError("type a message to send"))
@@ -52,7 +55,8 @@ def build(ctx: Context, tab) -> None:
             hists[s] += [{"role": "user", "content": text}, {"role": "assistant", "content": ""}]
         yield hists["adapter"], hists["base"], "", "generating…"
         try:
-            for shown in cv.stream(holder, jobs, runs_dir, name, sys_text, text, who_value, t, n, ctx.local_only):
+            for shown in cv.stream(holder, jobs, runs_dir, name, sys_text, text, who_value, t, n, ctx.local_only,
+                                   picture):
                 for s, reply in shown.items():
                     hists[s][-1] = {"role": "assistant", "content": reply}
                 yield hists["adapter"], hists["base"], "", ""
@@ -66,7 +70,7 @@ def build(ctx: Context, tab) -> None:
                     hists[s] = hists[s][:-2]
             yield hists["adapter"], hists["base"], text, err(e)
 
-    inputs = [run, system, message, who, temp, tokens, adapter_box, base_box]
+    inputs = [run, system, message, who, temp, tokens, adapter_box, base_box, image]
     outputs = [adapter_box, base_box, message, note]
     send.click(on_send, inputs, outputs)
     message.submit(on_send, inputs, outputs)

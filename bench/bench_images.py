@@ -1,0 +1,96 @@
+"""images: qlora-app's SFT on images against a hand-written TRL script, in one run.
+
+    python bench/bench_images.py [--json]
+
+  image_sft_overhead_vs_trl   s/optimizer step of `qlora-app train --preset demo-images` (the shipped tiny Gemma 3
+                              shaped vision-language model, the built-in shapes images) / TRL's SFTTrainer with the
+                              same processor, model (NF4 language model, 16-bit vision side), rows, LoRA and
+                              hyperparameters (bench/plain_trl.py's image side), alternated (ours, plain, ...),
+                              checked to train on the same tokens (equal num_tokens) with the same loss at step 1.
+
+Our side runs with the held-out evaluation and the proof off (they are not training steps). CPU, offline. Rewrites
+the `## images bench` section of docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_trl import _run, first_loss, num_tokens  # noqa: E402
+from perfdoc import write_section  # noqa: E402
+from ratio import TOLERANCE, as_json, interleave, ratio  # noqa: E402
+from steptimer import summary  # noqa: E402
+
+REPS = 7
+SPEC = {"method": "images", "steps": 60, "batch": 16, "lr": 5e-3, "r": 16, "alpha": 32, "seed": 42}
+
+
+def ours(spec: dict, tmp: Path, tag: str) -> dict:
+    sets = [f"model.name_or_path={spec['model']}", f"training.max_steps={spec['steps']}",
+            f"training.per_device_train_batch_size={spec['batch']}", f"training.learning_rate={spec['lr']}",
+            f"training.seed={spec['seed']}", "training.logging_steps=1", "training.save_steps=100000",
+            "training.eval_every=0", "training.proof_rows=0", "runtime.backend=hf"]
+    argv = [sys.executable, str(HERE / "steptimer.py"), "--", "train", "--preset", "demo-images", "--local-only",
+            "--no-progress", "--output-dir", str(tmp / f"runs-{tag}")]
+    for s in sets:
+        argv += ["--set", s]
+    return _run(argv, tmp / f"{tag}.json")
+
+
+def plain(spec: dict, tmp: Path, tag: str) -> dict:
+    path = tmp / f"{tag}-spec.json"
+    path.write_text(json.dumps({**spec, "out": str(tmp / f"plain-{tag}")}))
+    return _run([sys.executable, str(HERE / "plain_trl.py"), str(path)], tmp / f"{tag}.json")
+
+
+def main() -> None:
+    from app.config.builtin import VISION_MODEL
+    from app.demo.recipe import base_model_path
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--reps", type=int, default=REPS)
+    a = p.parse_args()
+    spec = {**SPEC, "model": str(base_model_path(name=VISION_MODEL))}
+    recs: dict = {"ours": [], "plain": []}
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+
+        def side(key, fn):
+            def run(tag):
+                recs[key].append(fn(spec, tmp, f"{key}-{tag}"))
+                return summary(recs[key][-1])["s_per_step"]
+            return run
+
+        measured = interleave(side("ours", ours), side("plain", plain), a.reps)
+    r = ratio("image_sft_overhead_vs_trl", measured, TOLERANCE)
+    o, pl = recs["ours"][0], recs["plain"][0]
+    result = {**as_json([r]), "s_per_step": {"ours": statistics.median(x for x, _ in measured),
+                                             "plain": statistics.median(y for _, y in measured)},
+              "num_tokens": {"ours": num_tokens(o), "plain": num_tokens(pl)},
+              "first_loss": {"ours": first_loss(o), "plain": first_loss(pl)}}
+    if a.json:
+        print(json.dumps(result, indent=2))
+    day = time.strftime("%Y-%m-%d")
+    body = (f"{day}, this machine (CPU, no GPU), `python bench/bench_images.py`: {a.reps} interleaved pairs, "
+            f"{spec['steps']} steps of {spec['batch']} image rows each, the median step after the first.\n\n"
+            "| ratio | median (lowest-highest pair) | s/step ours | s/step plain TRL | tokens ours / plain | loss at "
+            "step 1 ours / plain |\n|---|---|---|---|---|---|\n"
+            f"| image SFT step, qlora-app / TRL's SFTTrainer | {r.text()} | "
+            f"{result['s_per_step']['ours']:.3f} | {result['s_per_step']['plain']:.3f} | "
+            f"{result['num_tokens']['ours']} / {result['num_tokens']['plain']} | "
+            f"{result['first_loss']['ours']} / {result['first_loss']['plain']} |\n")
+    write_section("images bench", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
