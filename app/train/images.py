@@ -40,7 +40,8 @@ class Vision:
         tower = (f"the vision side ({', '.join(self.kept_16bit)}: {self.tower_params / 1e6:.2f}M params) stays "
                  "16-bit and frozen" if self.tower_params is not None else "the vision side stays 16-bit and frozen")
         return (f"images: column '{self.column}', {rows} per row, {self.tokens_per_image} tokens each "
-                f"({self.tokens_from}); {tower}; LoRA on the language model's linear layers")
+                f"({self.tokens_from}); {tower}; LoRA on the language model's linear layers; rows are never cut "
+                "(an image's tokens stay whole: a row longer than the context is refused)")
 
 
 def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict]:

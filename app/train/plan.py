@@ -249,6 +249,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         judge_answers(cfg, rows, det, steps.say)
     vision, changes = plan_images(cfg, det, rows, steps.say, offline)  # a run on images: the model reads them
     cfg = steps.apply(cfg, changes)
+    if vision and backend == "unsloth":
+        steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
+        backend = "hf"
     lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "", vision=vision)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
@@ -276,8 +279,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                 try_environment(tools.environment, dict(train_ds[0]))  # reset with a row, as TRL will
         elif cfg.method in PREFERENCE_METHODS:
             changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
-        else:
-            changes, train_ds = fit_sft_length(cfg, context, steps.say), to_sft(rows, det, tok, cfg.data.system_prompt)
+        else:  # rows with images are never cut (check_image_rows): no max_length to fit
+            changes = {} if vision else fit_sft_length(cfg, context, steps.say)
+            train_ds = to_sft(rows, det, tok, cfg.data.system_prompt)
         cfg = steps.apply(cfg, changes)
 
     fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)

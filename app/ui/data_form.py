@@ -113,13 +113,14 @@ def detection_markdown(result: dict) -> str:
     if d.get("context_fields"):
         lines.append(f"- **context**: {', '.join(f'`{c}`' for c in d['context_fields'])}")
     for k, why in d["reasons"].items():
-        if k not in ROLES:
+        if k not in ROLES and k != "image_field":  # said on the images line
             lines.append(f"- *{k}*: {why}")
     if d.get("image_field"):  # an image dataset: its column, images per row and a few of them
         lo, hi = d.get("images_per_row") or (1, 1)
-        pics = " ".join(f'<img src="{u}" alt="image" height="72">' for u in result.get("thumbnails") or [])
-        lines.append(f"- **images**: `{d['image_field']}`, {lo if lo == hi else f'{lo}-{hi}'} per row (a "
-                     f"vision-language model trains on them) {pics}")
+        pics = " ".join(f'<img src="{u}" alt="image" height="72" style="display:inline-block;margin-right:4px">'
+                        for u in result.get("thumbnails") or [])
+        lines.append(f"- **images**: `{d['image_field']}`, {lo if lo == hi else f'{lo}-{hi}'} per row — "
+                     f"{d['reasons'].get('image_field', '')} (a vision-language model trains on them)<br>{pics}")
     match = result.get("reference_match")
     if match:  # auto's choice for this column (the Reward section's "Reference match" sets another)
         lines.append(f"- **reference match** (auto): `{match['mode']}` — {match['why']}")

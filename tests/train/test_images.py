@@ -28,6 +28,7 @@ def test_dry_run_says_the_image_tokens_and_the_vision_side(tiny_vlm, tmp_path):
     out = " ".join(r.stdout.split())
     assert "images: column 'image', 1 per row, 4 tokens each" in out
     assert "model.vision_tower" in out and "stays 16-bit" in out and "packing is off" in out
+    assert "rows are never cut" in out and "training.max_length" not in out  # nothing to cut them to
     assert not (tmp_path / "runs").exists()
 
 
