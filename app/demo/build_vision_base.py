@@ -63,8 +63,9 @@ def build_processor():
                            image_seq_length=TOKENS_PER_IMAGE)
 
 
-def tiny_vision_model(out: Path, seed: int = 0) -> Path:
-    """The untrained model and its processor saved into ``out``."""
+def tiny_vision_model(out: Path, seed: int = 0, text: dict | None = None, vision: dict | None = None) -> Path:
+    """The untrained model and its processor saved into ``out``; ``text`` / ``vision``: other shapes of the language
+    model and the tower (bench/bench_images.py times a larger one) than the demo's."""
     import torch
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, GenerationConfig
 
@@ -72,8 +73,8 @@ def tiny_vision_model(out: Path, seed: int = 0) -> Path:
     tok = proc.tokenizer
     ids = tok.convert_tokens_to_ids
     cfg = Gemma3Config(
-        text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **TEXT_SHAPE),
-        vision_config=VISION_SHAPE, mm_tokens_per_image=TOKENS_PER_IMAGE,
+        text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **{**TEXT_SHAPE, **(text or {})}),
+        vision_config={**VISION_SHAPE, **(vision or {})}, mm_tokens_per_image=TOKENS_PER_IMAGE,
         boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
         bos_token_id=tok.bos_token_id)
