@@ -56,3 +56,32 @@ def test_4bit_language_model_16bit_vision_side_and_batched_answers_equal_alone(t
     alone = [generate_with_images(model, processor, [it], max_new_tokens=6)[0] for it in items]
     assert [o["text"] for o in batched] == [o["text"] for o in alone]
     assert all(o["tokens"] > 0 and not o["prompt_cut"] for o in batched)
+
+
+# The families people fine-tune on one GPU in 2026, from transformers' own configs (default shapes, built on the meta
+# device: no memory, no weights, no processor): their vision side is found by path, whatever each family calls it.
+FAMILIES = {"Gemma4Config": ({"vision_config": {}}, ["model.vision_tower", "model.embed_vision"]),
+            "Qwen2_5_VLConfig": ({}, ["model.visual"]), "Qwen3VLConfig": ({}, ["model.visual"]),
+            "Qwen3_5Config": ({}, ["model.visual"]), "SmolVLMConfig": ({}, ["model.vision_model", "model.connector"]),
+            "LlavaConfig": ({}, ["model.vision_tower", "model.multi_modal_projector"]),
+            "Mistral3Config": ({}, ["model.vision_tower", "model.multi_modal_projector"])}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_s_vision_side_and_lora_targets_are_found_by_path(family):
+    import transformers
+    from transformers import AutoModelForImageTextToText
+
+    from app.model.vision import vision_paths
+
+    kwargs, expected = FAMILIES[family]
+    config = getattr(transformers, family)(**kwargs)
+    assert reads_images(config.to_dict())
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    lm = language_model_path(model)
+    assert vision_paths(model) == expected
+    linear = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    hit = [n for n in linear if re.fullmatch(lora_target_pattern(model, "all-linear"), n)]
+    assert hit and all(n.startswith(f"{lm}.") for n in hit)
+    assert any(n.startswith(tuple(expected)) for n in linear)  # the tower has linear layers LoRA leaves alone
