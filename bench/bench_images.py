@@ -27,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_trl import _run, first_loss, num_tokens  # noqa: E402
+from bench_trl import _run, first_loss, num_tokens, plain  # noqa: E402
 from perfdoc import write_section  # noqa: E402
 from ratio import TOLERANCE, as_json, interleave, ratio  # noqa: E402
 from steptimer import summary  # noqa: E402
@@ -46,12 +46,6 @@ def ours(spec: dict, tmp: Path, tag: str) -> dict:
     for s in sets:
         argv += ["--set", s]
     return _run(argv, tmp / f"{tag}.json")
-
-
-def plain(spec: dict, tmp: Path, tag: str) -> dict:
-    path = tmp / f"{tag}-spec.json"
-    path.write_text(json.dumps({**spec, "out": str(tmp / f"plain-{tag}")}))
-    return _run([sys.executable, str(HERE / "plain_trl.py"), str(path)], tmp / f"{tag}.json")
 
 
 TEXT = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=4,

@@ -131,21 +131,30 @@ def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperatur
     temperature > 0, and sampling is seeded so a comparison can be re-run. A prompt longer than the model's
     context leaves beside max_new_tokens keeps its end (where the question and the generation prompt are) and is
     marked prompt_cut."""
-    import torch
-
     room = prompt_room(model, max_new_tokens)
     add_special = adds_special_tokens(tok)
     prompts = [fit_prompt(tok, tok(t, add_special_tokens=add_special)["input_ids"], room) for t in texts]
     order = sorted(range(len(texts)), key=lambda i: -len(prompts[i][0]))
+    return _in_batches(model, tok, order, lambda idx: pad_left(tok, [prompts[i][0] for i in idx]),
+                       [cut for _, cut in prompts], max_new_tokens, temperature, batch_size, seed, on_batch)
+
+
+def _in_batches(model, tok, order: list[int], encode: Callable[[list[int]], dict], cut: list[bool],
+                max_new_tokens: int, temperature: float, batch_size: int, seed: int,
+                on_batch: Callable[[int], None] | None) -> list[dict]:
+    """The batch loop of ``generate`` and ``generate_with_images``: the rows in ``order``, ``batch_size`` at a time,
+    each batch made by ``encode(row indices)``; [{text, tokens, prompt_cut}] in the rows' own order."""
+    import torch
+
     gen_kw = decoding(model, tok, max_new_tokens, temperature)
     torch.manual_seed(seed)
-    out: list[dict | None] = [None] * len(texts)
+    out: list[dict | None] = [None] * len(order)
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
-        new = run_batch(model, tok, pad_left(tok, [prompts[i][0] for i in idx]), gen_kw)
+        new = run_batch(model, tok, encode(idx), gen_kw)
         for row, i in enumerate(idx):
             ids = _new_tokens(tok, new[row])
-            out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": prompts[i][1]}
+            out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": cut[i]}
         if on_batch:
             on_batch(len(idx))
     return out  # type: ignore[return-value]
@@ -158,24 +167,13 @@ def generate_with_images(model, processor, items: list[dict], max_new_tokens: in
     encodes each left-padded batch (the images where training placed them, app.model.vision.with_images), longest
     prompts first, the same decoding. A prompt with images is never cut (cutting an image's tokens breaks the
     model's input): prompt_cut is False."""
-    import torch
-
     tok = processor.tokenizer
     texts = [image_prompt_text(processor, it["messages"], it["images"]) for it in items]
     order = sorted(range(len(items)), key=lambda i: -len(texts[i]))
-    gen_kw = decoding(model, tok, max_new_tokens, temperature)
-    torch.manual_seed(seed)
-    out: list[dict | None] = [None] * len(items)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        enc = encode_with_images(processor, [texts[i] for i in idx], [items[i]["images"] for i in idx])
-        new = run_batch(model, tok, enc, gen_kw)
-        for row, i in enumerate(idx):
-            ids = _new_tokens(tok, new[row])
-            out[i] = {"text": decode(tok, ids), "tokens": len(ids), "prompt_cut": False}
-        if on_batch:
-            on_batch(len(idx))
-    return out  # type: ignore[return-value]
+    return _in_batches(model, tok, order,
+                       lambda idx: encode_with_images(processor, [texts[i] for i in idx],
+                                                      [items[i]["images"] for i in idx]),
+                       [False] * len(items), max_new_tokens, temperature, batch_size, seed, on_batch)
 
 
 def generate_ids(model, tok, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float = 0.0,
