@@ -31,6 +31,16 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory) -> dict[str, Path]:
+    """{family: dir} of tiny random mixture-of-experts models (tests/tiny.py MOE_FAMILIES), ~0.2 s each."""
+    import tiny
+
+    root = tmp_path_factory.mktemp("tiny-moe")
+    tiny.build_tokenizer(root / "tok")
+    return {f: tiny.build_moe(f, root / f, root / "tok") for f in tiny.MOE_FAMILIES}
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_models) -> Path:
     return tiny_models["qwen3"]
 

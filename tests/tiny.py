@@ -63,3 +63,32 @@ def build_from_config(model_type: str, out: Path, tok_dir: Path, **config) -> Pa
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+# Mixture-of-experts families transformers 5.23 builds as causal LMs, each tiny (2 layers, hidden 64): their experts
+# are fused 3-D parameters (app/model/experts.py). DeepSeek V3 and GLM-4-MoE keep their first layer dense.
+MOE_COMMON = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=512, tie_word_embeddings=False)
+MOE_FAMILIES = {
+    "qwen3_moe": dict(intermediate_size=128, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                      head_dim=16),
+    "qwen2_moe": dict(intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                      num_experts=8, num_experts_per_tok=2),
+    "mixtral": dict(intermediate_size=64, num_local_experts=4, num_experts_per_tok=2),
+    "olmoe": dict(intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+    "gpt_oss": dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, head_dim=16, sliding_window=64,
+                    layer_types=["sliding_attention", "full_attention"]),
+    "deepseek_v3": dict(intermediate_size=128, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                        n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, kv_lora_rank=16,
+                        q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16),
+    "glm4_moe": dict(intermediate_size=128, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                     n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, head_dim=16),
+    "qwen3_5_moe_text": dict(layer_types=["linear_attention", "full_attention"], intermediate_size=128,
+                             moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=8,
+                             num_experts_per_tok=2, head_dim=16),
+}
+
+
+def build_moe(family: str, out: Path, tok_dir: Path) -> Path:
+    """A tiny random mixture-of-experts model of ``family`` (a key of MOE_FAMILIES)."""
+    return build_from_config(family, out, tok_dir, **{**MOE_COMMON, **MOE_FAMILIES[family]})

@@ -49,6 +49,9 @@ class ModelConfig(StrictModel):
                                          "(qwen2_5, qwen3, llama3_1, ...): a tool run needs one TRL can parse calls of")
     images: bool | None = _d(None, "load the model whole, vision tower and processor, to read images (a "
                                    "vision-language model); empty = auto: on when the data has images")
+    quantize_experts: bool = _d(False, "a mixture-of-experts model: quantize its experts to 4-bit after loading "
+                                       "(bitsandbytes' parametrizations); off, they stay 16-bit, as transformers "
+                                       "loads fused experts, and the plan counts them so")
 
 
 class LoraConfig(StrictModel):
@@ -59,6 +62,10 @@ class LoraConfig(StrictModel):
                                                         "MLP, what LoRA Without Regret recommends), layer names "
                                                         "(q_proj,v_proj), or a regex over full module names")
     exclude_modules: list[str] = Field(default_factory=list, description="module names to leave without adapter")
+    target_experts: bool = _d(False, "a mixture-of-experts model: LoRA on its experts too (PEFT's "
+                                     "target_parameters); off by default: the experts are most of the model and "
+                                     "each token uses few of them, so attention and the dense layers take the "
+                                     "adapter")
     init_from: str | None = _d(None, "start from an existing adapter (a run folder or adapter folder) instead of a "
                                      "fresh one, e.g. GRPO after SFT; r, alpha and targets then come from it")
 

@@ -72,8 +72,12 @@ def tiny_vision_model(out: Path, seed: int = 0, text: dict | None = None, vision
     proc = build_processor()
     tok = proc.tokenizer
     ids = tok.convert_tokens_to_ids
+    shape = {**TEXT_SHAPE, **(text or {})}
+    # attention scaled by 1/sqrt(head_dim), as Gemma 3 1B / 4B / 12B are and as llama.cpp computes it for Gemma 3
+    # (it never reads query_pre_attn_scalar: transformers' default of 256 would make the GGUF answer differently)
+    shape.setdefault("query_pre_attn_scalar", shape["head_dim"])
     cfg = Gemma3Config(
-        text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **{**TEXT_SHAPE, **(text or {})}),
+        text_config=dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **shape),
         vision_config={**VISION_SHAPE, **(vision or {})}, mm_tokens_per_image=TOKENS_PER_IMAGE,
         boi_token_index=ids("<start_of_image>"), eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,

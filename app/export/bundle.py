@@ -2,7 +2,8 @@
 
 Formats: ``adapter`` (the PEFT folder), ``merged`` (the adapter merged into a 16-bit copy of the base, never into
 the 4-bit one: that would bake rounding error into every layer), ``gguf`` (the merged model converted by llama.cpp's
-converter: one .gguf file) and ``ollama`` (the GGUF plus a Modelfile).
+converter: one .gguf file, plus the vision projector's for a vision-language model) and ``ollama`` (the GGUF plus
+a Modelfile).
 
 Everything is written into a hidden staging folder beside DIR and moved into DIR at the end, so a crash or a full
 disk leaves nothing under DIR's final names. At most one 16-bit copy of the model is in memory: the merge frees it
@@ -83,10 +84,6 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     run_dir = lookup.run_of_adapter(adapter_dir)
     out = Path(out) if out is not None else default_out(adapter_dir, run_dir, fmt)
     check_out(out, force)
-    if fmt in ("gguf", "ollama") and mc.images:
-        raise UserError("this run trained a vision-language model (model.images): GGUF export of its language model "
-                        "with the vision projector (llama.cpp's --mmproj file) is not built yet; export --format "
-                        "merged (the 16-bit model with its processor) or --format adapter")
     if fmt in ("gguf", "ollama"):
         gguf_mod.converter()  # the extra is missing: one line before anything loads
     result = Exported(out=out, fmt=fmt)
@@ -127,11 +124,18 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(base, local_files_only=local_only)
-        gguf_mod.check_architecture(config)
+        gguf_mod.check_architecture(config, images=images)
         pre = gguf_mod.pre_tokenizer(merged)  # refused here, before minutes of merging
-        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, outtype), local_only, tokenizer=False)
+        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, outtype), local_only, tokenizer=False,
+              images=images)
         gguf_file = stage / f"{name}-{outtype}.gguf"
         gguf_mod.convert(merged, gguf_file, outtype, pre, name)
+        if images:  # llama.cpp reads pictures through a second file: the vision tower and projector (--mmproj)
+            save_processor(base, tok, merged, local_only)  # the converter reads its image size, mean and tokens
+            kind = gguf_mod.projector_outtype(outtype)
+            projector = stage / f"mmproj-{name}-{kind}.gguf"
+            gguf_mod.convert(merged, projector, kind, None, name, projector=True)
+            result.files["mmproj"] = projector.name
         problem = gguf_mod.verify_tokenizer(gguf_file, tok)
         if problem:
             raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
@@ -143,7 +147,8 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
                                 "that serves it runs them and sends their results back")
         if fmt == "ollama":
             system = run_cfg.data.system_prompt if run_cfg else None
-            text, notes = modelfile(tok, gguf_file.name, system, merged, tools=bool(run_cfg and run_cfg.tools.enabled))
+            text, notes = modelfile(tok, gguf_file.name, system, merged, tools=bool(run_cfg and run_cfg.tools.enabled),
+                                    projector=result.files.get("mmproj"))
             (stage / MODELFILE).write_text(text)
             result.files["modelfile"] = MODELFILE
             result.notes += notes
@@ -175,18 +180,28 @@ def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool
     if tokenizer:
         tok = save_tokenizer(adapter_dir, base, dest, local_only)
         if images:
-            processor = load_processor(base, local_only=local_only)
-            processor.tokenizer = tok
-            processor.save_pretrained(dest)
+            save_processor(base, tok, dest, local_only)
 
 
-def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path, tools: bool = False
-              ) -> tuple[str, list[str]]:
+def save_processor(base: str, tok, dest: Path, local_only: bool) -> None:
+    """The base's processor around the run's tokenizer, saved in ``dest`` (a vision-language model's image side)."""
+    processor = load_processor(base, local_only=local_only)
+    processor.tokenizer = tok
+    processor.save_pretrained(dest)
+
+
+def modelfile(tok, gguf_name: str, system: str | None, model_dir: Path, tools: bool = False,
+              projector: str | None = None) -> tuple[str, list[str]]:
     """Ollama's Modelfile: FROM, a TEMPLATE derived from the chat template, SYSTEM, a stop for each end of turn.
-    ``tools``: a tool run's model, whose TEMPLATE is left to Ollama (a derived one has turns only, no tool format)."""
+    ``tools``: a tool run's model, whose TEMPLATE is left to Ollama (a derived one has turns only, no tool format).
+    ``projector``: a vision-language model's projector file, a second FROM (how Ollama imports one)."""
     notes = []
     fmt = derive(tok)
-    lines = [f"FROM ./{gguf_name}", ""]
+    lines = [f"FROM ./{gguf_name}"] + ([f"FROM ./{projector}"] if projector else []) + [""]
+    if projector:
+        notes.append("the Modelfile names the vision projector in a second FROM line, as Ollama imports one; Ollama "
+                     "is not installed where qlora-app is tested, and its import of a separate projector has had "
+                     "bugs (ollama #9967, #17491): llama.cpp (llama-server --mmproj) is the checked path")
     if tools:
         notes.append("a tool run: the Modelfile has no TEMPLATE, so Ollama reads the chat template embedded in the "
                      "GGUF and, for a family it knows (Qwen 2.5 / 3, Llama 3.1 / 3.2, ...), renders the request's "

@@ -126,6 +126,19 @@ def images_line(seen: dict) -> str:
             "(`qlora-app chat RUN --image PATH`, or an image_url part through `serve`)")
 
 
+def experts_line(seen: dict) -> str:
+    """The card's line on a mixture-of-experts run: which parameters were 4-bit, and whether LoRA is on the experts."""
+    total, experts = seen.get("params") or 0, seen.get("expert_params") or 0
+    bits = "4-bit (NF4, quantized after loading)" if seen.get("experts_4bit") else "16-bit"
+    lora = ("the LoRA adapter is on the experts too (" + ", ".join(f"`{t}`" for t in seen.get("lora_expert_targets")
+                                                                   or []) + ")") if seen.get("lora_on_experts") \
+        else "the LoRA adapter is on the linear layers, not the experts"
+    router = ", ".join(f"{k} {v}" for k, v in (seen.get("router") or {}).items())
+    return (f"- mixture of experts: {seen.get('experts', '?')} experts per MoE layer, {experts / 1e6:.2f}M of "
+            f"{total / 1e6:.2f}M parameters; the linear layers were 4-bit, the experts {bits}; {lora}"
+            + (f"; router: {router}" if router else ""))
+
+
 def data_words(cfg, st: dict) -> str:
     """'`arith`', or a mix: 'a mix of `arith` 70% (700 rows) and `my.jsonl` 30% (300 rows), drawn without ...'."""
     if not cfg.data.mix:
@@ -179,6 +192,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                  + (f" (system prompt: \"{cfg.data.system_prompt}\")" if cfg.data.system_prompt else "")]
         if reads_images:
             body += [images_line(st.get(layout.VISION) or {})]
+        if st.get(layout.EXPERTS):
+            body += [experts_line(st[layout.EXPERTS])]
         if cfg.method == "grpo":
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
@@ -200,24 +215,39 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
     if run and (run / layout.CURVES).is_file():
         shutil.copyfile(run / layout.CURVES, out / layout.CURVES)
         body += [f"![training curves]({layout.CURVES})", ""]
-    body += ["## Use it", ""] + _usage(fmt, files, ollama_name)
+    body += ["## Use it", ""] + _usage(fmt, files, ollama_name, reads_images)
     card = ModelCard("---\n" + data.to_yaml() + "\n---\n\n" + "\n".join(body) + "\n")
     path = out / "README.md"
     card.save(path)
     return path
 
 
-def _usage(fmt, files, ollama_name) -> list[str]:
+def _usage(fmt, files, ollama_name, images: bool = False) -> list[str]:
+    if fmt == "adapter" and images:  # PEFT's Auto class opens a causal LM; a vision-language base is opened whole
+        return ["```python", "from peft import PeftModel", "from transformers import AutoModelForImageTextToText, "
+                "AutoProcessor", "base = AutoModelForImageTextToText.from_pretrained(\"BASE_MODEL\")",
+                "model = PeftModel.from_pretrained(base, \"THIS_FOLDER\")",
+                "processor = AutoProcessor.from_pretrained(\"BASE_MODEL\")", "```", "",
+                "Or chat with it: `qlora-app chat RUN --image PICTURE`."]
     if fmt == "adapter":  # the adapter folder holds the tokenizer too (qlora-app saves it beside the weights)
         return ["```python", "from peft import AutoPeftModelForCausalLM", "from transformers import AutoTokenizer",
                 "model = AutoPeftModelForCausalLM.from_pretrained(\"THIS_FOLDER\")",
                 "tokenizer = AutoTokenizer.from_pretrained(\"THIS_FOLDER\")", "```", "",
                 "Or chat with it: `qlora-app chat RUN`."]
+    if fmt == "merged" and images:
+        return ["```python", "from transformers import AutoModelForImageTextToText, AutoProcessor",
+                "model = AutoModelForImageTextToText.from_pretrained(\"THIS_FOLDER\")",
+                "processor = AutoProcessor.from_pretrained(\"THIS_FOLDER\")", "```"]
     if fmt == "merged":
         return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
                 "model = AutoModelForCausalLM.from_pretrained(\"THIS_FOLDER\")",
                 "tokenizer = AutoTokenizer.from_pretrained(\"THIS_FOLDER\")", "```"]
-    lines = ["llama.cpp:", "", "```sh", f"llama-cli -m {files['gguf']} -cnv", "```"]
+    if "mmproj" in files:  # the pictures go through the projector file: llama.cpp's multimodal tools take it
+        lines = ["llama.cpp (the language model and its vision projector):", "", "```sh",
+                 f"llama-mtmd-cli -m {files['gguf']} --mmproj {files['mmproj']} --image PICTURE.png -p \"...\"",
+                 f"llama-server -m {files['gguf']} --mmproj {files['mmproj']}", "```"]
+    else:
+        lines = ["llama.cpp:", "", "```sh", f"llama-cli -m {files['gguf']} -cnv", "```"]
     if "modelfile" in files:
         lines += ["", "Ollama:", "", "```sh", f"ollama create {ollama_name} -f {files['modelfile']}",
                   f"ollama run {ollama_name}", "```"]

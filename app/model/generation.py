@@ -118,9 +118,19 @@ def run_batch(model, tok, enc: dict, gen_kw: dict, streamer=None, stopping=None)
     extra = {"streamer": streamer} if streamer is not None else {}
     if stopping is not None:
         extra["stopping_criteria"] = stopping
+    extra.update(no_router_loss(model))
     with torch.inference_mode():
         seqs = model.generate(**enc, **gen_kw, **extra)
     return seqs[:, enc["input_ids"].shape[1]:]
+
+
+def no_router_loss(model) -> dict:
+    """generate()'s keyword that keeps a MoE model from computing its load-balancing loss while generating: TRL
+    sets output_router_logits in the config for training, and with a KV cache transformers' loss then multiplies
+    the new tokens' router weights by the whole attention mask and fails (Qwen3-MoE: size 20 vs 520)."""
+    config = getattr(model, "config", None)
+    text = getattr(config, "text_config", None) or config
+    return {"output_router_logits": False} if getattr(text, "output_router_logits", None) is not None else {}
 
 
 def generate(model, tok, texts: list[str], max_new_tokens: int = 128, temperature: float = 0.0,

@@ -10,6 +10,7 @@ import os
 from app.config.schema import ModelConfig
 from app.errors import UserError
 from app.host.machine import torch_dtype
+from app.model.experts import expert_parameters, quantize_experts
 from app.model.placement import Placement, placement, quant_storage
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
@@ -100,6 +101,12 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
+    experts = sum(expert_parameters(model).values())  # fused MoE experts: bitsandbytes' loader leaves them as they are
+    if experts:
+        quantized = mc.load_in_4bit and mc.quantize_experts
+        if quantized:
+            quantize_experts(model, mc.quant_type, mc.double_quant)
+        info["experts"] = {"params": experts, "4bit": bool(quantized)}
     if images:
         info["processor"] = processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)

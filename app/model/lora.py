@@ -4,13 +4,15 @@ it covers."""
 from __future__ import annotations
 
 from app.config.schema import LoraConfig
+from app.model.experts import expert_count, expert_targets
 from app.model.vision import lora_target_pattern
 from app.run.lookup import find_adapter
 
 
-def peft_lora_config(lc: LoraConfig, targets=None):
+def peft_lora_config(lc: LoraConfig, targets=None, parameters: list[str] | None = None):
     """``targets``: the layers to wrap when not lc.target_modules itself (a vision-language model's are limited to
-    its language model: app.model.vision.lora_target_pattern)."""
+    its language model: app.model.vision.lora_target_pattern). ``parameters``: weights that are no layer, wrapped
+    through PEFT's target_parameters (a MoE model's fused experts, lora.target_experts)."""
     from peft import LoraConfig as PeftLoraConfig
 
     return PeftLoraConfig(
@@ -20,6 +22,7 @@ def peft_lora_config(lc: LoraConfig, targets=None):
         # "LoRA Without Regret": all linear layers, attention and MLP; rank cannot make up for skipping MLPs.
         target_modules=targets or lc.target_modules,
         exclude_modules=lc.exclude_modules or None,
+        **({"target_parameters": parameters} if parameters else {}),
         task_type="CAUSAL_LM",
     )
 
@@ -36,7 +39,12 @@ def attach_or_describe_lora(model, lc: LoraConfig, images: bool = False):
     if not lc.init_from:
         plain_regex = isinstance(lc.target_modules, str) and lc.target_modules != "all-linear"
         targets = lora_target_pattern(model, lc.target_modules) if images and not plain_regex else None
-        return model, peft_lora_config(lc, targets)
+        if lc.target_modules == "all-linear" and expert_count(model.config.to_dict()):
+            # PEFT reads all-linear on a MoE model the transformers 4 way (its experts were linear layers then) and
+            # adds LoRA on the fused experts and the router, or silently nothing on experts quantized after
+            # loading: the layers are named here, and the experts are the run's choice (lora.target_experts)
+            targets = targets or linear_layer_names(model)
+        return model, peft_lora_config(lc, targets, expert_targets(model) if lc.target_experts else None)
 
     # Same preparation TRL gives a fresh adapter (it handles quantized bases itself), so both paths match.
     return PeftModel.from_pretrained(model, str(find_adapter(lc.init_from)), is_trainable=True), None

@@ -24,16 +24,18 @@ def reads_images(config: dict | None) -> bool:
     return bool(config) and isinstance(config.get("vision_config"), dict)
 
 
-def meta_model(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False):
-    """The image-text-to-text model of ``name_or_path`` built from its config on the meta device: its module tree
-    without memory or weights."""
+def meta_model(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False,
+               images: bool = True):
+    """The model of ``name_or_path`` built from its config on the meta device, as a run loads it (image-text-to-text,
+    or causal LM when not ``images``): its module tree and shapes without memory or weights."""
     import torch
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     config = AutoConfig.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code,
                                         local_files_only=local_only)
+    auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
     with torch.device("meta"):
-        return AutoModelForImageTextToText.from_config(config, trust_remote_code=trust_remote_code)
+        return auto.from_config(config, trust_remote_code=trust_remote_code)
 
 
 def language_model_path(model) -> str:

@@ -31,6 +31,7 @@ DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s re
 DEMO_IMAGES_JSON = "compare-images.json"  # demo --images: the image demo's comparison
 DEMO_IMAGES_GRPO_JSON = "compare-images-grpo.json"  # demo --images --method grpo
 VISION = "images"  # status.json: a run on images (its column, images per row, tokens each, the vision side kept)
+EXPERTS = "experts"  # status.json: a mixture-of-experts run (its parameters by kind, experts 4-bit or not, router)
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 # status.json: a mix's datasets as the run drew them (name, share, rows drawn of rows there, repeats, held out)
 MIX = "mix"

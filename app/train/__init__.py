@@ -8,6 +8,7 @@
     callbacks.py    metrics, status, Stop, counts;  heldout_eval.py: the held-out evaluation during training
     checkpoints.py  saving the adapter;  oom.py: the out-of-memory ladder;  peakmem.py: peak memory
     images.py       a run on images: the model that reads them, their tokens, the vision side's weights
+    experts.py      a mixture-of-experts run: its experts counted as they load, 4-bit or not, LoRA on them or not
     runlog.py       train.log;  launcher.py, torchrun.py: torchrun's workers
 
 Owns: the plan and every decision in it (memory, batching, context, fast paths, the OOM ladder), the trainers and

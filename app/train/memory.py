@@ -43,6 +43,7 @@ download and to size the plan, not to replace a try. Owns these terms; must not 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.host.machine import an
 from app.model.shape import embed_params, linear_sizes, model_shape
@@ -80,6 +81,7 @@ class Decisions:
     compiled: bool | None = None  # a static-cache sampler (prompt width rounded up to 64); None: merged on CUDA
     offloading: bool = False  # checkpointed activations in CPU memory (SFT offloading, Unsloth's checkpointing)
     vision_params: int = 0  # a run on images: the vision side's parameters, loaded in 16-bit beside the 4-bit LM
+    census: Any = None  # a mixture-of-experts model counted as it loads (app.model.experts.Census); None: dense
 
 
 def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
@@ -89,8 +91,22 @@ def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, d
     linear = max(params - embed, 0)
     if not load_in_4bit:
         return params * dense_bytes
-    quant_consts = 1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64  # 8-bit absmax + fp32 per 256 blocks
-    return linear * (0.5 + quant_consts) + embed * dense_bytes
+    return linear * (0.5 + _quant_consts(double_quant)) + embed * dense_bytes
+
+
+def census_bytes(c, load_in_4bit: bool, double_quant: bool, experts_4bit: bool, dense_bytes: int = 2) -> float:
+    """Bytes of a model counted by how it loads (a MoE model): 4-bit linear layers, the experts 4-bit only when
+    quantized after loading (else at ``dense_bytes``, as transformers loads fused experts), the rest dense."""
+    if not load_in_4bit:
+        return c.total * dense_bytes
+    q = 0.5 + _quant_consts(double_quant)
+    return c.linear * q + c.experts * (q if experts_4bit else dense_bytes) + c.other * dense_bytes
+
+
+def _quant_consts(double_quant: bool) -> float:
+    """Bytes of quantization constants per 4-bit weight: 8-bit absmax + fp32 per 256 blocks, or fp32 absmax per
+    64-weight block."""
+    return 1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64
 
 
 def _lora_tensors(s: dict, r: int, target_modules) -> list[int]:
@@ -217,6 +233,12 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     d = 4 if dec.dtype == "fp32" else 2
     weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant, d) + dec.vision_params * d
     params += dec.vision_params
+    loading = 0.0
+    if dec.census is not None:  # a MoE model, counted on its own tree (the vision side among its dense parameters)
+        mc, params = cfg.model, dec.census.total
+        weights = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, mc.quantize_experts, d)
+        if mc.quantize_experts:  # quantized after loading: the load itself holds them 16-bit for a moment
+            loading = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, False, d)
     adapter, paged = adapter_bytes(s, cfg, dec.cuda, d)
     packing = cfg.training.packing is not False if dec.packing is None else dec.packing
     tokens = micro_batch_tokens(cfg, lengths, packing)
@@ -234,7 +256,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     # Rewards are scored right after sampling: a compiled sampler's static KV cache is still allocated then, so a
     # judging pass adds to it; other samplers' caches are freed and their blocks reused (the larger of the two).
     sampling = gen + judging if compiled else max(gen, judging)
-    torch_peak = (weights + adapter + copy + judge + max(train, sampling)) / GB + ALLOCATOR_RESERVE_GB
+    torch_peak = max(weights + adapter + copy + judge + max(train, sampling), loading) / GB + ALLOCATOR_RESERVE_GB
     total = torch_peak + paged / GB + CUDA_CONTEXT_GB
     verdicts = {g: verdict(total, g) for g in CARDS_GB}
     out.update(
@@ -246,8 +268,14 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
         total_gb=total,
         verdicts=verdicts, tokens_per_batch=tokens)
     smallest = next((g for g in CARDS_GB if verdicts[g] == "fits"), None)
-    size = f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
-    out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} params from "
+    size = (f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M") + " params"
+    if dec.census is not None:
+        share = dec.census.experts / max(params, 1)
+        size += (f", {share:.0%} of them experts in {'4' if cfg.model.quantize_experts else '16'}-bit,"
+                 if cfg.model.load_in_4bit else "")
+        out.update(expert_params=dec.census.experts, experts_4bit=bool(cfg.model.load_in_4bit and
+                                                                       cfg.model.quantize_experts))
+    out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} from "
                       f"{source}); " + (f"the smallest card it fits with room to spare: {smallest} GB" if smallest else
                                          f"it does not fit {an(CARDS_GB[-1])} GB card with room to spare; lower the "
                                          "batch size or lengths, or pick a smaller model"))

@@ -50,6 +50,7 @@ from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
 from app.tools.toolbox import load_toolbox, try_environment
 from app.train.context import fit_grpo, fit_sft_length
+from app.train.experts import Experts, plan_experts
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
 from app.train.images import Vision, check_image_rows, plan_images
@@ -92,6 +93,7 @@ class RunPlan:
     lengths: Any = field(default=None, compare=False, repr=False)  # the data's token lengths the estimate used
     tools: Any = field(default=None, compare=False, repr=False)  # app.tools.toolbox.Toolbox of a tool run, checked
     vision: Vision | None = None  # a run on images (app/train/images.py); None: text
+    experts: Experts | None = None  # a mixture-of-experts model (app/train/experts.py); None: dense
 
     def decisions(self) -> Decisions:
         """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
@@ -101,7 +103,8 @@ class RunPlan:
         return Decisions(cuda=True, dtype=self.where.compute_dtype if self.where.cuda else "bf16", packing=packing,
                          sampler="vllm" if f.vllm else f.sampler, completions_at_once=f.completions_at_once,
                          compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth",
-                         vision_params=(self.vision.tower_params or 0) if self.vision else 0)
+                         vision_params=(self.vision.tower_params or 0) if self.vision else 0,
+                         census=self.experts.census if self.experts else None)
 
     def estimated(self) -> "RunPlan":
         """This plan with its memory estimate made of its own decisions."""
@@ -137,7 +140,8 @@ class RunPlan:
                 "fast_paths": self.fast.describe(),
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
                 "adjustments": [a.line() for a in self.adjustments],
-                **({layout.VISION: self.vision.record()} if self.vision else {})}
+                **({layout.VISION: self.vision.record()} if self.vision else {}),
+                **({layout.EXPERTS: self.experts.record()} if self.experts else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
@@ -247,16 +251,14 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
         judge_answers(cfg, rows, det, steps.say)
-    vision, changes = plan_images(cfg, det, rows, steps.say, offline)  # a run on images: the model reads them
-    cfg = steps.apply(cfg, changes)
-    if vision and backend == "unsloth":
-        steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
-        backend = "hf"
+    cfg, vision, experts, backend = _model_kind(cfg, det, rows, steps, offline, backend)
     lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "", vision=vision)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
                      Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
-                               packing=expected_packing(cfg, where, backend), offloading=backend == "unsloth"))
+                               packing=expected_packing(cfg, where, backend), offloading=backend == "unsloth",
+                               vision_params=(vision.tower_params or 0) if vision else 0,
+                               census=experts.census if experts else None))
     cfg = steps.apply(cfg, fit.changes)
 
     tok, context = files or _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
@@ -293,7 +295,19 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths, tools=tools, vision=vision).estimated()
+                   lengths=lengths, tools=tools, vision=vision, experts=experts).estimated()
+
+
+def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend: str):
+    """(cfg, Vision, Experts, backend): images load the model that reads them; experts are counted as they load."""
+    vision, changes = plan_images(cfg, det, rows, steps.say, offline)
+    cfg = steps.apply(cfg, changes)
+    if vision and backend == "unsloth":
+        steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
+        backend = "hf"
+    experts = plan_experts(cfg, steps.say, vision.kept_16bit if vision else ())
+    steps.settle()
+    return cfg, vision, experts, backend
 
 
 def plan_tools(cfg: AppConfig, say):

@@ -20,6 +20,7 @@ import logging
 import os
 
 from app.errors import UserError
+from app.model.generation import no_router_loss
 from app.train.batching import PROMPT_MULTIPLE
 from app.train.oom import is_oom
 
@@ -129,7 +130,8 @@ class MergedSampler:
         if self.compile:  # transformers compiles the decoding step for a static cache
             cfg.cache_implementation, cfg.disable_compile = "static", False
         with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg,
+                                      **no_router_loss(self.model))
         completions = []
         for row in out[:, width:].tolist():
             cut = next((i for i, t in enumerate(row) if t in eos_ids), None)

@@ -67,17 +67,20 @@ def test_image_content_parts_are_read_by_a_run_trained_on_images(images_demo, ti
     try:
         client = OpenAI(base_url=url, api_key="k", max_retries=0, timeout=120)
         name = client.models.list().data[0].id
-        reply = client.chat.completions.create(model=name, messages=_ask(_data_url(COLORS["blue"])), max_tokens=6)
+        # greedy, as chat answers (the API's default temperature is 1: a sample, which may say another colour)
+        reply = client.chat.completions.create(model=name, messages=_ask(_data_url(COLORS["blue"])), max_tokens=6,
+                                               temperature=0)
         assert reply.choices[0].message.content == expected["blue"]
         streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model=name, messages=_ask(_data_url(COLORS["red"])), max_tokens=6, stream=True) if c.choices)
+            model=name, messages=_ask(_data_url(COLORS["red"])), max_tokens=6, stream=True, temperature=0)
+            if c.choices)
         assert streamed == expected["red"]
         with pytest.raises(openai.BadRequestError, match="not fetched by this server"):
             client.chat.completions.create(model=name, messages=_ask("https://example.org/cat.png"), max_tokens=4)
         with pytest.raises(openai.BadRequestError, match="not a readable image"):
             client.chat.completions.create(model=name, messages=_ask("data:image/png;base64,AAAA"), max_tokens=4)
         assert client.chat.completions.create(model=name, messages=_ask(_data_url(COLORS["green"])),
-                                              max_tokens=6).choices[0].message.content in COLORS
+                                              max_tokens=6, temperature=0).choices[0].message.content in COLORS
     finally:
         srv.should_exit = True
         thread.join(timeout=10)
