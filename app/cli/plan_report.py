@@ -46,7 +46,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []
     if cfg.data.datasets:
         try:
-            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True)
+            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True, labelled=cfg.method == "kto")
         except UserError as e:
             # what the run would refuse, the dry run refuses: a local or built-in dataset is read as the run reads
             # it; a hub dataset not in the cache is planned without its data, and said so

@@ -112,7 +112,7 @@ def unknown_key_message(dotted: str) -> str:
 
 
 # The section a bare key of a method's own means: `--set beta=0.04` is grpo.beta in a GRPO run, dpo.beta in a DPO one.
-METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo"}
+METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo", "kto": "kto"}
 
 
 def resolve_set_key(key: str, method: str | None = None) -> str:

@@ -126,6 +126,15 @@ def _known_dpo_loss(v):
     return names
 
 
+class KTOSection(StrictModel):
+    beta: float = _d(0.1, "how far the adapter may move from the base (the reference, the adapter switched off): "
+                          "higher stays closer", gt=0)
+    desirable_weight: float | None = _d(None, "the loss weight of answers labelled good; empty = auto: balanced "
+                                              "against the bad ones by their counts (KTO's advice: good x weight "
+                                              "about bad x undesirable_weight)", gt=0)
+    undesirable_weight: float = _d(1.0, "the loss weight of answers labelled bad", gt=0)
+
+
 class DPOSection(StrictModel):
     loss_type: list[str] = _d(["sigmoid"], "TRL's DPO loss, or several mixed by loss_weights (sigmoid,sft is RPO): "
                               + "; ".join(f"{k} = {v}" for k, v in DPO_LOSS_TYPES.items()))

@@ -15,8 +15,8 @@ DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
 # "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity. DPO: 10x
 # TRL's full fine-tuning default (1e-6); its pairs carry about as little information per step as RL's rewards.
-DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5}
-DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16}
+DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5, "kto": 1e-5}
+DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16, "kto": 16}
 EFFECTIVE_BATCH_WARN = 32
 
 # The prompt suffix that tells a model the answer format the shaped reward's format bonus looks for.
@@ -73,7 +73,7 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
             t.gradient_accumulation_steps = 2
         if c.data.system_prompt is None:
             c.data.system_prompt = DEFAULT_GRPO_SYSTEM_PROMPT
-    elif c.method in PREFERENCE_METHODS:  # pairs per micro-batch; each is two sequences (chosen, rejected) in a pass
+    elif c.method in PREFERENCE_METHODS or c.method == "kto":  # pairs (two sequences) or KTO's answer + KL answer
         if t.per_device_train_batch_size is None:
             t.per_device_train_batch_size = 4
         if t.gradient_accumulation_steps is None:

@@ -25,6 +25,7 @@ from app.config.method_sections import (  # noqa: F401 - re-exported: the sectio
     LOSS_TYPES,
     DPOSection,
     GRPOConfig,
+    KTOSection,
     ToolsConfig,
 )
 from app.config.reward_section import (  # noqa: F401 - re-exported: the reward's section lives with its table
@@ -87,6 +88,9 @@ class TrainingConfig(StrictModel):
                                                        "forward pass; empty = auto", gt=0)
     gradient_accumulation_steps: int | None = _d(None, "forward passes per optimizer step; empty = auto", gt=0)
     max_length: int = _d(1024, "SFT: longest tokenized example; longer ones are truncated", gt=0)
+    assistant_only_loss: AutoBool = _d(None, "SFT on conversations: the loss on the assistant's answers only, "
+                                              "never on the system prompt or the user's words; empty = auto: on "
+                                              "(false trains on every token of the conversation)")
     packing: AutoBool = _d(None, "SFT: pack examples into full rows with no padding (each still attends only to "
                                     "itself); empty = auto: on, except with the Unsloth backend or a model's own "
                                     "remote code, whose attention would let packed examples see each other")
@@ -155,6 +159,7 @@ class RuntimeConfig(StrictModel):
 
 # The methods and what each learns from (the UI's radio, the CLI's help, the config's check).
 METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", "dpo": "learn from preference pairs",
+           "kto": "learn from answers labelled good or bad, one per row, or both sides of preference pairs (KTO)",
            "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)"}
 EXPERIMENTAL_METHODS = ("orpo",)
 # How help and descriptions name the methods: "GRPO, SFT and DPO; ORPO experimental".
@@ -165,13 +170,15 @@ PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/pr
 
 
 class AppConfig(StrictModel):
-    method: Literal["grpo", "sft", "dpo", "orpo"] = _d("grpo", "; ".join(f"{k}: {v}" for k, v in METHODS.items()))
+    method: Literal["grpo", "sft", "dpo", "kto", "orpo"] = _d("grpo", "; ".join(f"{k}: {v}"
+                                                                          for k, v in METHODS.items()))
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     dpo: DPOSection = Field(default_factory=DPOSection)
+    kto: KTOSection = Field(default_factory=KTOSection)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)

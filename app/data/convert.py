@@ -14,14 +14,15 @@ import logging
 
 from app.data.detect import SOURCE, DataError, Detection
 from app.data.images import IMAGES
-from app.data.preference import answer_text, pair_of, require_pairs, shared_prompt
+from app.data.preference import answer_text, pair_of, require_labels, require_pairs, shared_prompt
 from app.data.profile import name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
 from app.data.vocabulary import CHOICE_WORDS, PASSAGE_WORDS
 
 # the cell and turn helpers live in app/data/turns.py; they are part of this module's interface too
 __all__ = ["ROLE_MAP", "normalize_messages", "render_conversation", "value_text", "with_system", "prompt_text",
-           "reference_text", "completion_text", "prompt_messages", "plain_prompt", "to_grpo", "to_sft", "to_dpo"]
+           "reference_text", "completion_text", "prompt_messages", "plain_prompt", "to_grpo", "to_sft", "to_dpo",
+           "to_kto"]
 
 log = logging.getLogger("app.data")
 
@@ -205,11 +206,17 @@ def to_grpo(ds, det: Detection, tokenizer, system_prompt: str | None, keep_colum
     return _drop_empty(out, "prompt", "prompt")
 
 
-def to_sft(ds, det: Detection, tokenizer, system_prompt: str | None):
+def to_sft(ds, det: Detection, tokenizer, system_prompt: str | None, answers: str = "all"):
     """TRL SFT data: prompt/completion (conversational or plain), messages for chat data, text for text-only.
 
     Chat data becomes 'messages' when the tokenizer has a chat template; without one TRL could not apply it, so
-    the conversation is rendered as plain 'text' ("User: ... / Assistant: ...")."""
+    the conversation is rendered as plain 'text' ("User: ... / Assistant: ..."). ``answers`` (conversations):
+    "turns" keeps 'messages' for TRL to mask every assistant turn; "last" splits each conversation into its prompt
+    and its closing answer, as held-out rows are split (a conversation ending with a question is dropped, counted);
+    "all" trains on every token."""
+    if det.prompt_field is None and det.messages_field and answers == "last":  # as the held-out rows split them
+        out = _apply(ds, _pair_row, det, tokenizer, system_prompt, "splitting conversations at the last answer")
+        return _drop_empty(out, "completion", "closing assistant answer")
     if det.prompt_field is None and det.messages_field:
         out = _apply(ds, _conversation_row, det, tokenizer, system_prompt, "formatting conversations")
         return _drop_empty(out, "messages" if _has_template(tokenizer) else "text", "conversation")
@@ -269,3 +276,31 @@ def to_dpo(ds, det, tokenizer, system_prompt: str | None):
         log.warning("skipped %d of %d rows that make no preference pair (a side missing, chosen equal to rejected, "
                     "or a tie)", before - len(out), before)
     return out
+
+
+def _kto_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) -> dict:
+    out = _pair_row(row, det, chat, system_prompt)
+    return {**out, "label": row.get(det.desirable_field) is True}
+
+
+def _both_sides(batch: dict) -> dict:
+    """Preference pairs as KTO's labelled answers: each pair's chosen answer (good) and its rejected one (bad)."""
+    out = {k: [] for k in ("prompt", "completion", "label")}
+    for prompt, chosen, rejected in zip(batch["prompt"], batch["chosen"], batch["rejected"]):
+        for answer, good in ((chosen, True), (rejected, False)):
+            out["prompt"].append(prompt)
+            out["completion"].append(answer)
+            out["label"].append(good)
+    return out
+
+
+def to_kto(ds, det, tokenizer, system_prompt: str | None):
+    """TRL's unpaired format for KTO (prompt / completion / label): unpaired rows as they are labelled, or each
+    preference pair as its chosen answer (label true) and its rejected one (false). One line for data with neither."""
+    require_labels(det)
+    if det.format == "preference":
+        pairs = to_dpo(ds, det, tokenizer, system_prompt)
+        return pairs.map(_both_sides, batched=True, remove_columns=pairs.column_names,
+                         desc="splitting pairs into good and bad answers")
+    out = _apply(ds, _kto_row, det, tokenizer, system_prompt, "formatting labelled answers")
+    return _drop_empty(_drop_empty(out, "completion", "answer"), "prompt", "prompt")

@@ -330,14 +330,15 @@ def _like(split, train):
     return split.flatten() if set(split.column_names) != set(train.column_names) else split
 
 
-def build_splits(data_cfg, seed: int, local_only: bool = False):
+def build_splits(data_cfg, seed: int, local_only: bool = False, labelled: bool = False):
     """(train rows, held-out rows, Detection). Held-out rows are never in train. A mix (data.mix): every dataset's,
-    drawn to its share (app/data/mixing.py)."""
+    drawn to its share (app/data/mixing.py). ``labelled``: unpaired data keeps its training rows labelled false
+    too (KTO learns from both); the held-out rows are always the ones labelled true (the answers to compare with)."""
     if getattr(data_cfg, "mix", None):  # each dataset as if alone, then drawn to its share
         built = []
         for i, (dc, share) in enumerate(data_cfg.parts()):
             try:
-                built.append((dc, share, *build_splits(dc, seed, local_only)))
+                built.append((dc, share, *build_splits(dc, seed, local_only, labelled)))
             except DataError as e:
                 raise DataError(f"mix dataset {i + 1} ('{dc.dataset}'): {e}") from None
         return mix_splits(data_cfg, seed, built)
@@ -355,7 +356,7 @@ def build_splits(data_cfg, seed: int, local_only: bool = False):
     # every row's images read and checked once, before anything trains on them (row numbers: the file's)
     base = images_folder(data_cfg.dataset)
     train = attach_images(train, det, base, local_only)
-    train = _desirable(train, det)
+    train = train if labelled else _desirable(train, det)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
             where = said["eval_split"] if said.get("eval_split", "").startswith("data.") else "data.eval_split"

@@ -261,7 +261,7 @@ def with_desirable(det, d):
         d.reasons["desirable_field"] = (f"'{found}' says whether each row's '{det.reference_field}' is an answer to "
                                         "learn (unpaired preference data, as KTO trains on): rows labelled false are "
                                         "answers to avoid, so SFT, GRPO and compare use only the rows labelled true; "
-                                        "DPO needs pairs")
+                                        "KTO (--method kto) learns from both; DPO needs pairs")
     return det
 
 
@@ -336,6 +336,16 @@ def pair_of(row: dict, det) -> Pair | None:
             return None
         prompt = c[0]
     return Pair(prompt=prompt, chosen=c[1], rejected=r[1])
+
+
+def require_labels(det) -> None:
+    """Method kto needs answers labelled good or bad: unpaired rows with a true/false column (TRL's prompt /
+    completion / label), or preference pairs (each side an answer); one line naming the fix otherwise."""
+    if det.format == "preference" or getattr(det, "desirable_field", None):
+        return
+    raise UserError("method kto trains on answers labelled good or bad and this data has none (no true/false column "
+                    "beside its answers, nor preference pairs; qlora-app inspect shows its fields); pass rows with "
+                    "prompt / completion / label, or pairs (qlora-app pairs --dataset DATA --out FOLDER makes them)")
 
 
 def require_pairs(det) -> None:

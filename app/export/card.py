@@ -173,7 +173,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
     name = run.name if run else out.name
     body = [f"# {name}", "",
             f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of {code_name(base_model)} trained with "
-            f"qlora-app ({(method or 'unknown method').upper()} on a 4-bit base)"
+            f"qlora-app ({(method or 'unknown method').upper()} on a "
+            f"{'16-bit' if cfg and not cfg.model.load_in_4bit else '4-bit'} base)"
             + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")
             + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"
                f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "") + ".", ""]
@@ -205,6 +206,11 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             body += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"
                      + (f" (weights {', '.join(f'{w:g}' for w in d.loss_weights)})" if d.loss_weights else "")
                      + f", beta {d.beta:g}; the reference is the base with the adapter switched off"]
+        elif cfg.method == "kto":
+            k = cfg.kto
+            body += [f"- KTO on answers labelled good or bad: beta {k.beta:g}, desirable_weight "
+                     f"{k.desirable_weight or 1:g}, undesirable_weight {k.undesirable_weight:g}; the reference is the "
+                     "base with the adapter switched off"]
         elif cfg.method == "orpo":
             body += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
                      "model"]

@@ -96,3 +96,21 @@ def ensure_tool_parser(tok):
     if getattr(tok, "response_template", None) is None and getattr(tok, "response_schema", None) is None:
         add_response_schema(tok)
     return tok
+
+
+def masks_assistant_turns(tok) -> bool:
+    """Whether TRL can mask every assistant turn of a conversation with ``tok``'s chat template (its
+    ``assistant_only_loss``): the template marks them with ``{% generation %}``, or TRL ships a training template
+    for it (Qwen2.5 / 3 / 3.5, Gemma 2 / 3, Llama 3.x, Phi-3, gpt-oss, GLM-4-MoE, ...) and swaps it in itself."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = getattr(tok, "chat_template", None)
+    if not template:
+        return False
+    if has_generation_markers(template if isinstance(template, str) else template.get("default", "")):
+        return True
+    try:
+        get_training_chat_template(tok)
+    except ValueError:  # a template TRL has no training variant of
+        return False
+    return True

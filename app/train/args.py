@@ -13,6 +13,7 @@ from pathlib import Path
 from app.config.schema import AppConfig
 from app.errors import UserError
 from app.run import layout
+from app.train.answers import masks_turns
 from app.train.fastpaths import trl_kwargs
 from app.train.fsdp import fsdp_training_args
 
@@ -71,7 +72,8 @@ def sft_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
     kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
     kw.update(trl_kwargs(plan.fast, cfg))
     # a row with images is never cut: an image's tokens must stay whole (TRL refuses to cut them)
-    kw.update(max_length=None if plan.vision else cfg.training.max_length, packing=plan.packing)
+    kw.update(max_length=None if plan.vision else cfg.training.max_length, packing=plan.packing,
+              assistant_only_loss=masks_turns(plan))  # conversations split at their last answer need no mask
     return _with_extra(kw, cfg, "SFTConfig")
 
 
@@ -87,6 +89,17 @@ def dpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
               # prompt + answer cut at max_length keeps the prompt's start; the answer's end goes first
               truncation_mode="keep_start")
     return _with_extra(kw, cfg, "DPOConfig")
+
+
+def kto_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
+    """KTOConfig's arguments for a plan: beta, the two labels' weights (the plan balanced them) and the token
+    budget of a prompt and its answer."""
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
+    k = cfg.kto
+    kw.update(beta=k.beta, desirable_weight=k.desirable_weight or 1.0, undesirable_weight=k.undesirable_weight,
+              max_length=cfg.training.max_length)
+    return _with_extra(kw, cfg, "KTOConfig")
 
 
 def orpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:

@@ -16,7 +16,7 @@ from app.model.load import load_base_model
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
 from app.run.counts import RunCounts
-from app.train.dpo import build_dpo_trainer
+from app.train.dpo import build_dpo_trainer, build_kto_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
 from app.train.sft import build_sft_trainer
@@ -58,6 +58,8 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
     if plan.cfg.method == "grpo":
         return build_grpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir,
                                   rewards, counts, on_sampler_change=on_sampler_change)
+    if plan.cfg.method == "kto":
+        return build_kto_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     if plan.cfg.method in ("dpo", "orpo"):
         return build_dpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
     return build_sft_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)

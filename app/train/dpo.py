@@ -7,13 +7,16 @@ mixed in as RPO, ...) comes from dpo.loss_type, validated in app/config/schema.p
 
 ORPO (method orpo) lives in trl.experimental and is built here the same way: one loss that adds an odds-ratio term,
 weighted by dpo.beta (ORPO's lambda), to SFT on the chosen answer; no reference model, no loss family.
+
+KTO (method kto: TRL's KTOTrainer) learns from answers labelled good or bad, its reference the same switched-off
+adapter; its rows and label weights are planned in app/train/rows.py and app/train/kto.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.train.args import dpo_kwargs, orpo_kwargs
+from app.train.args import dpo_kwargs, kto_kwargs, orpo_kwargs
 from app.train.common import make_trainer
 from app.train.plan import RunPlan
 
@@ -29,3 +32,11 @@ def build_dpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
     from trl import DPOConfig, DPOTrainer  # heavy: imported when a trainer is built
 
     return make_trainer(DPOTrainer, DPOConfig(**dpo_kwargs(plan, run_dir, layers)), plan, model, tok, train_ds)
+
+
+def build_kto_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
+    """KTO on the plan's labelled answers (prompt / completion / label)."""
+    from trl import KTOConfig, KTOTrainer  # heavy: imported when a trainer is built
+
+    args = KTOConfig(**kto_kwargs(plan, run_dir, getattr(model, "_no_split_modules", None)))
+    return make_trainer(KTOTrainer, args, plan, model, tok, train_ds)

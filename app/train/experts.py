@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from app.errors import UserError
 from app.model.experts import Census, census, expert_count, router_settings
 from app.model.shape import _local_config
+from app.model.source import model_load_error
 from app.model.vision import meta_model
 
 
@@ -64,7 +65,12 @@ def plan_experts(cfg, say, skip=()) -> Experts | None:
         raise UserError("lora.target_experts needs the experts as loaded (16-bit): PEFT cannot wrap weights "
                         "bitsandbytes quantized after loading; set model.quantize_experts=false, or leave the "
                         "experts without LoRA")
-    shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True, images=bool(mc.images))
+    from huggingface_hub.errors import StrictDataclassError  # heavy: only for a MoE model's plan
+
+    try:
+        shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True, images=bool(mc.images))
+    except (OSError, ValueError, StrictDataclassError) as e:  # a family this transformers does not know, say
+        raise model_load_error(mc.name_or_path, e) from None
     experts = Experts(census(shell, skip, n), quantized, bool(lc.target_experts), router_settings(config))
     say(experts.line())
     return experts

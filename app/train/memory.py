@@ -146,7 +146,9 @@ def micro_batch_tokens(cfg, lengths: list[int] | None, packing: bool) -> int:
     batch = t.per_device_train_batch_size or 1
     if cfg.method == "grpo":
         return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * cfg.grpo.max_completion_length
-    if cfg.method in ("dpo", "orpo"):  # chosen and rejected of each pair in one pass, padded alike: never packed
+    # DPO: chosen and rejected of each pair in one pass, padded alike, never packed; KTO: each answer beside a
+    # mismatched one (its KL estimate) in the same pass
+    if cfg.method in ("dpo", "orpo", "kto"):
         return 2 * batch * min(t.max_length, _p95(lengths) or t.max_length)
     if not lengths:
         return batch * t.max_length
@@ -280,6 +282,11 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
                                          f"it does not fit {an(CARDS_GB[-1])} GB card with room to spare; lower the "
                                          "batch size or lengths, or pick a smaller model"))
     return out
+
+
+def rounded(gb: float | None) -> float | None:
+    """A figure as status.json keeps it: two decimals (None stays None)."""
+    return None if gb is None else round(gb, 2)
 
 
 def verdict(total_gb: float | None, gb: float) -> str:

@@ -6,15 +6,13 @@ takes the config as the user gave it, the training rows and that machine, and de
   2. memory, before any model download: the estimate from the data's token lengths, the fit check, and what
      fitting gave up (a smaller GRPO generation batch, SFT activation offloading, vLLM) (app.train.preflight);
   3. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
-     halved, prompts that leave no room are dropped, SFT's max_length is cut to it (app.train.context);
-  4. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are
-     (app.train.fastpaths).
-The SFT packing check needs the loaded model: ``decide_packing`` is the one decision taken after loading.
-
-Every value the plan changed from the config is an ``Adjustment`` with its reason, applied through one function
-(app.config.build.with_values): ``RunPlan.cfg`` holds the changed value, so the run directory's config.yaml
-(``config_yaml``) is what trained and re-runs the same, and status.json and train.log carry the reasons. Nothing
-downstream decides again: the trainer builders read the plan. Writes nothing (app/train/session.py records it).
+     halved, prompts that leave no room are dropped, SFT's max_length is cut to it (app.train.context), which
+     tokens of a conversation train (app.train.answers);
+  4. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are.
+The SFT packing check needs the loaded model (``decide_packing``, the one decision taken after loading). Every value
+the plan changed from the config is an ``Adjustment`` with its reason, applied through one function (with_values):
+``RunPlan.cfg`` holds the changed value, so config.yaml is what trained and re-runs the same; status.json and
+train.log carry the reasons. Nothing downstream decides again. Writes nothing (app/train/session.py records it).
 """
 
 from __future__ import annotations
@@ -28,11 +26,10 @@ from app.config.build import with_absolute_paths, with_values
 from app.config.keys import differences
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
-from app.data import to_grpo, to_sft
-from app.data.convert import require_a_pair, to_dpo
+from app.data.convert import require_a_pair
 from app.data.loading import sampled_system_prompt
 from app.data.mixing import mix_note
-from app.data.preference import require_pairs
+from app.data.preference import require_labels, require_pairs
 from app.errors import UserError
 from app.host import machine as this_machine
 from app.host.stack import stack_problem
@@ -48,15 +45,16 @@ from app.model.source import model_load_error, model_on_disk
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
-from app.tools.toolbox import load_toolbox, try_environment
-from app.train.context import fit_grpo, fit_sft_length
+from app.tools.toolbox import load_toolbox
 from app.train.experts import Experts, plan_experts
 from app.train.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
 from app.train.fsdp import check_fsdp
 from app.train.images import Vision, check_image_rows, plan_images
-from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, verdict
+from app.train.memory import CARDS_GB, Decisions, card_answer, estimate_memory, rounded, verdict
+from app.train.precision import precision_lines
 from app.train.preflight import fit_memory, token_lengths
 from app.train.reward_checks import check_reward, judge_answers, reference_match
+from app.train.rows import training_rows
 from app.train.torchrun import world_size
 
 
@@ -128,14 +126,14 @@ class RunPlan:
                  f"fast paths: {self.fast.describe()}",
                  f"runs on {self.where.gpu or 'the CPU'}, {self.where.compute_dtype}, backend {self.backend}, "
                  f"{self.world_size} process(es)"]
-        lines += [f"adjusted {a.line()}" for a in self.adjustments]
+        lines += precision_lines(self) + [f"adjusted {a.line()}" for a in self.adjustments]
         return "\n".join(lines)
 
     def status_fields(self) -> dict:
         """What status.json records of the plan (fast_paths is updated if a fallback changes it mid-run)."""
         est = self.estimate
         return {"memory_estimate_gb": est["total_gb"], "memory_estimate": {
-                    "torch_peak_gb": _rounded(est.get("torch_peak_gb")), "total_gb": _rounded(est["total_gb"]),
+                    "torch_peak_gb": rounded(est.get("torch_peak_gb")), "total_gb": rounded(est["total_gb"]),
                     "for": self.where.gpu if self.where.cuda else "a GPU (bf16)"},
                 "fast_paths": self.fast.describe(),
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
@@ -149,10 +147,6 @@ class RunPlan:
         if head:
             head = "# qlora-app adjusted these values for this run (the values below are what trained):\n" + head
         return head + self.cfg.to_yaml()
-
-
-def _rounded(x):
-    return None if x is None else round(x, 2)
 
 
 @dataclass
@@ -243,6 +237,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         require_pairs(det)  # before any model file is read
         if rows is not None:
             require_a_pair(rows, det)
+    if cfg.method == "kto" and det is not None:
+        require_labels(det)  # good and bad answers, unpaired or as pairs
     if det is not None and det.mix:  # how the mix was drawn, said with the run's other decisions
         steps.say(mix_note(det))
     tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
@@ -271,20 +267,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
             raise UserError(problem)
     train_ds = None
     if tok is not None and rows is not None:
-        if cfg.method == "grpo":
-            if det.reference_field is None:
-                steps.say("dataset has no reference field: GRPO runs without the reference-match component")
-            ds = to_grpo(rows, det, tok, cfg.data.system_prompt, keep_columns=bool(cfg.tools.environment))
-            changes, train_ds = fit_grpo(cfg, ds, tok, context,
-                                         steps.say, tools.schemas() if tools else None)  # says how many it dropped
-            if tools and tools.environment is not None and len(train_ds):
-                try_environment(tools.environment, dict(train_ds[0]))  # reset with a row, as TRL will
-        elif cfg.method in PREFERENCE_METHODS:
-            changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, cfg.data.system_prompt)
-        else:  # rows with images are never cut (check_image_rows): no max_length to fit
-            changes = {} if vision else fit_sft_length(cfg, context, steps.say)
-            train_ds = to_sft(rows, det, tok, cfg.data.system_prompt)
-        cfg = steps.apply(cfg, changes)
+        cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps)
 
     fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
     if cfg.method == "grpo" and train_ds is not None:
@@ -325,18 +308,18 @@ def plan_tools(cfg: AppConfig, say):
 
 
 def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
-    """(tokenizer, context length) from the model's small files; (None, None) when ``quiet`` and they cannot be
-    read. The weights are not touched."""
+    """(tokenizer, context length) from the model's small files, never its weights; (None, None): ``quiet``, absent."""
     mc = cfg.model
     if quiet and not model_on_disk(mc.name_or_path):
         return None, None
-    from transformers import AutoConfig  # heavy: only when a run is being planned
+    from huggingface_hub.errors import StrictDataclassError  # heavy: only when a run is being planned
+    from transformers import AutoConfig
 
     try:
         tok = load_tokenizer(mc, local_only)
         config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
                                             trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, StrictDataclassError) as e:  # the last: a config.json its own class rejects
         if quiet:
             return None, None
         raise model_load_error(mc.name_or_path, e) from None

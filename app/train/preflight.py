@@ -44,9 +44,11 @@ def token_lengths(cfg, rows, det, extra_text: str = "", vision=None) -> list[int
         text = prompt_text(row, det) + (cfg.data.system_prompt or "") + extra_text
         if cfg.method == "sft":
             text += completion_text(row, det) or ""
-        elif cfg.method in PREFERENCE_METHODS:
+        elif cfg.method in PREFERENCE_METHODS or (cfg.method == "kto" and det.format == "preference"):
             pair = pair_of(row, det)
             text += max(pair.chosen, pair.rejected, key=len) if pair else ""
+        elif cfg.method == "kto":  # an unpaired answer, good or bad
+            text += completion_text(row, det) or ""
         texts.append(text)
     tok = _local_tokenizer(cfg)
     overhead = 12  # chat-template tokens around the turns

@@ -157,7 +157,8 @@ class Session:
         check_model_source(model_name(cfg), cfg.runtime.local_only)  # fail fast, before data
         # Data first: a wrong column name should fail in a second, not after the model has loaded.
         self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
-                                                              local_only=cfg.runtime.local_only)
+                                                              local_only=cfg.runtime.local_only,
+                                                              labelled=cfg.method == "kto")
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
             self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)

@@ -264,3 +264,27 @@ def test_orpo_the_experimental_one_trains_on_the_same_pairs(pairs_dir, tmp_path)
     recs = store.read_metrics(d)
     assert [x["step"] for x in recs] == [1, 2] and all(isinstance(x.get("loss"), float) for x in recs)
     assert (d / layout.ADAPTER / "adapter_config.json").is_file()
+
+
+def test_kto_trains_from_the_pairs_folder_each_side_labelled(pairs_dir, tmp_path):
+    """KTO on a pairs folder: each pair becomes its chosen answer (good) and its rejected one (bad), balanced, and
+    the run's proof carries the held-out pairs' preference figures as DPO's does; the card names KTO."""
+    from app.config.build import build_config
+    from app.demo.dpo import demo_config
+    from app.demo.recipe import base_model_path
+    from app.train.session import Session
+
+    cfg = build_config({**demo_config(base_model_path(), dataset=str(pairs_dir), system_prompt=None),
+                        "method": "kto", "output_dir": str(tmp_path), "run_name": "kto"},
+                       sets=["training.max_steps=4", "training.learning_rate=1e-3", "logging_steps=1",
+                             "training.per_device_train_batch_size=8", "training.proof_rows=24"])
+    run = Session(cfg, progress=False).run()
+    saved = yaml.safe_load((run / layout.CONFIG).read_text())
+    assert saved["method"] == "kto" and saved["kto"]["desirable_weight"] == 1.0  # as many bad answers as good
+    metrics = [json.loads(line) for line in (run / layout.METRICS).open()]
+    assert any("rewards/chosen_sum" in m or "kl" in m for m in metrics), metrics[0].keys()
+    proof = json.loads((run / layout.COMPARE_JSON).read_text())
+    assert proof["preference"]["n"] > 0 and proof["preference"]["accuracy"] is not None  # the held-out pairs
+    card = subprocess.run([sys.executable, "-m", "app.cli", "export", str(run), "--out", str(tmp_path / "card")],
+                          capture_output=True, text=True, timeout=300)
+    assert card.returncode == 0 and "KTO on answers labelled good or bad" in (tmp_path / "card/README.md").read_text()

@@ -116,3 +116,18 @@ def test_sft_on_a_moe_model_end_to_end(tiny_moe, chat_jsonl, tmp_path, family, m
         base = AutoModelForCausalLM.from_pretrained(tiny_moe[family], dtype=torch.float32)
         name = next(n for n, _ in merged.named_parameters() if n.endswith("experts.down_proj"))
         assert not torch.equal(merged.get_parameter(name), base.get_parameter(name))  # the experts' LoRA, merged
+
+
+def test_a_family_this_transformers_does_not_know_is_one_line(tiny_moe, chat_jsonl, tmp_path):
+    import shutil
+
+    model = tmp_path / "fancy"
+    shutil.copytree(tiny_moe["qwen3_moe"], model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(model_type="fancy_moe_2027", architectures=["FancyMoeForCausalLM"])
+    (model / "config.json").write_text(json.dumps(config))
+    r = _cli("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--output-dir",
+             str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "fancy_moe_2027" in r.stderr and "does not recognize this architecture" in r.stderr
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,98 @@
+"""KTO: TRL's KTOTrainer on answers labelled good or bad. Unpaired rows (prompt / completion / label) keep both
+labels for KTO (other methods train on the good ones only); preference pairs become their two sides; the plan
+balances the two labels' weights; data with no labels, or one label only, is one line, exit 2, no folder. (KTO on
+a pairs folder end to end: tests/e2e/test_dpo.py.)"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from app.run import layout
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def _write(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+@pytest.fixture()
+def labelled(tmp_path):
+    rows = []
+    for a in range(16):
+        for b in range(5):
+            good = (a + b) % 3 != 0  # two good answers for each bad one
+            ans = a + b if good else a + b + 1
+            rows.append({"prompt": f"What is {a} + {b}?", "completion": f"{a} + {b} = {ans}. Final answer: {ans}",
+                         "label": good})
+    return _write(tmp_path / "kto.jsonl", rows)
+
+
+def test_unpaired_rows_keep_both_labels_for_kto_only(labelled):
+    from app.config.build import build_config
+    from app.data.convert import to_kto
+    from app.data.loading import build_splits
+
+    cfg = build_config({"method": "kto", "data": {"dataset": str(labelled)}})
+    kept, heldout, det = build_splits(cfg.data, 42, local_only=True, labelled=True)
+    only_good, _, _ = build_splits(cfg.data, 42, local_only=True)
+    assert det.desirable_field == "label" and set(kept["label"]) == {True, False}
+    assert set(only_good["label"]) == {True} and set(heldout["label"]) == {True}  # compared with good answers only
+
+    class NoTemplate:
+        chat_template = None
+
+    rows = to_kto(kept, det, NoTemplate(), None)
+    assert rows.column_names == ["prompt", "completion", "label"] and len(rows) == len(kept)
+    assert rows[0]["completion"].startswith("\n") and rows["label"] == kept["label"]
+
+
+def test_pairs_become_their_two_sides(tmp_path):
+    from app.config.build import build_config
+    from app.data.convert import to_kto
+    from app.data.loading import build_splits
+
+    pairs = _write(tmp_path / "pairs.jsonl", [{"prompt": f"Q{i}?", "chosen": f"good {i}", "rejected": f"bad {i}"}
+                                              for i in range(20)])
+    train, _, det = build_splits(build_config({"method": "kto", "data": {"dataset": str(pairs)}}).data, 42,
+                                 local_only=True, labelled=True)
+
+    class NoTemplate:
+        chat_template = None
+
+    rows = to_kto(train, det, NoTemplate(), None)
+    assert len(rows) == 2 * len(train) and rows["label"] == [True, False] * len(train)
+    assert rows[0]["prompt"] == rows[1]["prompt"] and rows[0]["completion"].strip().startswith("good")
+    assert rows[1]["completion"].strip().startswith("bad")
+
+
+@pytest.mark.parametrize("case", ["no labels", "one label"])
+def test_kto_without_good_and_bad_answers_is_one_line(tiny_model, math_jsonl, tmp_path, case):
+    data = math_jsonl if case == "no labels" else _write(tmp_path / "good.jsonl", [
+        {"prompt": f"What is {a} + 1?", "completion": f"{a + 1}", "label": True} for a in range(30)])
+    r = _cli("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--output-dir",
+             str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert ("has none (no true/false column" if case == "no labels" else "every training row is labelled good") \
+        in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_kto_trains_from_an_unpaired_file(tiny_model, labelled, tmp_path):
+    r = _cli("train", "--model", str(tiny_model), "--dataset", str(labelled), "--method", "kto", "--max-steps", "3",
+             "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = tmp_path / "run"
+    config = (run / layout.CONFIG).read_text()
+    # about one bad answer for every two good ones (the held-out slice takes a few): good ones weigh about half
+    weight = float(config.split("kto.desirable_weight: null -> ")[1].split(" ")[0])
+    assert "method: kto" in config and 0.4 < weight < 0.6 and "balanced by their counts" in config
+    assert json.loads((run / layout.STATUS).read_text())["status"] == "finished"
+    assert (run / "adapter" / "adapter_model.safetensors").is_file() and (run / layout.COMPARE_JSON).is_file()
