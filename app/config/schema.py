@@ -54,6 +54,11 @@ class ModelConfig(StrictModel):
                                        "(bitsandbytes' parametrizations); off, they stay 16-bit, as transformers "
                                        "loads fused experts, and the plan counts them so")
 
+    @property
+    def experts_in_4bit(self) -> bool:
+        """A MoE model's fused experts end up 4-bit: quantized after loading, on a 4-bit run only."""
+        return self.load_in_4bit and self.quantize_experts
+
 
 class LoraConfig(StrictModel):
     r: int | None = _d(None, "LoRA rank; empty = auto (LoRA Without Regret)", gt=0, le=1024)

@@ -14,6 +14,7 @@ memory arithmetic (app/train/memory.py).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # Config keys that say a model routes tokens to experts (Qwen-MoE / OLMoE, Mixtral / gpt-oss, DeepSeek / GLM-MoE).
@@ -61,10 +62,12 @@ def expert_parameters(model) -> dict[str, int]:
 def expert_targets(model) -> list[str]:
     """The expert weights as PEFT's ``target_parameters`` names them (``mlp.experts.gate_up_proj``): each fused 3-D
     weight's path below its decoder layer, one entry per kind."""
-    import re
+    return _targets(_expert_modules(model))
 
+
+def _targets(found) -> list[str]:
     out = []
-    for path, _, own in _expert_modules(model):
+    for path, _, own in found:
         tail = re.sub(r"^.*?\.\d+\.", "", path)  # below "...layers.<i>."
         out += [f"{tail}.{name}" for name, p in own if p.dim() >= 3]
     return sorted(set(out))
@@ -95,16 +98,16 @@ def census(model, skip=(), experts_per_layer: int = 0) -> Census:
     import torch
 
     skip = tuple(skip) + ("lm_head",)
-    experts = expert_parameters(model)
+    found = list(_expert_modules(model))
+    experts = sum(p.numel() for _, _, own in found for _, p in own)
     linear = 0
     for path, m in model.named_modules():
         if isinstance(m, torch.nn.Linear) and not any(path == s or path.startswith(s + ".") or
                                                        path.endswith("." + s) for s in skip):
             linear += m.weight.numel()
     total = sum(p.numel() for p in model.parameters())
-    layers = len(list(_expert_modules(model)))
-    return Census(total, linear, sum(experts.values()), total - linear - sum(experts.values()), experts_per_layer,
-                  layers, tuple(expert_targets(model)))
+    return Census(total, linear, experts, total - linear - experts, experts_per_layer, len(found),
+                  tuple(_targets(found)))
 
 
 def quantize_experts(model, quant_type: str = "nf4", double_quant: bool = True) -> int:

@@ -103,10 +103,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
     experts = sum(expert_parameters(model).values())  # fused MoE experts: bitsandbytes' loader leaves them as they are
     if experts:
-        quantized = mc.load_in_4bit and mc.quantize_experts
-        if quantized:
+        if mc.experts_in_4bit:
             quantize_experts(model, mc.quant_type, mc.double_quant)
-        info["experts"] = {"params": experts, "4bit": bool(quantized)}
+        info["experts"] = {"params": experts, "4bit": mc.experts_in_4bit}
     if images:
         info["processor"] = processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)

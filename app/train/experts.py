@@ -60,8 +60,7 @@ def plan_experts(cfg, say, skip=()) -> Experts | None:
             raise UserError(f"lora.target_experts is set but model '{mc.name_or_path}' has no experts (a dense "
                             "model); unset it (--set lora.target_experts=false)")
         return None
-    quantized = bool(mc.load_in_4bit and mc.quantize_experts)
-    if lc.target_experts and quantized:
+    if lc.target_experts and mc.experts_in_4bit:
         raise UserError("lora.target_experts needs the experts as loaded (16-bit): PEFT cannot wrap weights "
                         "bitsandbytes quantized after loading; set model.quantize_experts=false, or leave the "
                         "experts without LoRA")
@@ -71,6 +70,6 @@ def plan_experts(cfg, say, skip=()) -> Experts | None:
         shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True, images=bool(mc.images))
     except (OSError, ValueError, StrictDataclassError) as e:  # a family this transformers does not know, say
         raise model_load_error(mc.name_or_path, e) from None
-    experts = Experts(census(shell, skip, n), quantized, bool(lc.target_experts), router_settings(config))
+    experts = Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))
     say(experts.line())
     return experts

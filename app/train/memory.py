@@ -233,14 +233,15 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
         return out
     s, dec = shape, decisions
     d = 4 if dec.dtype == "fp32" else 2
-    weights = weight_bytes(s, params, cfg.model.load_in_4bit, cfg.model.double_quant, d) + dec.vision_params * d
-    params += dec.vision_params
-    loading = 0.0
+    mc, loading = cfg.model, 0.0
     if dec.census is not None:  # a MoE model, counted on its own tree (the vision side among its dense parameters)
-        mc, params = cfg.model, dec.census.total
-        weights = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, mc.quantize_experts, d)
-        if mc.quantize_experts:  # quantized after loading: the load itself holds them 16-bit for a moment
+        params = dec.census.total
+        weights = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, mc.experts_in_4bit, d)
+        if mc.experts_in_4bit:  # quantized after loading: the load itself holds them 16-bit for a moment
             loading = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, False, d)
+    else:
+        weights = weight_bytes(s, params, mc.load_in_4bit, mc.double_quant, d) + dec.vision_params * d
+        params += dec.vision_params
     adapter, paged = adapter_bytes(s, cfg, dec.cuda, d)
     packing = cfg.training.packing is not False if dec.packing is None else dec.packing
     tokens = micro_batch_tokens(cfg, lengths, packing)
@@ -273,10 +274,9 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     size = (f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M") + " params"
     if dec.census is not None:
         share = dec.census.experts / max(params, 1)
-        size += (f", {share:.0%} of them experts in {'4' if cfg.model.quantize_experts else '16'}-bit,"
-                 if cfg.model.load_in_4bit else "")
-        out.update(expert_params=dec.census.experts, experts_4bit=bool(cfg.model.load_in_4bit and
-                                                                       cfg.model.quantize_experts))
+        size += (f", {share:.0%} of them experts in {'4' if mc.experts_in_4bit else '16'}-bit,"
+                 if mc.load_in_4bit else "")
+        out.update(expert_params=dec.census.experts, experts_4bit=mc.experts_in_4bit)
     out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} from "
                       f"{source}); " + (f"the smallest card it fits with room to spare: {smallest} GB" if smallest else
                                          f"it does not fit {an(CARDS_GB[-1])} GB card with room to spare; lower the "
