@@ -246,8 +246,9 @@ def demo(
                                                       "25 s on 2 cores; with --method dpo: 800 prompts, 40 DPO "
                                                       "steps, about 35 s) that still shows the lift."),
     seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
-    method: Optional[str] = typer.Option(None, help="grpo (learn from the reward; the default) or dpo (pairs made "
-                                                     "with the reward, then DPO); with --images: sft (default) or "
+    method: Optional[str] = typer.Option(None, help="grpo (learn from the reward; the default), dpo (pairs made "
+                                                     "with the reward, then DPO) or kto (the same pairs, each a good "
+                                                     "and a bad answer, then KTO); with --images: sft (default) or "
                                                      "grpo."),
     tools: bool = switch("--tools", help="GRPO with the built-in calculator tool: a tiny tool-calling model learns "
                                          "to call it right on two-digit word problems (arith-calc)."),

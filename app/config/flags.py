@@ -90,6 +90,9 @@ FLAGS = (
     Flag("grpo.beta", None, "beta", "KL beta"),
     Flag("dpo.loss_type", None, "dpo_loss", "DPO loss"),
     Flag("dpo.beta", None, "dpo_beta", "DPO beta"),
+    Flag("kto.beta", None, "kto_beta", "KTO beta"),
+    Flag("kto.desirable_weight", None, "kto_desirable_weight", "Weight of good answers"),
+    Flag("kto.undesirable_weight", None, "kto_undesirable_weight", "Weight of bad answers"),
 )
 CLI_FLAGS = {f.param: f for f in FLAGS if f.cli}
 WIDGETS = {f.widget: f for f in FLAGS if f.widget}

@@ -1,4 +1,4 @@
-"""Which demo a `qlora-app demo` request runs: GRPO (plain or with tools), DPO, or the image demo; a combination
+"""Which demo a `qlora-app demo` request runs: GRPO (plain or with tools), DPO or KTO, or the image demo; a combination
 that has no demo is one line."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | N
                             "with --method grpo; drop --tools / pass --method sft or grpo")
         return run_images_demo(output_dir, quick=quick, console=console, seed=seed, method=method or "sft")
     method = method or "grpo"
-    if method not in ("grpo", "dpo"):
-        raise UserError(f"--method {method} has no demo; pass grpo or dpo (or --images for sft)")
+    if method not in ("grpo", "dpo", "kto"):
+        raise UserError(f"--method {method} has no demo; pass grpo, dpo or kto (or --images for sft)")
     if tools and method != "grpo":
         raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
-    if method == "dpo":
-        return run_dpo_demo(output_dir, quick=quick, console=console, seed=seed)
+    if method in ("dpo", "kto"):  # the same pairs; KTO learns from each as a good and a bad answer
+        return run_dpo_demo(output_dir, quick=quick, console=console, seed=seed, method=method)
     return run_demo(output_dir, quick=quick, console=console, seed=seed, tools=tools)

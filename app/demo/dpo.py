@@ -1,13 +1,15 @@
-"""`qlora-app demo --method dpo`: preference pairs from a reward, then DPO, offline on a CPU, through the real engine.
+"""`qlora-app demo --method dpo` (or `kto`): preference pairs from a reward, then DPO (or KTO on each pair split into a
+good and a bad answer), offline on a CPU, through the real engine.
 
 1. pairs (app/eval/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
    `arith` training prompt 8 times at temperature 1; the shaped reward scores the answers; the best and the worst
    make a pair where their scores differ. The held-out problems get their pairs too (test.jsonl), for preference
    accuracy;
-2. a DPO run on those pairs from the same base (presets/demo-dpo.yaml), through one `Session`;
+2. a DPO (or KTO) run on those pairs from the same base (presets/demo-dpo.yaml, its method switched), through one
+   `Session`;
 3. its proof: greedy base vs adapter on the held-out problems, and which answer of each held-out pair base and
-   adapter find more likely; copied with the demo's stages to DIR/compare-dpo.json.
-Measured over seeds in docs/performance.md (``python bench/bench_dpo.py``).
+   adapter find more likely; copied with the demo's stages to DIR/compare-dpo.json (compare-kto.json).
+Measured over seeds in docs/performance.md (``python bench/bench_dpo.py [--method kto]``).
 """
 
 from __future__ import annotations
@@ -45,14 +47,17 @@ def demo_config(base: Path | str, **data) -> dict:
 
 
 def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None,
-                 seed: int = 42) -> Comparison:
-    """Returns the DPO run's proof; its config["demo"] holds the stages, the folders and the timings."""
+                 seed: int = 42, method: str = "dpo") -> Comparison:
+    """Returns the run's proof; its config["demo"] holds the stages, the folders and the timings. ``method``: dpo or
+    kto (the same pairs, each split into a good and a bad answer)."""
     console = console or Console()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     show = console.is_terminal if progress is None else progress
     t0, timings = time.time(), {}
-    console.rule("[bold]qlora-app demo --method dpo[/]: pairs from a reward, then 4-bit QLoRA + DPO on CPU, offline")
+    name = method.upper()
+    console.rule(f"[bold]qlora-app demo --method {method}[/]: pairs from a reward, then 4-bit QLoRA + {name} on CPU, "
+                 "offline")
     base = base_model_path()
     n_eval = QUICK["eval"] if quick else EVAL_SIZE
 
@@ -65,15 +70,17 @@ def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: 
     console.print(f"   {counts['train']['pairs']} pairs from {counts['train']['done']} prompts; "
                   f"{counts['test']['pairs']} of the {counts['test']['rows']} held-out problems have one too")
 
-    console.print("[bold]2/3[/] DPO on the pairs, from the same 4-bit base (the base is also the reference)")
+    split = " (each pair as a good and a bad answer)" if method == "kto" else ""
+    console.print(f"[bold]2/3[/] {name} on the pairs{split}, from the same 4-bit base (the base is also the "
+                  "reference)")
     t = time.time()
     sets = [f"training.seed={seed}", f"training.proof_rows={n_eval}"] + (
         [f"training.max_steps={QUICK['steps']}"] if quick else [])
     # the system prompt the pairs were sampled with is the preset's: said here, so the plan has nothing to adopt
-    cfg = build_config({**demo_config(base, dataset=str(pairs_dir)),
-                        "output_dir": str(output_dir), "run_name": "demo-dpo"}, sets=sets)
+    cfg = build_config({**demo_config(base, dataset=str(pairs_dir)), "method": method,
+                        "output_dir": str(output_dir), "run_name": f"demo-{method}"}, sets=sets)
     run = Session(cfg, progress=show, console=console).run()
-    timings["dpo_s"] = time.time() - t
+    timings[f"{method}_s"] = time.time() - t
     stop_if_interrupted(run, console)
     _show_curves(run, console)
 
@@ -81,7 +88,7 @@ def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: 
                   "proof")
     result = run_proof(run)
     timings["total_s"] = time.time() - t0
-    out = _record(result, output_dir, pairs_dir, run, quick, seed, timings)
+    out = _record(result, output_dir, pairs_dir, run, quick, seed, timings, method)
     _print_outcome(result, console, run, out, timings["total_s"])
     return result
 
@@ -116,16 +123,16 @@ def _show_curves(run: Path, console) -> None:
 
 
 def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, quick: bool, seed: int,
-            timings: dict) -> Path:
+            timings: dict, method: str) -> Path:
     s, p = result.summary, result.preference or {}
     result.config["demo"] = {
-        "method": "dpo", "quick": quick, "seed": seed, "pairs": str(pairs_dir), "dpo_run": str(run),
+        "method": method, "quick": quick, "seed": seed, "pairs": str(pairs_dir), f"{method}_run": str(run),
         "stages": {"base": {"accuracy": s.base.accuracy, "chosen_more_likely": p.get("base_likelier")},
-                   "dpo": {"accuracy": s.adapter.accuracy, "chosen_more_likely": p.get("adapter_likelier"),
-                           "preference_accuracy": p.get("accuracy")}},
-        "dpo_lift": s.adapter.accuracy - s.base.accuracy,
+                   method: {"accuracy": s.adapter.accuracy, "chosen_more_likely": p.get("adapter_likelier"),
+                            "preference_accuracy": p.get("accuracy")}},
+        f"{method}_lift": s.adapter.accuracy - s.base.accuracy,
         "timings": {k: round(v, 1) for k, v in timings.items()}}
-    out = output_dir / layout.DEMO_DPO_JSON
+    out = output_dir / layout.DEMO_PREFERENCE_JSON[method]
     _keep_previous(out)
     store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     return out
@@ -133,8 +140,9 @@ def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, qu
 
 def _print_outcome(result: Comparison, console, run: Path, out: Path, total_s: float) -> None:
     print_result(result, console, max_rows=4)
-    s, lift = result.summary, result.config["demo"]["dpo_lift"]
-    console.print(f"\nDPO's lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on {s.n} problems (base "
-                  f"{s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
+    demo = result.config["demo"]
+    s, lift = result.summary, demo[f"{demo['method']}_lift"]
+    console.print(f"\n{demo['method'].upper()}'s lift: [bold]{lift * 100:+.1f} points[/] of held-out accuracy on "
+                  f"{s.n} problems (base {s.base.accuracy:.1%} -> adapter [bold green]{s.adapter.accuracy:.1%}[/])")
     console.print(f"curves: {run / layout.CURVES}")
     console.print(f"comparison: {out}  (total {total_s:.0f} s)")

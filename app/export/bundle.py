@@ -34,6 +34,7 @@ from app.run import layout, lookup
 FORMATS = ("adapter", "merged", "gguf", "ollama")
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
 MODELFILE = "Modelfile"
+SENTENCEPIECE = "tokenizer.model"  # a SentencePiece model, as the hub ships it beside tokenizer.json
 _MERGED_TMP = ".merged"
 
 
@@ -166,7 +167,31 @@ def save_tokenizer(adapter_dir: Path, base: str, dest: Path, local_only: bool):
     src = adapter_dir if (adapter_dir / "tokenizer_config.json").is_file() else base
     tok = AutoTokenizer.from_pretrained(src, local_files_only=local_only)
     tok.save_pretrained(dest)
+    keep_hub_tokenizer(base, dest, local_only)
     return tok
+
+
+def keep_hub_tokenizer(base: str, dest: Path, local_only: bool) -> None:
+    """The tokenizer files in ``dest`` as the base publishes them, where llama.cpp's converter reads them and
+    transformers 5 writes them otherwise: tokenizer_config.json names the base's class (transformers writes the class
+    it loaded: TokenizersBackend for Phi-4's GPT2Tokenizer, whose converter then looks for a SentencePiece file), and
+    the base's SentencePiece model (tokenizer.model: Gemma 3, Llama 2, Mistral), which transformers 5 does not save,
+    is copied (without it the converter reads Gemma 3's tokenizer.json as a BPE it does not know)."""
+    from transformers.utils import cached_file
+
+    def base_file(name: str) -> Path | None:
+        found = cached_file(str(base), name, local_files_only=local_only, _raise_exceptions_for_missing_entries=False)
+        return Path(found) if found else None
+
+    config = base_file("tokenizer_config.json")
+    named = json.loads(config.read_text(encoding="utf-8")).get("tokenizer_class") if config else None
+    path = dest / "tokenizer_config.json"
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    if named and saved.get("tokenizer_class") != named:
+        path.write_text(json.dumps({**saved, "tokenizer_class": named}, indent=2, ensure_ascii=False), encoding="utf-8")
+    model = None if (dest / SENTENCEPIECE).is_file() else base_file(SENTENCEPIECE)
+    if model is not None:
+        shutil.copyfile(model, dest / SENTENCEPIECE)
 
 
 def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True,

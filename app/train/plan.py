@@ -33,6 +33,7 @@ from app.data.preference import require_labels, require_pairs
 from app.errors import UserError
 from app.host import machine as this_machine
 from app.host.stack import stack_problem
+from app.model.family import Family, check_class, family_of
 from app.model.load import load_tokenizer, packed_examples_stay_apart
 from app.model.placement import (
     PACKING_KERNELS,
@@ -92,6 +93,7 @@ class RunPlan:
     tools: Any = field(default=None, compare=False, repr=False)  # app.tools.toolbox.Toolbox of a tool run, checked
     vision: Vision | None = None  # a run on images (app/train/images.py); None: text
     experts: Experts | None = None  # a mixture-of-experts model (app/train/experts.py); None: dense
+    family: Family | None = None  # its class and chat template (app/model/family.py); None: files not on disk
 
     def decisions(self) -> Decisions:
         """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
@@ -126,6 +128,7 @@ class RunPlan:
                  f"fast paths: {self.fast.describe()}",
                  f"runs on {self.where.gpu or 'the CPU'}, {self.where.compute_dtype}, backend {self.backend}, "
                  f"{self.world_size} process(es)"]
+        lines += [self.family.line()] if self.family and self.family.has_template else []  # else a note said it
         lines += precision_lines(self) + [f"adjusted {a.line()}" for a in self.adjustments]
         return "\n".join(lines)
 
@@ -139,7 +142,8 @@ class RunPlan:
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
                 "adjustments": [a.line() for a in self.adjustments],
                 **({layout.VISION: self.vision.record()} if self.vision else {}),
-                **({layout.EXPERTS: self.experts.record()} if self.experts else {})}
+                **({layout.EXPERTS: self.experts.record()} if self.experts else {}),
+                **({"family": self.family.record()} if self.family else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
@@ -261,6 +265,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
+    family = family_of(cfg.model, tok)
+    if family and not family.has_template:
+        steps.say(family.line())
     if tools and tok is not None:
         problem = tool_template_problem(tok, cfg.model.name_or_path)
         if problem:
@@ -278,13 +285,14 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths, tools=tools, vision=vision, experts=experts).estimated()
+                   lengths=lengths, tools=tools, vision=vision, experts=experts, family=family).estimated()
 
 
 def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend: str):
     """(cfg, Vision, Experts, backend): images load the model that reads them; experts are counted as they load."""
     vision, changes = plan_images(cfg, det, rows, steps.say, offline)
     cfg = steps.apply(cfg, changes)
+    check_class(cfg.model)  # a family with no class a run trains: one line, before anything loads
     if vision and backend == "unsloth":
         steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
         backend = "hf"

@@ -42,7 +42,8 @@ FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_
 # Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
 # are text boxes and their text is parsed here.
 AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",
-                "batch_size": "per-device batch", "grad_accum": "gradient accumulation"}
+                "batch_size": "per-device batch", "grad_accum": "gradient accumulation",
+                "kto_desirable_weight": "weight of good answers"}
 
 
 # ------------------------------------------------------------------------------------------------ form <-> config

@@ -1,6 +1,7 @@
 """`qlora-app demo` with a reduced budget runs the full path (GRPO from the 4-bit base -> compare) on CPU."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,19 @@ def test_quick_tools_demo_teaches_the_calculator(tmp_path):
     run = Path(demo["grpo_run"])
     assert run.name == "demo-tools" and store.read_status(run)[layout.TOOL_COUNTS]["calculator"]["calls"] > 0
     assert not (tmp_path / layout.COMPARE_JSON).exists()  # the GRPO demo's result is its own file
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--method", "orpo"], "--method orpo has no demo; pass grpo, dpo or kto (or --images for sft)"),
+    (["--method", "kto", "--tools"], "--tools is a GRPO demo"),
+    (["--images", "--method", "kto"], "--images is an SFT demo"),
+])
+def test_a_demo_that_does_not_exist_is_one_line(args, words, tmp_path):
+    from app.demo.choose import run_chosen_demo
+    from app.errors import UserError
+
+    method = args[args.index("--method") + 1]
+    with pytest.raises(UserError, match=re.escape(words)):
+        run_chosen_demo(tmp_path, quick=True, console=None, seed=1, method=method, tools="--tools" in args,
+                        images="--images" in args)
+    assert not any(tmp_path.iterdir())  # nothing made

@@ -226,6 +226,28 @@ def test_the_dpo_demo_runs_pairs_then_dpo_and_records_both(tmp_path, monkeypatch
     assert again.config["demo"]["pairs"] == demo["pairs"]  # the complete pairs folder is reused
 
 
+def test_the_kto_demo_trains_on_the_same_pairs_split_in_two(tmp_path, monkeypatch):
+    """`demo --method kto`: the DPO demo's pairs, each a good and a bad answer, then KTO; its own record and line
+    (its lift over seeds: bench/bench_dpo.py --method kto, docs/performance.md)."""
+    from rich.console import Console
+
+    from app.demo import dpo
+
+    monkeypatch.setattr(dpo, "QUICK", {"max_prompts": 64, "steps": 5, "eval": 12})
+    monkeypatch.setattr(dpo, "PAIRS", dpo.PairsRequest(samples=4, max_new_tokens=24, max_heldout=12))
+    console = Console(record=True, width=140)
+    result = dpo.run_dpo_demo(tmp_path, quick=True, console=console, progress=False, seed=3, method="kto")
+    demo = result.config["demo"]
+    assert demo["method"] == "kto" and "kto_lift" in demo and demo["stages"]["kto"]["accuracy"] is not None
+    saved = json.loads((tmp_path / layout.DEMO_PREFERENCE_JSON["kto"]).read_text())
+    assert saved["config"]["demo"]["kto_lift"] == pytest.approx(demo["kto_lift"])
+    assert not (tmp_path / layout.DEMO_DPO_JSON).exists()
+    run_cfg = yaml.safe_load((tmp_path / "demo-kto" / "config.yaml").read_text())
+    assert run_cfg["method"] == "kto" and run_cfg["kto"]["desirable_weight"] is not None  # balanced by the plan
+    text = console.export_text()
+    assert "KTO on the pairs (each pair as a good and a bad answer)" in text and "KTO's lift" in text
+
+
 def test_dpo_on_two_processes_writes_one_run_from_rank_0(pairs_dir, tmp_path):
     from app.demo.recipe import base_model_path
 

@@ -1,6 +1,8 @@
 """app/export/gguf.py's decisions for vision-language models: which architectures get a projector file, the tensor
 names the converter reads, the projector's type, and a Gemma 3 llama.cpp would compute differently."""
 
+import json
+
 import pytest
 
 from app.errors import UserError
@@ -95,3 +97,68 @@ def test_modelfile_names_the_projector_in_a_second_from(tiny_models, tmp_path):
     assert any("second FROM" in n and "llama-server --mmproj" in n for n in notes)
     plain, plain_notes = modelfile(tok, "m-f16.gguf", None, tmp_path)
     assert plain.startswith("FROM ./m-f16.gguf\n\n") and "mmproj" not in plain + " ".join(plain_notes)
+
+
+def test_a_merged_gemma4_config_gets_the_hubs_keys_back():
+    """transformers 5.23 saves Gemma 4's full-attention head size as a per-layer override; the converter reads
+    ``global_head_dim`` (a KeyError without it), at the top level or in text_config."""
+    from app.export.gguf import hub_hparams
+
+    saved = {"model_type": "gemma4_text", "head_dim": 16, "layer_types": ["sliding_attention", "full_attention"],
+             "per_layer_config": {"1": {"head_dim": 32, "num_key_value_heads": 1}}}
+    assert hub_hparams(saved) == {**saved, "global_head_dim": 32, "num_global_key_value_heads": 1}
+    nested = {"model_type": "gemma4", "text_config": saved}
+    assert hub_hparams(nested)["text_config"]["global_head_dim"] == 32
+    kept = {**saved, "global_head_dim": 64}  # the hub's own key wins; a sliding layer's override is not global
+    assert hub_hparams(kept)["global_head_dim"] == 64
+    assert "global_head_dim" not in hub_hparams({**saved, "per_layer_config": {"0": {"head_dim": 8}}})
+    assert hub_hparams({"model_type": "llama"}) == {"model_type": "llama"}
+
+
+def test_a_merge_is_converted_without_the_layers_transformers_never_loads():
+    """A merge is written by transformers, which loads no multi-token-prediction layers (Qwen3.5's mtp.*), while the
+    config still counts them: the converter's class is told there are none (it asserted on Qwen3.5)."""
+    from conversion import get_model_class
+
+    from app.export.gguf import _merged
+
+    cls = get_model_class("Qwen3_5ForCausalLM")
+    merged = _merged(cls)
+    assert merged.no_mtp and not cls.no_mtp and issubclass(merged, cls) and merged.model_arch == cls.model_arch
+
+
+def test_the_tokenizer_files_keep_the_bases_class_and_sentencepiece_model(tmp_path):
+    """transformers 5 writes the class it loaded (TokenizersBackend for Phi-4's GPT2Tokenizer) and no tokenizer.model
+    (Gemma 3's); the converter reads both, so they are put back as the base has them."""
+    from tiny import build_tokenizer
+
+    from app.export.bundle import SENTENCEPIECE, keep_hub_tokenizer
+
+    base, dest = tmp_path / "base", tmp_path / "dest"
+    tok = build_tokenizer(base, tokenizer_class="GPT2Tokenizer")
+    (base / SENTENCEPIECE).write_bytes(b"spm bytes")
+    tok.save_pretrained(dest)
+    assert json.loads((dest / "tokenizer_config.json").read_text())["tokenizer_class"] != "GPT2Tokenizer"
+    keep_hub_tokenizer(str(base), dest, local_only=True)
+    saved = json.loads((dest / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] == "GPT2Tokenizer" and saved["eos_token"] == tok.eos_token
+    assert (dest / SENTENCEPIECE).read_bytes() == b"spm bytes"
+    (dest / SENTENCEPIECE).write_bytes(b"the run's own")  # one written already stays
+    keep_hub_tokenizer(str(base), dest, local_only=True)
+    assert (dest / SENTENCEPIECE).read_bytes() == b"the run's own"
+
+
+def test_a_tokenizer_the_converter_cannot_read_is_one_line(tmp_path):
+    """A Gemma 3 whose folder has its tokenizer.json but not its SentencePiece model: the converter falls back to
+    reading it as a BPE it does not know (NotImplementedError deep inside): one line, no traceback."""
+    from tiny import DENSE, build_from_config, build_tokenizer
+
+    from app.export.gguf import convert, pre_tokenizer
+
+    build_tokenizer(tmp_path / "tok", kind="byte_fallback", eos="<end_of_turn>")
+    model = build_from_config("gemma3_text", tmp_path / "gemma3", tmp_path / "tok",
+                              **{**DENSE, "head_dim": 16, "query_pre_attn_scalar": 16})
+    assert pre_tokenizer(model) is None  # SentencePiece's kind: no pre-tokenizer to declare
+    with pytest.raises(UserError, match=r"converter cannot convert this model \(NotImplementedError: BPE "
+                                        r"pre-tokenizer was not recognized.*export --format merged"):
+        convert(model, tmp_path / "m.gguf", "f16", None, "m")

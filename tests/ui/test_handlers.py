@@ -346,6 +346,26 @@ def test_dpo_form_is_the_cli_config(tmp_path):
         h.config_from_form(f, tmp_path)
 
 
+def test_kto_form_is_the_cli_config(tmp_path):
+    """Method kto and the KTO accordion (beta, the labels' weights: the good answers' empty = auto) reach the config
+    the CLI builds with the kto preset."""
+    f = h.widget_values(h.form_defaults("kto"))
+    assert f["method"] == "kto" and f["kto_desirable_weight"] == ""  # auto, shown empty
+    f.update(dataset=str(SCHEMAS / "hh_rlhf.jsonl"), kto_beta=0.2, kto_undesirable_weight=1.5, max_steps=5.0)
+    auto = h.config_from_form(f, tmp_path)
+    assert auto.kto.beta == 0.2 and auto.kto.undesirable_weight == 1.5 and auto.kto.desirable_weight is None
+    f["kto_desirable_weight"] = "0.75"
+    ui_cfg = h.config_from_form(f, tmp_path)
+    assert ui_cfg.kto.desirable_weight == 0.75
+    _, _, sets, _ = h.form_to_cli(f, tmp_path)
+    cli_cfg = build_config(load_preset("kto"), {"data": {"dataset": str(SCHEMAS / "hh_rlhf.jsonl")},
+                                                "training": {"max_steps": 5}, "output_dir": str(tmp_path)}, sets)
+    assert ui_cfg == cli_cfg
+    f["kto_desirable_weight"] = "lots"  # not a number: one line naming the box
+    with pytest.raises(UserError, match="weight of good answers must be a number or empty for auto"):
+        h.config_from_form(f, tmp_path)
+
+
 def test_the_pair_overrides_reach_the_samples():
     # (detection of the pair itself: tests/data/test_preference.py); swapped overrides swap what each sample shows
     swapped = df.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")

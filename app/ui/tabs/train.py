@@ -139,6 +139,18 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                         elem_id="dpo-loss", info=_info("dpo_loss"))
             w["dpo_beta"] = gr.Number(dflt["dpo_beta"], label=_label("dpo_beta"), elem_id="dpo-beta",
                                       info=_info("dpo_beta"))
+    with gr.Accordion("KTO settings (answers labelled good / bad)", open=dflt["method"] == "kto") as \
+            parts["kto_box"]:
+        with gr.Row():
+            w["kto_beta"] = gr.Number(dflt["kto_beta"], label=_label("kto_beta"), elem_id="kto-beta",
+                                      info=_info("kto_beta"))
+            w["kto_desirable_weight"] = gr.Textbox(dflt["kto_desirable_weight"], label=_label("kto_desirable_weight"),
+                                                   placeholder="auto", elem_id="kto-desirable-weight",
+                                                   info=_info("kto_desirable_weight"))
+            w["kto_undesirable_weight"] = gr.Number(dflt["kto_undesirable_weight"],
+                                                    label=_label("kto_undesirable_weight"),
+                                                    elem_id="kto-undesirable-weight",
+                                                    info=_info("kto_undesirable_weight"))
 
 
 def build(ctx: Context) -> None:
@@ -172,6 +184,17 @@ def _panel(dflt: dict, runs_dir) -> dict:
     p["status"] = gr.Markdown("No run started yet.", elem_id="train-status")
     p["progress"] = gr.HTML(elem_id="train-progress")
     return p
+
+
+def _wire_method_boxes(w: dict, parts: dict) -> None:
+    """The picked method's settings open, the others' closed."""
+    import gradio as gr
+
+    def on_method(method):
+        return (gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS),
+                gr.update(open=method == "kto"))
+
+    w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"], parts["kto_box"]])
 
 
 def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
@@ -231,11 +254,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
 
     w["dataset"].change(on_dataset, [w["dataset"], w["preset"]], overrides, show_progress="hidden")
     _wire_reward(w)
-
-    def on_method(method):
-        return gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS)
-
-    w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"]])
+    _wire_method_boxes(w, parts)
 
     def on_detect(dataset, config_name, lo, pf, rf, cf, xf):
         try:
