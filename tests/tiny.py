@@ -182,11 +182,10 @@ def template_tokens(template: str) -> list[str]:
 
 def build_family(family: str, out: Path) -> Path:
     """A tiny random model of ``family`` (a key of FAMILIES) with its chat template and a tokenizer for it."""
-    from trl.chat_template_utils import __file__ as trl_templates  # noqa: F401 - TRL's folder is beside it
+    from app.model.templates import template_file
 
     _, model_type, keys, template, eos, options = FAMILIES[family]
-    text = CHATML if template is None else (Path(trl_templates).parent / "chat_templates" /
-                                            f"{template}.jinja").read_text(encoding="utf-8")
+    text = CHATML if template is None else template_file(template).read_text(encoding="utf-8")
     tok_dir = out.parent / f"{out.name}-tok"
     build_tokenizer(tok_dir, extra=template_tokens(text), eos=eos, template=text, **options)
     return build_from_config(model_type, out, tok_dir, **{**DENSE, **MOE_COMMON, **keys})

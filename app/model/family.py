@@ -7,8 +7,8 @@ template (reads its tool calls; masks its assistant turns for loss on the answer
 template TRL cannot read. Each is said in one line by the plan, before anything loads.
 
 Owns ``model_class`` / ``check_class`` (the one line for a family with no class a run can train), ``read_family`` /
-``family_of`` and ``Family`` (what app/train/plan says and status.json records). Must not load weights; transformers / trl are imported inside
-functions.
+``family_of`` and ``Family`` (what app/train/plan says and status.json records). Must not load weights;
+transformers / trl are imported inside functions.
 """
 
 from __future__ import annotations
@@ -40,16 +40,22 @@ def model_class(config: dict, name: str, images: bool = False, trust_remote_code
     model_type = config.get("model_type")
     if model_type not in CONFIG_MAPPING_NAMES:
         return None
-    found = (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if images else MODEL_FOR_CAUSAL_LM_MAPPING_NAMES).get(model_type)
+    table = MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if images else MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    found = table.get(model_type)
     if found:
         return found if isinstance(found, str) else found[0]
     archs = ", ".join(config.get("architectures") or []) or model_type
-    other = ("; without --images it trains as a text model" if images and model_type in
-             MODEL_FOR_CAUSAL_LM_MAPPING_NAMES else "")
-    raise UserError(f"model '{name}' is a {model_type} model ({archs}): transformers {transformers.__version__} has no "
-                    f"{auto} class for it, so it cannot be fine-tuned to write {'answers to pictures' if images else 'text'}"
-                    f"{other}; pick a text-generation model (Llama, Qwen, Gemma, ...) or a vision-language one for "
-                    "images")
+    head = (f"model '{name}' is a {model_type} model ({archs}): transformers {transformers.__version__} has no {auto} "
+            "class")
+    if images and model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        fix = "so it cannot read pictures; train it on text (--set model.images=false)"
+    elif not images and model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        fix = ("it is a vision-language model: train it on data with images (model.images turns on by itself) or "
+               "--set model.images=true")
+    else:
+        fix = ("so it cannot be fine-tuned to write text; pick a text-generation model (Llama, Qwen, Gemma, ...), or "
+               "a vision-language one for images")
+    raise UserError(f"{head} for it, {fix}")
 
 
 @dataclass(frozen=True)

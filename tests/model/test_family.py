@@ -25,8 +25,11 @@ def test_the_class_a_run_opens_each_family_with():
 @pytest.mark.parametrize("config,images,words", [
     ({"model_type": "vit", "architectures": ["ViTForImageClassification"]}, False,
      r"is a vit model \(ViTForImageClassification\): transformers .* no AutoModelForCausalLM class"),
-    ({"model_type": "qwen3"}, True, r"no AutoModelForImageTextToText class .*without --images it trains as a text"),
+    ({"model_type": "qwen3"}, True, r"no AutoModelForImageTextToText class for it, so it cannot read pictures; "
+                                    r"train it on text \(--set model.images=false\)"),
     ({"model_type": "t5"}, False, r"is a t5 model \(t5\): .*pick a text-generation model"),
+    ({"model_type": "qwen2_5_vl"}, False, r"no AutoModelForCausalLM class for it, it is a vision-language model: "
+                                          r"train it on data with images .*--set model.images=true$"),
 ])
 def test_a_family_without_a_class_a_run_trains_is_one_line(config, images, words):
     from app.model.family import model_class
