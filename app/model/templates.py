@@ -50,9 +50,14 @@ def tool_templates() -> list[str]:
     return names
 
 
+def _text(template) -> str:
+    """A chat template's text: tokenizers may hold several by name, the default one is the chat's."""
+    return template if isinstance(template, str) else (template or {}).get("default", "")
+
+
 def shipped_template_name(template) -> str | None:
     """The name of the template TRL ships that ``template`` (a chat template's text) is, else None."""
-    text = template if isinstance(template, str) else (template or {}).get("default", "")
+    text = _text(template)
     for name in shipped_templates():
         if (_templates_dir() / f"{name}.jinja").read_text(encoding="utf-8").strip() == text.strip():
             return name
@@ -116,7 +121,7 @@ def masks_assistant_turns(tok) -> bool:
     template = getattr(tok, "chat_template", None)
     if not template:
         return False
-    if has_generation_markers(template if isinstance(template, str) else template.get("default", "")):
+    if has_generation_markers(_text(template)):
         return True
     try:
         get_training_chat_template(tok)

@@ -10,7 +10,8 @@ trainers (sft.py, grpo.py, dpo.py: DPO, ORPO and KTO) on a 4-bit base with a PEF
     checkpoints.py  saving the adapter;  oom.py: the out-of-memory ladder;  peakmem.py: peak memory
     images.py       a run on images: the model that reads them, their tokens, the vision side's weights
     rows.py         the training rows in the method's format;  answers.py: which tokens of an SFT conversation
-                    carry the loss (the assistant's answers by default);  kto.py: KTO's trainer and label weights
+                    carry the loss (the assistant's answers by default);  kto.py: KTO's label weights
+                    (its trainer: dpo.py)
     precision.py    4-bit or 16-bit LoRA: both estimates, and the one to use, for a family 4-bit hurts (Qwen3.5)
     experts.py      a mixture-of-experts run: its experts counted as they load, 4-bit or not, LoRA on them or not
     runlog.py       train.log;  launcher.py, torchrun.py: torchrun's workers
