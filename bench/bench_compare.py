@@ -65,13 +65,13 @@ def main() -> None:
 
     import torch
 
-    from app.config.schema import ModelConfig
-    from app.eval.compare import load_pair
     from app.model.generation import format_prompt, generate
+    from app.model.pair import open_pair
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir, adapter_dir = build(Path(tmp))
-        model, tok = load_pair(ModelConfig(name_or_path=str(model_dir)), adapter_dir, local_only=True)
+        pair = open_pair(adapter_dir, str(model_dir), local_only=True)  # as `qlora-app compare` opens a run's pair
+        model, tok = pair.model, pair.tok
         system = "Solve the problem step by step, briefly. End with a line of the form 'Final answer: <answer>'."
         texts = []
         for i in range(args.prompts):

@@ -1,6 +1,8 @@
 """Test setup: nothing here may touch the network, and tiny models are built once per session."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,12 @@ for k, v in {
     os.environ[k] = v
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# What a qlora-app process quiets at its entry (the libraries' lines a user cannot act on), made once for this one:
+# a command run here (cli_here) says what it says in a process of its own.
+from app.host.process import quiet_library_noise  # noqa: E402
+
+quiet_library_noise()
 
 import pytest  # noqa: E402
 
@@ -45,14 +53,88 @@ def tiny_model(tiny_models) -> Path:
     return tiny_models["qwen3"]
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``name``, made by ``build(folder)`` once per test session whichever worker asks first (pytest-xdist's
+    workers share their base temp's parent); the others wait on its lock and read it. Readers copy before they
+    change anything in it. A build that raised is made again by the next asker."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out = root / f"once-{name}"
+    with FileLock(str(root / f"once-{name}.lock")):
+        if not (out / ".built").is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            (out / ".built").touch()
+    return out
+
+
+def cli(*args, cwd=None, timeout: float = 600, env: dict | None = None, stdin: str | None = None,
+        script: str | None = None) -> subprocess.CompletedProcess:
+    """`qlora-app ARGS` (``python -m app.cli``; or a script of the repository) in a process of its own: for a test whose
+    subject is the process (a real run's output, exit code on a signal, import order, what a user's terminal shows).
+    A one-line refusal is checked in this process instead: ``cli_here``."""
+    cmd = [sys.executable, script] if script else [sys.executable, "-m", "app.cli"]
+    return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                          input=stdin, env={**os.environ, **(env or {})})
+
+
+def cli_here(*args, cwd=None) -> subprocess.CompletedProcess:
+    """The same command in this process through Typer's runner (the way ``main`` runs it, less the process-wide
+    settings it makes once at entry): a refusal's one line and exit code without a new interpreter's imports.
+    Returns what ``cli`` returns."""
+    from typer.testing import CliRunner
+
+    from app.cli.main import run_args
+
+    here = Path.cwd()
+    code = 0
+    with CliRunner().isolation() as (out, err, _):
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            run_args([str(a) for a in args])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            os.chdir(here)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()
+    return subprocess.CompletedProcess(["qlora-app", *map(str, args)], code, stdout, stderr)
+
+
+def tiny_sets(method: str, proof_rows: int = 0, eval_every: int = 0) -> list[str]:
+    """--set values of a tiny training run in a test: CPU, no gradient checkpointing, short completions, a step a
+    line, the proof and the held-out points off (each a generation pass a test pays for) unless it asks for them,
+    batch sizes that make one optimizer step a batch (GRPO: 4 completions of one prompt)."""
+    sizes = (["per_device_train_batch_size=4", "num_generations=4"] if method == "grpo"
+             else ["per_device_train_batch_size=2"])
+    return ["gradient_checkpointing=false", "max_completion_length=12", "logging_steps=1", "runtime.device=cpu",
+            f"training.proof_rows={proof_rows}", f"training.eval_every={eval_every}",
+            "gradient_accumulation_steps=1", *sizes]
+
+
+def _demo(tmp_path_factory, name: str, *args: str):
+    """(finished process, its output folder) of `qlora-app demo ARGS`, run once per test session."""
+    def build(folder: Path) -> None:
+        r = cli("demo", *args, "--output-dir", folder / "out", timeout=900)
+        (folder / "process.json").write_text(json.dumps({"returncode": r.returncode, "stdout": r.stdout,
+                                                         "stderr": r.stderr}))
+
+    folder = built_once(tmp_path_factory, name, build)
+    done = json.loads((folder / "process.json").read_text())
+    return subprocess.CompletedProcess(["qlora-app", "demo", *args], **done), folder / "out"
+
+
 @pytest.fixture(scope="session")
 def quick_demo(tmp_path_factory):
     """(finished process, its output folder) of `qlora-app demo --quick --seed 7`: a real GRPO run that lifts the
-    held-out accuracy, made once for the tests that read a trained run (test_demo checks the demo itself)."""
-    out = tmp_path_factory.mktemp("quick-demo")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--quick", "--output-dir", str(out), "--seed", "7"],
-                       capture_output=True, text=True, timeout=900)
-    return r, out
+    held-out accuracy, made once per test session (all workers) for the tests that read a trained run; they read
+    it, never write into it (tests/demo/test_run.py checks the demo itself)."""
+    return _demo(tmp_path_factory, "quick-demo", "--quick", "--seed", "7")
 
 
 @pytest.fixture()
@@ -105,8 +187,6 @@ def tiny_vlm(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def images_demo(tmp_path_factory):
     """(finished process, its output folder) of `qlora-app demo --images --quick --seed 7`: a real QLoRA SFT run of
-    a vision-language model on images, made once for the tests that read it (chat, export, the demo itself)."""
-    out = tmp_path_factory.mktemp("images-demo")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--images", "--quick", "--output-dir", str(out),
-                        "--seed", "7"], capture_output=True, text=True, timeout=900)
-    return r, out
+    a vision-language model on images, made once per test session for the tests that read it (chat, export, serve,
+    the demo itself)."""
+    return _demo(tmp_path_factory, "images-demo", "--images", "--quick", "--seed", "7")

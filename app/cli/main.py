@@ -384,15 +384,16 @@ def doctor(run: Optional[Path] = typer.Argument(None, help="A run (folder or nam
     report(console)
 
 
-def main() -> None:
-    """Entry point: user errors become one red line and exit code 2, never a traceback."""
-    start_command()  # the process-wide settings, once, before any command imports a library (app/host/process.py)
+def run_args(argv: list[str]) -> None:
+    """The command ``argv`` names; a user error is one red line and its exit code, never a traceback (SystemExit)."""
     try:
-        app(args=explain_value(sys.argv[1:]))
+        app(args=explain_value(argv))
     except UserError as e:
         err_console.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
 
 
-if __name__ == "__main__":
-    main()
+def main() -> None:
+    """Entry point (`qlora-app`, `python -m app.cli`): the process-wide settings, then the command."""
+    start_command()  # once, before any command imports a library (app/host/process.py)
+    run_args(sys.argv[1:])

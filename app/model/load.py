@@ -98,6 +98,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         model.generation_config.pad_token_id = tok.pad_token_id
     if not for_training:
         model.eval()
+    keep_off_cpu_repack(model)
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
@@ -111,6 +112,32 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)
         info["kept_16bit"] = skip
     return model, tok, info
+
+
+# bitsandbytes' bf16 CPU kernel takes 4-bit weights repacked in blocks of this many output rows (block_n of its
+# _convert_weight_packed_for_cpu), each row whole quantization blocks long.
+CPU_REPACK_ROWS = 32
+
+
+def keep_off_cpu_repack(model) -> list[str]:
+    """The 4-bit layers bitsandbytes could not repack for its CPU kernel, kept on its generic path; returns their
+    paths. On a CPU with AVX512-BF16, a Linear4bit's first forward in eval mode without grad repacks its weights
+    (out_features in blocks of 32 rows, in_features in whole quantization blocks) and a layer of another shape fails
+    there: the proof, compare and chat of Qwen2-MoE or Qwen3.5-MoE (a one-output shared_expert_gate) stopped on
+    "N must be divisible by block_n". Those layers (a few gates; every projection of a real model repacks) compute
+    as they do on any other CPU. Nothing changes on a GPU, where the attribute is never read."""
+    from bitsandbytes.nn import Linear4bit
+
+    kept = []
+    for path, m in model.named_modules():
+        if not isinstance(m, Linear4bit):
+            continue
+        qs = getattr(m.weight, "quant_state", None)
+        block = getattr(qs, "blocksize", None) or 64
+        if m.out_features % CPU_REPACK_ROWS or m.in_features % block or m.in_features % 2:
+            m.support_avx512bf16_for_cpu = False  # read by Linear4bit.forward before it repacks
+            kept.append(path)
+    return kept
 
 
 def _has_4bit_layers(model) -> bool:

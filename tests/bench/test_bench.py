@@ -121,3 +121,15 @@ def test_strict_passes_when_every_ratio_is_trusted(tmp_path, capsys):
     quiet = R.as_json([R.ratio("overhead_vs_trl", [(1.0, 1.0), (1.01, 1.0), (1.0, 1.0)])])
     assert bench_run.main(["--json", "--strict"], here=_fake_bench(tmp_path, quiet)) == 0
     assert "not trusted" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_compare_runs_on_a_tiny_budget():
+    """bench_compare.py opens its pair the way `qlora-app compare` does: a smoke run on 2 prompts keeps it in step
+    with app/ (it once called an old load_pair signature and nothing noticed)."""
+    from conftest import cli
+
+    r = cli("--prompts", "2", "--max-new-tokens", "4", "--batch-size", "2", "--repeats", "1",
+            script=str(BENCH / "bench_compare.py"), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "2/2 outputs identical across the two paths" in r.stdout and "| 2 prompts x 4 tokens, batch 2 |" in r.stdout

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import cli as in_a_process
+from conftest import cli_here
 from repo_paths import ROOT
 
 from app.run import layout, lookup, newrun, store
 
 
-def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout)
+# The commands run in this process (conftest.cli_here): one-line refusals and short outputs. A test whose subject is
+# the process (what a library prints at import, a server that blocks) starts one (conftest.cli).
+cli = cli_here
 
 
 def test_help_does_not_import_heavy_libraries():
@@ -229,7 +231,7 @@ def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_pat
     steps = [("train", "--method", "sft", "--model", str(tiny_model), "--dataset", str(math_jsonl), "--max-steps", "1",
               "--output-dir", str(runs), "--local-only", "--no-progress", "--set", "runtime.device=cpu",
               "--set", "training.max_length=64", "--set", "gradient_checkpointing=false")]
-    r = cli(*steps[0], cwd=tmp_path)
+    r = in_a_process(*steps[0], cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = [p for p in runs.iterdir() if p.is_dir()]
     # compare and export take the run as the other commands do: compare RUN (held-out rows by default), export RUN
@@ -238,7 +240,7 @@ def test_main_commands_print_no_library_warnings(tiny_model, math_jsonl, tmp_pat
                  ("export", str(run), "--merge", "--local-only"),
                  ("export", str(run), "--out", str(tmp_path / "gguf"), "--format", "gguf", "--local-only"),
                  ("inspect", str(math_jsonl))):
-        out = cli(*args, cwd=tmp_path)
+        out = in_a_process(*args, cwd=tmp_path)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "Warning" not in out.stderr and "warnings.warn" not in out.stderr, (args[0], out.stderr[-2000:])
         if args[:2] == ("compare", str(run)):
@@ -364,6 +366,7 @@ def test_hints_keep_their_brackets(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit) as e:
         cli_mod.main()
     assert e.value.code == 2 and "pip install 'qlora-app[gguf]'" in capsys.readouterr().err
+    monkeypatch.undo()  # the real commands again
     r = cli("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--set",
             "runtime.report_to=[wandb]", "--output-dir", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 2 and "['wandb']" in r.stderr and "runtime.report_to=[trackio]" in r.stderr, r.stderr

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_here
 from repo_paths import SCHEMAS
 
 from app.data.detect import DataError, detect_from_rows
@@ -75,12 +76,12 @@ def test_inspect_json_reports_the_pair_and_takes_the_overrides(tmp_path):
     p = tmp_path / "p.jsonl"
     p.write_text("".join(json.dumps({"q": _q(i), "reply_one": f"It is {2 * i + 2}.", "reply_two": "no"}) + "\n"
                          for i in R))
-    r = _cli("inspect", str(p), "--json", "--chosen-field", "reply_one", "--rejected-field", "reply_two")
+    r = cli_here("inspect", str(p), "--json", "--chosen-field", "reply_one", "--rejected-field", "reply_two")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["format"], d["prompt_field"], d["chosen_field"], d["rejected_field"]) == ("preference", "q",
                                                                                       "reply_one", "reply_two")
-    r = _cli("inspect", str(p))
+    r = cli_here("inspect", str(p))
     assert r.returncode == 0 and "--chosen-field" not in r.stdout  # not preference data without the overrides
 
 
@@ -143,7 +144,7 @@ def test_a_csv_of_numeric_answers_is_pairs_of_text(tmp_path):
 ])
 def test_a_bad_loss_is_one_line_before_anything_loads(tmp_path, args, message):
     data = _pref_file(tmp_path / "p.jsonl", 30, 0, 0)
-    r = _cli("train", "--method", "dpo", "--dataset", str(data), "--model", "no/such-model", "--output-dir",
+    r = cli_here("train", "--method", "dpo", "--dataset", str(data), "--model", "no/such-model", "--output-dir",
              str(tmp_path / "runs"), *args)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) <= 3  # one line, wrapped by the terminal width at most
@@ -155,7 +156,7 @@ def test_data_with_no_pairs_is_one_line_and_no_run_folder(tmp_path):
 
     for data, message in ((_pref_file(tmp_path / "bad.jsonl", 0, 8, 8), "none of the"),
                           (SCHEMAS / "gsm8k.jsonl", "trains on preference pairs")):
-        r = _cli("train", "--method", "dpo", "--dataset", str(data), "--model", str(base_model_path()),
+        r = cli_here("train", "--method", "dpo", "--dataset", str(data), "--model", str(base_model_path()),
                  "--output-dir", str(tmp_path / "runs"), "--local-only")
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert not (tmp_path / "runs").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import cli_here
 
 from app.config.build import build_config
 from app.config.builtin import TOOLS_MODEL, shipped_dir
@@ -84,23 +85,23 @@ def test_the_tool_loop_reads_and_runs_calls_in_each_template(tiny_models, tmp_pa
 
 def test_a_template_without_a_tool_format_is_one_line_before_any_model_loads(tiny_models, math_jsonl, tmp_path):
     model = _tiny_with_template(tiny_models, "qwen2", None, tmp_path, context=1024)
-    r = _cli("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
+    r = cli_here("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
              "--output-dir", str(tmp_path / "runs"), "--dry-run")
     assert r.returncode == 2, r.stderr
     line = " ".join(r.stderr.split())  # the dry run's report wraps it; a run says it as one line (below)
     assert "Traceback" not in r.stderr
     assert "cannot render tool calls" in line and "--chat-template NAME" in line and "qwen2_5" in line
-    r = _cli("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
+    r = cli_here("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
              "--chat-template", "qwen2_5", "--output-dir", str(tmp_path / "runs"), "--dry-run",
              "--set", "max_completion_length=768")
     # the prompts are measured with the tools' schemas the template renders: here they no longer fit beside 768
     assert r.returncode == 2 and "every prompt is longer than the 256 tokens" in " ".join(r.stderr.split())
-    r = _cli("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
+    r = cli_here("train", "--model", str(model), "--dataset", str(math_jsonl), "--tools", "calculator",
              "--chat-template", "qwen2_5", "--output-dir", str(tmp_path / "runs"), "--dry-run",
              "--set", "max_completion_length=64")
     assert r.returncode == 0, r.stderr
     assert "tools: calculator (built-in)" in r.stdout + r.stderr
-    r = _cli("train", "--model", str(tiny_models["qwen2"]), "--dataset", str(math_jsonl), "--chat-template", "qwen9")
+    r = cli_here("train", "--model", str(tiny_models["qwen2"]), "--dataset", str(math_jsonl), "--chat-template", "qwen9")
     assert r.returncode == 2 and "not a template TRL ships" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -108,7 +109,7 @@ def test_a_template_without_a_tool_format_is_one_line_before_any_model_loads(tin
 def test_a_bad_tool_file_is_one_line_and_leaves_no_run_folder(tiny_models, math_jsonl, tmp_path):
     bad = tmp_path / "bad_tools.py"
     bad.write_text("def add(a, b):\n    return a + b\n")
-    r = _cli("train", "--model", str(tiny_models["qwen2"]), "--dataset", str(math_jsonl), "--tools", str(bad),
+    r = cli_here("train", "--model", str(tiny_models["qwen2"]), "--dataset", str(math_jsonl), "--tools", str(bad),
              "--chat-template", "qwen2_5", "--output-dir", str(tmp_path / "runs"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     line = r.stderr.strip().splitlines()[-1]

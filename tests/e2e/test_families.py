@@ -34,7 +34,6 @@ NOT_SUPPORTED = {
 FAST = ["training.save_steps=2", "gradient_checkpointing=false", "max_completion_length=12", "training.max_length=256",
         "logging_steps=1", "runtime.device=cpu", "training.proof_rows=0", "training.eval_every=0",
         "data.heldout_size=4"]
-ROWS: dict[str, dict[str, str]] = {}
 TOKENS = [5, 17, 42, 99, 7, 3, 60, 61]  # what the merged model and llama.cpp are run on
 
 
@@ -169,8 +168,7 @@ def _gguf(run: Path, merged: Path, out: Path) -> str:
     return "f32 written; llama.cpp computes the merged model's logits"
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-def test_family_through_every_step(family, data, tmp_path):
+def _through_every_step(family: str, data, tmp_path) -> dict[str, str]:
     name, model_type, *_ = FAMILIES[family]
     model_dir = build_family(family, tmp_path / family)
     row: dict[str, str] = {}
@@ -194,28 +192,72 @@ def test_family_through_every_step(family, data, tmp_path):
             assert cell.startswith("not supported") and refusal in cell, (step, cell)
         else:
             assert not cell.startswith("not supported"), (step, cell)
-    ROWS[family] = {"family": f"{name} (`{model_type}`)", **row}
+    return {"family": f"{name} (`{model_type}`)", **row}
 
 
-def table(rows: dict[str, dict[str, str]]) -> str:
-    cols = ("family",) + STEPS
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for family in FAMILIES:
-        cells = [re.sub(r"\s+", " ", rows[family][c]).replace("|", "/") for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def row_line(row: dict[str, str]) -> str:
+    """A family's line of the docs table."""
+    return "| " + " | ".join(re.sub(r"\s+", " ", row[c]).replace("|", "/") for c in ("family",) + STEPS) + " |"
 
 
-def test_the_docs_table_is_the_measured_one():
-    if set(ROWS) != set(FAMILIES):
-        pytest.skip("only part of the family table ran (-k, or a family failed: see its test)")
-    text = DOC.read_text(encoding="utf-8")
+def _table(text: str) -> tuple[str, list[str], str]:
+    """(the doc before the table, the table's lines, the doc after it)."""
     assert BEGIN in text and END in text, f"{DOC} lost its table markers"
     head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    fresh = f"{head}{BEGIN}\n{table(ROWS)}\n{END}{tail}"
-    if os.environ.get("QLORA_APP_WRITE_DOCS") == "1":
-        DOC.write_text(fresh, encoding="utf-8")
+    body, tail = rest.split(END, 1)
+    return head, body.strip("\n").splitlines(), tail
+
+
+HEADER = ["| " + " | ".join(("family",) + STEPS) + " |", "|" + "---|" * (len(STEPS) + 1)]
+
+
+def _label(family: str) -> str:
+    name, model_type, *_ = FAMILIES[family]
+    return f"| {name} (`{model_type}`) |"
+
+
+def check_docs_row(family: str, row: dict[str, str], tmp_path_factory) -> None:
+    """The docs table's line for ``family`` is the one measured (QLORA_APP_WRITE_DOCS=1: written there, the
+    table's lines kept in FAMILIES order). Each family checks its own line, so the table spreads over the workers."""
+    line = row_line(row)
+    if os.environ.get("QLORA_APP_WRITE_DOCS") != "1":
+        _, lines, _ = _table(DOC.read_text(encoding="utf-8"))
+        mine = [ln for ln in lines if ln.startswith(_label(family))]
+        assert mine == [line], ("docs/families.md says something else than this test measured; rerun with "
+                                f"QLORA_APP_WRITE_DOCS=1 to write it, and read the difference:\n{mine}\n{[line]}")
         return
-    assert fresh == text, ("docs/families.md says something else than this test measured; rerun with "
-                           "QLORA_APP_WRITE_DOCS=1 to write it, and read the difference")
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    with FileLock(str((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "families-doc.lock")):
+        head, lines, tail = _table(DOC.read_text(encoding="utf-8"))
+        by_family = {f: next((ln for ln in lines if ln.startswith(_label(f))), None) for f in FAMILIES}
+        by_family[family] = line
+        body = HEADER + [ln for ln in by_family.values() if ln]
+        DOC.write_text(f"{head}{BEGIN}\n" + "\n".join(body) + f"\n{END}{tail}", encoding="utf-8")
+
+
+def test_the_docs_table_has_a_line_per_family_in_order():
+    """The table's header and one line per family of tests/tiny.py FAMILIES, in its order (each line's cells are
+    checked by that family's own test)."""
+    _, lines, _ = _table(DOC.read_text(encoding="utf-8"))
+    assert lines[:2] == HEADER
+    assert [next((f for f in FAMILIES if ln.startswith(_label(f))), ln) for ln in lines[2:]] == list(FAMILIES)
+
+
+_NAMES = list(FAMILIES)
+_HALF = (len(_NAMES) + 1) // 2
+
+
+# Two classes: pytest-xdist's --dist loadscope gives each its own worker (a file's plain functions stay together), so
+# the table's 28 trainings, merges and conversions spread over both.
+class TestFamiliesFirstHalf:
+    @pytest.mark.parametrize("family", _NAMES[:_HALF])
+    def test_family_through_every_step(self, family, data, tmp_path, tmp_path_factory):
+        check_docs_row(family, _through_every_step(family, data, tmp_path), tmp_path_factory)
+
+
+class TestFamiliesSecondHalf:
+    @pytest.mark.parametrize("family", _NAMES[_HALF:])
+    def test_family_through_every_step(self, family, data, tmp_path, tmp_path_factory):
+        check_docs_row(family, _through_every_step(family, data, tmp_path), tmp_path_factory)

@@ -7,14 +7,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli as in_a_process
+from conftest import cli_here
 
 from app.config.build import build_config
 from app.config.presets import load_preset
 
 
-def cli(*args, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+# Dry runs, refusals and short commands run in this process (conftest.cli_here); compare sets this process's CPU
+# threads, so it gets a process of its own (conftest.cli).
+cli = cli_here
 
 
 @pytest.fixture
@@ -471,7 +473,7 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
 @pytest.mark.slow
 def test_compare_says_where_it_kept_the_comparison_and_how_many_rows_it_had(tmp_path, tiny_models):
     run, _ = _apples_run(tmp_path, tiny_models, 30)
-    r = cli("compare", "--adapter", str(run), "--num-samples", "20", "--max-new-tokens", "4", "--local-only")
+    r = in_a_process("compare", "--adapter", str(run), "--num-samples", "20", "--max-new-tokens", "4", "--local-only")
     said = " ".join(r.stdout.split())
     assert r.returncode == 0, r.stderr[-2000:]
     assert "6 held-out rows compared, not 20" in said  # 30 rows, a fifth held out

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_here
 from repo_paths import GSM8K
 
 from app.run import benchmarks, layout
@@ -112,7 +113,7 @@ def test_a_gsm8k_format_file_and_a_task_of_ones_own(trained, tmp_path):
 ])
 def test_bad_requests_are_one_line_before_any_model_loads(trained, args, says):
     before = sorted(p.name for p in trained.rglob("*"))
-    r = _cli("eval", str(trained), *args)
+    r = cli_here("eval", str(trained), *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     line = " ".join(r.stderr.split())
     assert says in line, line

@@ -34,6 +34,7 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
 
     from app.config.schema import AppConfig
     from app.model.experts import census, expert_count, expert_parameters, quantize_experts
+    from app.model.load import eval_keeping_4bit
     from app.model.shape import _local_config
     from app.model.vision import meta_model
     from app.train.memory import GB, Decisions, estimate_memory
@@ -56,7 +57,9 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
     ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(0))
     weights = sum(n for name, n in expert_parameters(model).items()  # the experts' biases stay as they are
                   if model.get_parameter(name).dim() >= 3)
-    with torch.no_grad():
+    # the forwards in training mode for the 4-bit layers: an eval forward on a CPU with AVX512-BF16 repacks them for
+    # bitsandbytes' CPU kernel (another layout, other bytes), and the bytes measured below are the loaded ones
+    with torch.no_grad(), eval_keeping_4bit(model):
         before = model(input_ids=ids).logits
         assert quantize_experts(model) == weights
         after = model(input_ids=ids).logits

@@ -3,10 +3,9 @@ loads; a family with no class a run can train, or no chat template, said in one 
 takes each 2026 family through every step)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli_here
 
 from app.errors import UserError
 
@@ -83,8 +82,7 @@ def test_train_refuses_a_model_with_no_causal_lm_class_before_anything_loads(tmp
     AutoModel.from_config(config).save_pretrained(model)
     out = tmp_path / "runs"
     for extra in (["--dry-run"], ["--output-dir", str(out)]):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--model", str(model), "--dataset",
-                            str(math_jsonl), "--method", "sft", *extra], capture_output=True, text=True, timeout=300)
+        r = cli_here("train", "--model", model, "--dataset", math_jsonl, "--method", "sft", *extra)
         assert r.returncode == 2, r.stderr[-2000:]
         said = " ".join(r.stderr.split())  # the dry run's console wraps long lines
         assert "is a vit model" in said and "no AutoModelForCausalLM class" in said

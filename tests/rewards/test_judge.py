@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from conftest import cli_here
 from judge_server import JudgeServer, _Judge
 from repo_paths import ROOT
 
@@ -103,10 +104,10 @@ def test_score_and_inspect_say_json_for_a_json_extraction_file(tmp_path):
     rows = [{"text": f"Person {i} lives somewhere.", "answer": PEOPLE[i % 3]} for i in range(12)]
     data = tmp_path / "extract.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    r = cli("score", "--completion", PEOPLE[0], "--reference", PEOPLE[0], "--json")
+    r = cli_here("score", "--completion", PEOPLE[0], "--reference", PEOPLE[0], "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["components"]["reference"] == 1.0
-    shown = cli("inspect", str(data))
+    shown = cli_here("inspect", str(data))
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"reference match\s*│\s*json\s*│\s*12 of 12 references read are JSON objects", shown.stdout)
 
@@ -206,7 +207,7 @@ def test_format_settings_from_the_cli_are_one_line_with_nothing_made(tmp_path):
                          (["--set", "reward.regex=(unclosed"], "is not a regular expression"),
                          (["--reference-match", "fuzzy"], "reference_match"),
                          (["--judge-url", "ftp://x"], "is not an http(s) URL")):
-        r = cli("train", "--dataset", "arith", "--model", "arith-base", "--output-dir", str(tmp_path / "runs"), *args)
+        r = cli_here("train", "--dataset", "arith", "--model", "arith-base", "--output-dir", str(tmp_path / "runs"), *args)
         assert r.returncode == 2, r.stderr
         err = r.stderr.strip()
         assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -307,7 +308,7 @@ def test_rubric_files_and_local_only(tmp_path):
 
 
 def test_a_remote_judge_under_local_only_is_refused_before_anything(tmp_path):
-    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--judge-url",
+    r = cli_here("train", "--dataset", "arith", "--model", "arith-base", "--local-only", "--judge-url",
             "https://judge.example.com/v1",
             "--output-dir", str(tmp_path / "runs"))
     assert r.returncode == 2 and "--local-only never leaves it" in r.stderr and "Traceback" not in r.stderr
@@ -427,7 +428,7 @@ def test_a_refused_request_is_not_retried_during_training(judge_server):
 @pytest.mark.parametrize("dry", [False, True])
 def test_train_with_a_judge_that_refuses_is_exit_2_with_nothing_made(judge_server, tmp_path, dry):
     _Judge.mode = "refuse"
-    r = cli("train", "--dataset", "arith", "--model", "arith-base", "--judge-url", judge_server,
+    r = cli_here("train", "--dataset", "arith", "--model", "arith-base", "--judge-url", judge_server,
             "--output-dir", str(tmp_path / "runs"), *(["--dry-run"] if dry else []))
     assert r.returncode == 2, r.stdout[-800:] + r.stderr[-2000:]
     assert "failed a first judgement of a training row" in " ".join(r.stderr.split()) and "Traceback" not in r.stderr

@@ -331,6 +331,7 @@ def test_the_methods_are_named_together_wherever_they_are_listed():
     from app.config.schema import METHODS, METHODS_IN_WORDS
 
     assert all(m.upper() in METHODS_IN_WORDS for m in METHODS)
+    assert METHODS_IN_WORDS in (APP / "__init__.py").read_text()  # the package's own first line
     texts = [*APP.rglob("*.py"), ROOT / "pyproject.toml", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
     stale = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bSFT (and|or) GRPO\b", p.read_text())]
     assert not stale, stale

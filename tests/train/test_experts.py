@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import cli_here
 from safetensors import safe_open
 
 from app.config.build import build_config
@@ -32,7 +33,7 @@ def chat_jsonl(tmp_path):
 
 
 def test_dry_run_says_the_experts_stay_16bit(tiny_moe, chat_jsonl, tmp_path):
-    r = _cli("train", "--model", str(tiny_moe["qwen3_moe"]), "--dataset", str(chat_jsonl), "--method", "sft",
+    r = cli_here("train", "--model", str(tiny_moe["qwen3_moe"]), "--dataset", str(chat_jsonl), "--method", "sft",
              "--dry-run", "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     out = " ".join((r.stdout + r.stderr).split())
@@ -70,7 +71,7 @@ def test_the_estimate_counts_the_experts_as_they_load(tiny_moe, tiny_model, chat
 def test_lora_on_experts_that_cannot_take_it_is_one_line(tiny_moe, tiny_model, chat_jsonl, tmp_path, case):
     model = tiny_model if case == "dense" else tiny_moe["qwen3_moe"]
     extra = ["--set", "model.quantize_experts=true"] if case == "quantized" else []
-    r = _cli("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--set",
+    r = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--set",
              "lora.target_experts=true", *extra, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert ("has no experts (a dense model)" if case == "dense" else "PEFT cannot wrap") in r.stderr
@@ -126,7 +127,7 @@ def test_a_family_this_transformers_does_not_know_is_one_line(tiny_moe, chat_jso
     config = json.loads((model / "config.json").read_text())
     config.update(model_type="fancy_moe_2027", architectures=["FancyMoeForCausalLM"])
     (model / "config.json").write_text(json.dumps(config))
-    r = _cli("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--output-dir",
+    r = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--output-dir",
              str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "fancy_moe_2027" in r.stderr and "does not recognize this architecture" in r.stderr

@@ -80,12 +80,11 @@ def test_points_on_steps_without_a_line_get_their_own_in_order(tmp_path):
                                              {"step": 7, "eval/accuracy": 1.0}]
 
 
-def test_the_demo_curve_rises(tmp_path):
-    """The quick demo's own evaluation during training: >= 5 points, the last >= 10 points above the first."""
-    from app.demo.run import run_demo
-
-    run_demo(tmp_path, quick=True, progress=False, seed=11)
-    acc = [r[layout.EVAL_ACCURACY] for r in store.read_metrics(tmp_path / "demo-grpo")
-           if layout.EVAL_ACCURACY in r]
+def test_the_demo_curve_rises(quick_demo):
+    """The quick demo's own evaluation during training (the session's shared quick demo, seed 7): >= 5 points, the
+    last >= 10 points above the first."""
+    r, out = quick_demo
+    assert r.returncode == 0, r.stderr[-3000:]
+    acc = [m[layout.EVAL_ACCURACY] for m in store.read_metrics(out / "demo-grpo") if layout.EVAL_ACCURACY in m]
     assert len(acc) >= 5 and acc[-1] >= acc[0] + 0.10, acc
-    assert json.loads((tmp_path / "demo-grpo" / layout.STATUS).read_text())[layout.BEST_STEP] > 0
+    assert json.loads((out / "demo-grpo" / layout.STATUS).read_text())[layout.BEST_STEP] > 0

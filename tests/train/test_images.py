@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_here
 from PIL import Image
 
 from app.config.build import build_config
@@ -22,7 +23,7 @@ def _cli(*args, cwd):
 
 
 def test_dry_run_says_the_image_tokens_and_the_vision_side(tiny_vlm, tmp_path):
-    r = _cli("train", "--model", str(tiny_vlm), "--dataset", "shapes", "--method", "sft", "--dry-run",
+    r = cli_here("train", "--model", str(tiny_vlm), "--dataset", "shapes", "--method", "sft", "--dry-run",
              "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     out = " ".join(r.stdout.split())
@@ -69,7 +70,7 @@ def test_a_run_that_cannot_read_the_images_is_one_line_and_no_folder(tiny_vlm, t
                                                   "image": f"{i}.png"}) + "\n" for i in range(8)))
     args = ["train", "--model", model, "--dataset", data, "--output-dir", str(tmp_path / "runs"),
             "--set", "training.max_steps=1", "--local-only"]
-    r = _cli(*args, *(extra or ["--method", "sft"]), cwd=tmp_path)
+    r = cli_here(*args, *(extra or ["--method", "sft"]), cwd=tmp_path)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     line = r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr and "images" in line
@@ -177,7 +178,7 @@ def test_a_row_whose_images_outgrow_the_context_is_one_line(tiny_vlm, tmp_path):
     rows = [{"question": "How many squares?", "answer": "many", "images": [f"{i}.png" for i in range(k)]}
             for k in (1, 2, 140, 3, 1, 2, 1, 1, 2, 1)]
     (tmp_path / "many.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    r = _cli("train", "--model", str(tiny_vlm), "--dataset", "many.jsonl", "--method", "sft", "--dry-run",
+    r = cli_here("train", "--model", str(tiny_vlm), "--dataset", "many.jsonl", "--method", "sft", "--dry-run",
              "--output-dir", "runs", "--local-only", cwd=tmp_path)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     said = " ".join(r.stderr.split())  # one line, wrapped by the terminal's width

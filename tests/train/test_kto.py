@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import cli_here
 
 from app.run import layout
 
@@ -76,7 +77,7 @@ def test_pairs_become_their_two_sides(tmp_path):
 def test_kto_without_good_and_bad_answers_is_one_line(tiny_model, math_jsonl, tmp_path, case):
     data = math_jsonl if case == "no labels" else _write(tmp_path / "good.jsonl", [
         {"prompt": f"What is {a} + 1?", "completion": f"{a + 1}", "label": True} for a in range(30)])
-    r = _cli("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--output-dir",
+    r = cli_here("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--output-dir",
              str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert ("has none (no true/false column" if case == "no labels" else "every training row is labelled good") \

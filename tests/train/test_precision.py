@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import cli_here
 import tiny
 
 
@@ -45,13 +46,13 @@ def _precision(r) -> str:
                                        (24, "16-bit LoRA (model.load_in_4bit=false): it fits this card")])
 def test_a_qwen35_dry_run_shows_both_plans_and_recommends_one(qwen35, math_jsonl, tmp_path, card, pick):
     _, big = qwen35
-    line = _precision(_cli("train", "--model", str(big), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
+    line = _precision(cli_here("train", "--model", str(big), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
                            "--gpu-memory", str(card), cwd=tmp_path))
     assert line.startswith("precision: Qwen3.5 loses more than usual in 4-bit")
     four, sixteen = (float(line.split(f"{b} ~")[1].split(" GB")[0]) for b in ("4-bit", "16-bit"))
     assert four + 4 < sixteen  # ~4B parameters: 2 bytes each instead of ~0.5
     assert f"recommended: {pick} (this run: 4-bit)" in line
-    r = _cli("train", "--model", str(big), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
+    r = cli_here("train", "--model", str(big), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
              "--gpu-memory", str(card), "--set", "model.load_in_4bit=false", cwd=tmp_path)
     if card == 8:  # the 16-bit plan, asked for, is refused by the fit check like any other
         assert r.returncode == 2 and "no setting makes it fit" in " ".join((r.stdout + r.stderr).split())
@@ -61,7 +62,7 @@ def test_a_qwen35_dry_run_shows_both_plans_and_recommends_one(qwen35, math_jsonl
 
 
 def test_other_families_get_no_precision_line(tiny_model, math_jsonl, tmp_path):
-    r = _cli("train", "--model", str(tiny_model), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
+    r = cli_here("train", "--model", str(tiny_model), "--dataset", str(math_jsonl), "--method", "sft", "--dry-run",
              cwd=tmp_path)
     assert r.returncode == 0 and "precision:" not in r.stdout + r.stderr
 
