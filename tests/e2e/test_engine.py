@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_sets
 import yaml
 
 from app.config.build import build_config
@@ -17,19 +18,14 @@ from app.train.session import Session
 
 pytestmark = pytest.mark.slow
 
-# runtime.device=cpu: the same path (fp32 compute, AdamW) on a machine with a GPU too
-FAST = ["training.save_steps=2", "gradient_checkpointing=false", "max_completion_length=12",
-        "training.max_length=96", "logging_steps=1", "runtime.device=cpu"]
-
-
 def _cfg(model: Path, data: Path, out: Path, method: str, steps: int = 2, extra=()):
+    # conftest.tiny_sets: runtime.device=cpu (the same path, fp32 compute and AdamW, on a machine with a GPU too), no
+    # proof or held-out points (tests/train/test_heldout_eval.py checks those)
     return build_config(
         {"method": method, "model": {"name_or_path": str(model)}, "data": {"dataset": str(data)},
          "output_dir": str(out), "run_name": f"{method}-test"},
         {"training": {"max_steps": steps}},
-        FAST + (["per_device_train_batch_size=4", "gradient_accumulation_steps=1", "num_generations=4"]
-                if method == "grpo" else ["per_device_train_batch_size=2", "gradient_accumulation_steps=1"])
-        + list(extra),
+        [*tiny_sets(method), "training.save_steps=2", "training.max_length=96", *extra],
     )
 
 

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import tiny_sets
 from tiny import FAMILIES, build_family
 
 from app.config.build import build_config
@@ -31,9 +32,7 @@ NOT_SUPPORTED = {
     ("ministral", "GGUF"): "does not support the architecture MinistralForCausalLM",
     ("glm4", "GGUF"): "cannot load its class for Glm4ForCausalLM",  # its gguf module lacks a tensor name
 }
-FAST = ["training.save_steps=2", "gradient_checkpointing=false", "max_completion_length=12", "training.max_length=256",
-        "logging_steps=1", "runtime.device=cpu", "training.proof_rows=0", "training.eval_every=0",
-        "data.heldout_size=4"]
+FAST = ["training.save_steps=2", "training.max_length=256", "data.heldout_size=4"]  # with conftest.tiny_sets
 TOKENS = [5, 17, 42, 99, 7, 3, 60, 61]  # what the merged model and llama.cpp are run on
 
 
@@ -55,11 +54,9 @@ def data(tmp_path_factory) -> dict[str, Path]:
 
 
 def _train(model: Path, method: str, data: Path, out: Path) -> Path:
-    sizes = (["per_device_train_batch_size=4", "num_generations=4"] if method == "grpo"
-             else ["per_device_train_batch_size=2"])
     cfg = build_config({"method": method, "model": {"name_or_path": str(model)}, "data": {"dataset": str(data)},
                         "output_dir": str(out), "run_name": method}, {"training": {"max_steps": 2}},
-                       FAST + sizes + ["gradient_accumulation_steps=1"])
+                       tiny_sets(method) + FAST)
     run = Session(cfg, progress=False).run()
     st = store.read_status(run)
     assert st["status"] == layout.FINISHED and st["step"] == 2, st

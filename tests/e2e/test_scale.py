@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_sets
 
 from app.run import integrity, layout, lookup, newrun, store
 
-FAST = ["per_device_train_batch_size=2", "gradient_accumulation_steps=1", "gradient_checkpointing=false",
-        "max_length=64", "logging_steps=1"]
+FAST = [*tiny_sets("sft"), "max_length=64"]  # SFT's (conftest.tiny_sets: no proof, no held-out points)
 
 
 def _argv(model, data, method, steps, extra=(), flags=()):

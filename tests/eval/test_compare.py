@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_here
 from fakes import SYSTEM, make_adapter, write_run
 from repo_paths import ROOT
 
@@ -214,8 +215,11 @@ def _tags(html: str) -> list[tuple[str, list]]:
 
 
 def _cli(*args, script=False):
-    cmd = [sys.executable, "compare_base_vs_lora.py"] if script else [sys.executable, "-m", "app.cli", "compare"]
-    return subprocess.run([*cmd, *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    """compare_base_vs_lora.py in its own process (the script is the subject), `qlora-app compare` in this one."""
+    if script:
+        return subprocess.run([sys.executable, "compare_base_vs_lora.py", *map(str, args)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    return cli_here("compare", *args, cwd=ROOT)
 
 
 @pytest.mark.parametrize("script", [False, True], ids=["qlora-app", "compare_base_vs_lora.py"])

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli_here
 from repo_paths import ROOT
 
 from app.errors import UserError
@@ -79,7 +80,7 @@ def test_cli_errors_exit_2(bare_run, tmp_path):
                       (["push", str(bare_run), "--repo", "me/x", "--local-only"], "offline session"),
                       (["push", str(bare_run), "--repo", "not a repo"], "is not a hub repository id"),
                       (["chat", str(bare_run), "--json"], "--json goes with --message")]:
-        r = cli(*args)
+        r = cli_here(*args)
         assert r.returncode == 2, (args, r.stderr[-1500:])
         assert msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr[-1500:])
         assert len(r.stderr.strip().splitlines()) <= 3, r.stderr  # one line (wrapped at most)

@@ -28,8 +28,10 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     from app.export.bundle import export_run
     from app.run.summary import run_summary
 
-    d = _run(tmp_path, "eval", ["training.eval_every=2", "training.eval_rows=12", "training.keep_best=true"])
-    plain = _run(tmp_path, "plain", ["training.eval_every=0"])
+    # a proof of 12 rows to keep apart from (the plain run, which only trains, makes none: it ends after training)
+    d = _run(tmp_path, "eval", ["training.eval_every=2", "training.eval_rows=12", "training.keep_best=true",
+                                "training.proof_rows=12"])
+    plain = _run(tmp_path, "plain", ["training.eval_every=0", "training.proof_rows=0"])
     recs = store.read_metrics(d)
     points = [r for r in recs if layout.EVAL_ACCURACY in r]
     assert [r["step"] for r in points] == [2, 4, 6]
