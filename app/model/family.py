@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from app.errors import UserError
-from app.model.shape import _local_config
 from app.model.templates import masks_assistant_turns, shipped_template_name, tool_template_problem
 
 CAUSAL_LM, IMAGE_TEXT = "AutoModelForCausalLM", "AutoModelForImageTextToText"
@@ -98,15 +97,16 @@ def read_family(config: dict | None, tok, name: str, images: bool = False, trust
                   turn_masks=bool(template) and masks_assistant_turns(tok))
 
 
-def check_class(mc) -> None:
-    """One line, before anything loads, for a model (``mc``: the run's ModelConfig) whose family transformers has no
-    class for that a run can train; nothing where its config.json is not on disk."""
-    config = _local_config(mc.name_or_path or "")
+def check_class(mc, config: dict | None) -> None:
+    """One line, before anything loads, for a model (``mc``: the run's ModelConfig, ``config``: its config.json as
+    the plan read it) whose family transformers has no class for that a run can train; nothing where its config.json
+    is not on disk."""
     if config is not None:
         model_class(config, mc.name_or_path, bool(mc.images), mc.trust_remote_code)
 
 
-def family_of(mc, tok) -> Family | None:
-    """The Family of the run's model (``mc``: its ModelConfig) with its tokenizer ``tok`` (None: not on disk)."""
-    return read_family(_local_config(mc.name_or_path or ""), tok, mc.name_or_path, bool(mc.images),
+def family_of(mc, tok, config: dict | None) -> Family | None:
+    """The Family of the run's model (``mc``: its ModelConfig) with its tokenizer ``tok`` and its config.json as the
+    plan read it (either None: not on disk)."""
+    return read_family(config, tok, mc.name_or_path, bool(mc.images),
                        mc.trust_remote_code)

@@ -49,11 +49,14 @@ def quantization_config(mc: ModelConfig, dtype: str, fsdp: bool = False, skip: l
     )
 
 
-def load_tokenizer(mc: ModelConfig, local_only: bool = False):
+def load_tokenizer(mc: ModelConfig, local_only: bool = False, config=None):
+    """The run's tokenizer: a pad token (batched generation and training need one), its named chat template.
+    ``config``: the model's transformers config when the caller has it (AutoTokenizer then reads no config.json)."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(
-        mc.name_or_path, revision=mc.revision, trust_remote_code=mc.trust_remote_code, local_files_only=local_only
+        mc.name_or_path, revision=mc.revision, trust_remote_code=mc.trust_remote_code, local_files_only=local_only,
+        **({"config": config} if config is not None else {}),
     )
     if tok.pad_token is None:  # batched generation and training both need padding
         tok.pad_token = tok.eos_token

@@ -70,8 +70,9 @@ def _shape_from_size(params: int) -> dict:
             "head_dim": h // heads, "vocab": vocab, "tied": tied}
 
 
-def _local_config(name_or_path: str) -> dict | None:
-    """config.json of a local folder, or of a hub model already in the HF cache (never downloads)."""
+def read_config(name_or_path: str) -> dict | None:
+    """config.json of a local folder, or of a hub model already in the HF cache (never downloads). A plan reads it
+    once, through app.model.files.ModelFiles."""
     p = Path(name_or_path).expanduser()
     cand = p / "config.json" if p.is_dir() else None
     if cand is None and "/" in name_or_path and not p.exists():
@@ -90,9 +91,13 @@ def _local_config(name_or_path: str) -> dict | None:
         return None
 
 
-def model_shape(name_or_path: str) -> tuple[dict | None, int | None, str]:
-    """(shape, total params, where it came from)."""
-    cfg = _local_config(name_or_path)
+_READ = object()  # model_shape's config not given: read it
+
+
+def model_shape(name_or_path: str, config: dict | None | object = _READ) -> tuple[dict | None, int | None, str]:
+    """(shape, total params, where it came from). ``config``: its config.json as a plan read it (None: not on
+    disk); read here when not given."""
+    cfg = read_config(name_or_path) if config is _READ else config
     shape = _shape_from_config(cfg) if cfg else None
     if shape:
         return shape, _count_params(shape), "config.json"

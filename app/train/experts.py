@@ -14,9 +14,7 @@ from dataclasses import dataclass
 
 from app.errors import UserError
 from app.model.experts import Census, census, expert_count, router_settings
-from app.model.shape import _local_config
 from app.model.source import model_load_error
-from app.model.vision import meta_model
 
 
 @dataclass(frozen=True)
@@ -48,12 +46,13 @@ class Experts:
                                                                                     else ""))
 
 
-def plan_experts(cfg, say, skip=()) -> Experts | None:
-    """The run's Experts (None for a dense model, or one whose config is not on disk). ``skip``: module paths
-    bitsandbytes leaves unconverted besides the LM head (a vision-language model's vision side). Raises UserError
+def plan_experts(cfg, say, files, skip=()) -> Experts | None:
+    """The run's Experts (None for a dense model, or one whose config is not on disk). ``files``: the model's, as the
+    plan read them (app.model.files.ModelFiles); ``skip``: module paths bitsandbytes leaves unconverted besides the LM
+    head (a vision-language model's vision side). Raises UserError
     for LoRA on the experts of a dense model, or on experts quantized after loading."""
     mc, lc = cfg.model, cfg.lora
-    config = _local_config(mc.name_or_path or "")
+    config = files.config
     n = expert_count(config)
     if not n:
         if lc.target_experts and config is not None:
@@ -67,7 +66,7 @@ def plan_experts(cfg, say, skip=()) -> Experts | None:
     from huggingface_hub.errors import StrictDataclassError  # heavy: only for a MoE model's plan
 
     try:
-        shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True, images=bool(mc.images))
+        shell = files.shell(images=bool(mc.images))
     except (OSError, ValueError, StrictDataclassError) as e:  # a family this transformers does not know, say
         raise model_load_error(mc.name_or_path, e) from None
     experts = Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))

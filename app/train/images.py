@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import UserError
-from app.model.shape import _local_config
-from app.model.vision import load_processor, meta_model, reads_images, tower_params, vision_paths
+from app.model.vision import load_processor, reads_images, tower_params, vision_paths
 
 METHODS_WITH_IMAGES = ("sft", "dpo", "grpo")
 ASSUMED_TOKENS = 256  # per image, when neither the processor nor the model's files say (a 448x448 image at 28 px)
@@ -44,8 +43,9 @@ class Vision:
                 "(an image's tokens stay whole: a row longer than the context is refused)")
 
 
-def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict]:
-    """(Vision or None, config changes) for a run on ``det``'s data. Raises UserError for a method that cannot
+def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | None, dict]:
+    """(Vision or None, config changes) for a run on ``det``'s data; ``files``: the model's, as the plan read them
+    (app.model.files.ModelFiles). Raises UserError for a method that cannot
     train on images yet or a model that reads none."""
     if det is None or not det.image_field:
         return None, {}
@@ -56,7 +56,7 @@ def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict
     if cfg.method not in METHODS_WITH_IMAGES:
         raise UserError(f"the dataset has images (column '{det.image_field}') and --method {cfg.method} does not "
                         "train on images yet; use --method sft or dpo, or a dataset without images")
-    config = _local_config(mc.name_or_path)
+    config = files.config
     if config is not None and not reads_images(config):
         raise UserError(f"the dataset has images (column '{det.image_field}') but model '{mc.name_or_path}' reads "
                         "none (its config has no vision tower); pick a vision-language model (Gemma 3, Qwen2.5-VL, "
@@ -65,7 +65,7 @@ def plan_images(cfg, det, rows, say, offline: bool) -> tuple[Vision | None, dict
     tower, paths = None, ()
     processor = None
     if config is not None:
-        shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True)
+        shell = files.shell(images=True)
         tower, paths = tower_params(shell), tuple(vision_paths(shell))
         try:
             processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True)

@@ -82,6 +82,7 @@ class Decisions:
     offloading: bool = False  # checkpointed activations in CPU memory (SFT offloading, Unsloth's checkpointing)
     vision_params: int = 0  # a run on images: the vision side's parameters, loaded in 16-bit beside the 4-bit LM
     census: Any = None  # a mixture-of-experts model counted as it loads (app.model.experts.Census); None: dense
+    model_files: Any = None  # the plan's app.model.files.ModelFiles (config.json read once); None: read here
 
 
 def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
@@ -223,7 +224,9 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     lengths of the training rows (SFT: whole examples; GRPO: prompts) when the data is at hand. Returns GB figures
     (torch_peak_gb, total_gb and each term), a verdict per card and a one-line summary; the figures are None when
     the model's size cannot be told."""
-    shape, params, source = model_shape(cfg.model.name_or_path or "")
+    name = cfg.model.name_or_path or ""
+    shape, params, source = (model_shape(name, decisions.model_files.config) if decisions.model_files else
+                             model_shape(name))
     out: dict = {"model": cfg.model.name_or_path, "params": params, "params_source": source,
                  "verdicts": {}, "total_gb": None, "torch_peak_gb": None}
     if shape is None or not params:

@@ -34,15 +34,9 @@ from app.errors import UserError
 from app.host import machine as this_machine
 from app.host.stack import stack_problem
 from app.model.family import Family, check_class, family_of
-from app.model.load import load_tokenizer, packed_examples_stay_apart
-from app.model.placement import (
-    PACKING_KERNELS,
-    Placement,
-    context_length,
-    pick_packing,
-    placement,
-)
-from app.model.source import model_load_error, model_on_disk
+from app.model.files import ModelFiles
+from app.model.load import packed_examples_stay_apart
+from app.model.placement import PACKING_KERNELS, Placement, pick_packing, placement
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
@@ -94,6 +88,8 @@ class RunPlan:
     vision: Vision | None = None  # a run on images (app/train/images.py); None: text
     experts: Experts | None = None  # a mixture-of-experts model (app/train/experts.py); None: dense
     family: Family | None = None  # its class and chat template (app/model/family.py); None: files not on disk
+    # the model's files as this plan read them, once (config.json, its meta-device shell): what later estimates read
+    model_files: ModelFiles | None = field(default=None, compare=False, repr=False)
 
     def decisions(self) -> Decisions:
         """What the memory estimate reads of this plan. A plan on the CPU is estimated as the same plan on a GPU
@@ -104,7 +100,7 @@ class RunPlan:
                          sampler="vllm" if f.vllm else f.sampler, completions_at_once=f.completions_at_once,
                          compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth",
                          vision_params=(self.vision.tower_params or 0) if self.vision else 0,
-                         census=self.experts.census if self.experts else None)
+                         census=self.experts.census if self.experts else None, model_files=self.model_files)
 
     def estimated(self) -> "RunPlan":
         """This plan with its memory estimate made of its own decisions."""
@@ -217,12 +213,14 @@ def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placem
 
 
 def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, str] | None = None,
-              note=None, base: str | Path | None = None, offline: bool = False, files=None) -> RunPlan:
+              note=None, base: str | Path | None = None, offline: bool = False, files=None,
+              model_files: ModelFiles | None = None) -> RunPlan:
     """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det`` on
     ``machine`` (decide_machine's (placement, backend); None: decided here). ``note(line)`` hears each change as it
     is made; ``offline``: read the model's files only from disk and never fail for their absence (--dry-run,
-    doctor); ``files``: the model's (tokenizer, context) when the caller read them already. Raises UserError for a
-    run that cannot go ahead there."""
+    doctor); ``files``: the model's (tokenizer, context) and ``model_files`` its config and shell, when the caller
+    read them already (card_verdicts plans one model for several cards). Raises UserError for a run that cannot go
+    ahead there."""
     steps = _Steps(note)
     asked_system = cfg.data.system_prompt
     cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
@@ -232,6 +230,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                   ".qlora-pairs.json): the run trains, chats and compares with it")
         cfg = steps.apply(cfg, {"data.system_prompt": sampled})
     where, backend = machine or decide_machine(cfg)
+    model_files = model_files or ModelFiles.read(cfg.model)  # config.json, once for the whole plan
     check_fsdp(cfg.runtime, where.cuda)
     stack = stack_problem(cfg.method, where.cuda)
     if stack:
@@ -251,21 +250,23 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
         judge_answers(cfg, rows, det, steps.say)
-    cfg, vision, experts, backend = _model_kind(cfg, det, rows, steps, offline, backend)
-    lengths = token_lengths(cfg, rows, det, extra_text=tools.prompt_text() if tools else "", vision=vision)
+    cfg, vision, experts, backend = _model_kind(cfg, det, rows, steps, offline, backend, model_files)
+    lengths = token_lengths(cfg, rows, det, model_files.tokenizer_on_disk(cfg.model) if rows is not None else None,
+                            extra_text=tools.prompt_text() if tools else "", vision=vision)
 
     fit = fit_memory(cfg, lengths, detect_env(where.cuda, backend), where.vram_gb, steps.say,
                      Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
                                packing=expected_packing(cfg, where, backend), offloading=backend == "unsloth",
                                vision_params=(vision.tower_params or 0) if vision else 0,
-                               census=experts.census if experts else None))
+                               census=experts.census if experts else None, model_files=model_files))
     cfg = steps.apply(cfg, fit.changes)
 
-    tok, context = files or _model_files(cfg, offline or cfg.runtime.local_only, quiet=offline)
+    tok, context = files or model_files.tokenizer_and_context(cfg.model, offline or cfg.runtime.local_only,
+                                                              quiet=offline)
     check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
-    family = family_of(cfg.model, tok)
+    family = family_of(cfg.model, tok, model_files.config)
     if family and not family.has_template:
         steps.say(family.line())
     if tools and tok is not None:
@@ -285,18 +286,19 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths, tools=tools, vision=vision, experts=experts, family=family).estimated()
+                   lengths=lengths, tools=tools, vision=vision, experts=experts, family=family,
+                   model_files=model_files).estimated()
 
 
-def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend: str):
+def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend: str, files: ModelFiles):
     """(cfg, Vision, Experts, backend): images load the model that reads them; experts are counted as they load."""
-    vision, changes = plan_images(cfg, det, rows, steps.say, offline)
+    vision, changes = plan_images(cfg, det, rows, steps.say, offline, files)
     cfg = steps.apply(cfg, changes)
-    check_class(cfg.model)  # a family with no class a run trains: one line, before anything loads
+    check_class(cfg.model, files.config)  # a family with no class a run trains: one line, before anything loads
     if vision and backend == "unsloth":
         steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
         backend = "hf"
-    experts = plan_experts(cfg, steps.say, vision.kept_16bit if vision else ())
+    experts = plan_experts(cfg, steps.say, files, vision.kept_16bit if vision else ())
     steps.settle()
     return cfg, vision, experts, backend
 
@@ -313,25 +315,6 @@ def plan_tools(cfg: AppConfig, say):
         f"grpo.max_completion_length={g.max_completion_length} (the memory estimate's sequence); a call may take "
         f"{t.timeout_s:g} s and show {t.max_output_chars} characters")
     return box
-
-
-def _model_files(cfg: AppConfig, local_only: bool, quiet: bool = False):
-    """(tokenizer, context length) from the model's small files, never its weights; (None, None): ``quiet``, absent."""
-    mc = cfg.model
-    if quiet and not model_on_disk(mc.name_or_path):
-        return None, None
-    from huggingface_hub.errors import StrictDataclassError  # heavy: only when a run is being planned
-    from transformers import AutoConfig
-
-    try:
-        tok = load_tokenizer(mc, local_only)
-        config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
-                                            trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
-    except (OSError, ValueError, StrictDataclassError) as e:  # the last: a config.json its own class rejects
-        if quiet:
-            return None, None
-        raise model_load_error(mc.name_or_path, e) from None
-    return tok, context_length(config)
 
 
 def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
@@ -373,17 +356,21 @@ def replan(plan: RunPlan, changes: dict, reason: str) -> RunPlan:
                    notes=plan.notes + (reason,)).estimated()
 
 
-def card_verdicts(cfg: AppConfig, rows=None, det=None) -> tuple[dict, RunPlan | None]:
+def card_verdicts(cfg: AppConfig, rows=None, det=None, model_files: ModelFiles | None = None
+                  ) -> tuple[dict, RunPlan | None]:
     """({card GB: verdict}, the plan on the largest card): the run planned for each card of app.train.memory.CARDS_GB as
     `train --dry-run --gpu-memory GB` plans it. A verdict is "fits", "fits with changes" (the plan fitted it: a
     smaller generation batch, offloading, sampling without the 16-bit copy), "tight" (above 90 % of the card) or
-    "too big" (refused). Reads the model's small files once."""
+    "too big" (refused). Reads the model's small files once (``model_files``: as a plan of the same model read
+    them)."""
     resolved = resolve(with_absolute_paths(cfg, Path.cwd()))
-    files = _model_files(resolved, True, quiet=True)
+    model_files = model_files or ModelFiles.read(resolved.model)
+    files = model_files.tokenizer_and_context(resolved.model, True, quiet=True)
     plans: dict = {}
     for gb in CARDS_GB:
         try:
-            plans[gb] = make_plan(cfg, rows, det, machine=decide_machine(cfg, card_gb=gb), offline=True, files=files)
+            plans[gb] = make_plan(cfg, rows, det, machine=decide_machine(cfg, card_gb=gb), offline=True, files=files,
+                                  model_files=model_files)
         except UserError:
             plans[gb] = None
     roomy = plans[CARDS_GB[-1]]

@@ -8,7 +8,6 @@ Owns ``precision_lines`` (RunPlan.describe says them). Must not change the confi
 from __future__ import annotations
 
 from app.config.build import with_values
-from app.model.shape import _local_config
 from app.train.memory import estimate_memory, verdict
 
 # model_type prefix -> why its 4-bit base is not recommended (a family's text, MoE and vision-language types share it)
@@ -26,7 +25,7 @@ def four_bit_caveat(config: dict | None) -> str | None:
 def precision_lines(plan) -> list[str]:
     """The 4-bit and the 16-bit estimate side by side, and which one to use, for a family FOUR_BIT_HURTS names."""
     cfg = plan.cfg
-    why = four_bit_caveat(_local_config(cfg.model.name_or_path or ""))
+    why = four_bit_caveat(plan.model_files.config if plan.model_files else None)
     if not why or plan.estimate.get("total_gb") is None:
         return []
     other = estimate_memory(with_values(cfg, {"model.load_in_4bit": not cfg.model.load_in_4bit}), plan.lengths,

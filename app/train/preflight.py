@@ -31,10 +31,11 @@ CHARS_PER_TOKEN = 4  # English BPE, when the tokenizer is not on disk yet
 LENGTH_SAMPLE = 2000
 
 
-def token_lengths(cfg, rows, det, extra_text: str = "", vision=None) -> list[int] | None:
+def token_lengths(cfg, rows, det, tok, extra_text: str = "", vision=None) -> list[int] | None:
     """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO, the prompt
-    and the longer answer for DPO (both answers are padded to it). ``extra_text``: what the template adds to every
-    prompt beyond the system prompt (a tool run's tool schemas)."""
+    and the longer answer for DPO (both answers are padded to it), counted with the model's tokenizer ``tok`` (None:
+    not on disk yet, characters / CHARS_PER_TOKEN). ``extra_text``: what the template adds to every prompt beyond the
+    system prompt (a tool run's tool schemas)."""
     if rows is None or det is None or not len(rows):
         return None
     n = min(len(rows), LENGTH_SAMPLE)
@@ -50,24 +51,11 @@ def token_lengths(cfg, rows, det, extra_text: str = "", vision=None) -> list[int
         elif cfg.method == "kto":  # an unpaired answer, good or bad
             text += completion_text(row, det) or ""
         texts.append(text)
-    tok = _local_tokenizer(cfg)
     overhead = 12  # chat-template tokens around the turns
     pictures = [row_image_tokens(vision, rows[i]) for i in range(n)] if vision else [0] * n
     if tok is None:
         return [len(t) // CHARS_PER_TOKEN + overhead + k for t, k in zip(texts, pictures)]
     return [len(ids) + overhead + k for ids, k in zip(tok(texts, add_special_tokens=False)["input_ids"], pictures)]
-
-
-def _local_tokenizer(cfg):
-    try:
-        from transformers import (
-            AutoTokenizer,  # heavy: only when a run is being planned
-        )
-
-        return AutoTokenizer.from_pretrained(cfg.model.name_or_path, local_files_only=True,
-                                             revision=cfg.model.revision, trust_remote_code=False)
-    except Exception:  # noqa: BLE001 - not on disk (yet), or a custom tokenizer: fall back to characters
-        return None
 
 
 @dataclass(frozen=True)

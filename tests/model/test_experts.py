@@ -35,12 +35,12 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
     from app.config.schema import AppConfig
     from app.model.experts import census, expert_count, expert_parameters, quantize_experts
     from app.model.load import eval_keeping_4bit
-    from app.model.shape import _local_config
+    from app.model.shape import read_config
     from app.model.vision import meta_model
     from app.train.memory import GB, Decisions, estimate_memory
 
     path = tiny_moe[family]
-    n = expert_count(_local_config(str(path)))
+    n = expert_count(read_config(str(path)))
     assert n == max(v for k, v in MOE_FAMILIES[family].items() if k in ("num_experts", "num_local_experts",
                                                                           "n_routed_experts"))
     c = census(meta_model(str(path), local_only=True, images=False), (), n)
@@ -73,10 +73,10 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
 
 def test_a_dense_model_has_no_experts(tiny_model):
     from app.model.experts import census, expert_count, router_settings
-    from app.model.shape import _local_config
+    from app.model.shape import read_config
     from app.model.vision import meta_model
 
-    assert expert_count(_local_config(str(tiny_model))) == 0 and router_settings(_local_config(str(tiny_model))) == {}
+    assert expert_count(read_config(str(tiny_model))) == 0 and router_settings(read_config(str(tiny_model))) == {}
     c = census(meta_model(str(tiny_model), local_only=True, images=False))
     assert c.experts == 0 and c.targets == () and c.linear > 0
 

@@ -9,7 +9,7 @@ import torch
 
 from app.config.schema import ModelConfig
 from app.model.load import load_base_model
-from app.model.shape import _local_config
+from app.model.shape import read_config
 from app.model.vision import language_model_path, lora_target_pattern, meta_model, reads_images, skip_modules
 
 
@@ -18,7 +18,7 @@ def test_the_vision_side_is_found_by_module_path(tiny_vlm):
     assert next(shell.parameters()).device.type == "meta"
     assert language_model_path(shell) == "model.language_model"
     assert skip_modules(shell) == ["model.vision_tower", "model.multi_modal_projector", "lm_head"]
-    assert reads_images(_local_config(str(tiny_vlm))) and not reads_images({"model_type": "llama"})
+    assert reads_images(read_config(str(tiny_vlm))) and not reads_images({"model_type": "llama"})
 
 
 def test_lora_targets_the_language_model_only(tiny_vlm):

@@ -156,3 +156,66 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
 def test_modules_say_what_they_own(where):
     doc = ast.get_docstring(ast.parse((ROOT / where).read_text())) or ""
     assert "Owns" in doc and ("Must not" in doc or "must not" in doc)
+
+
+@pytest.fixture(scope="module")
+def vision_moe(tmp_path_factory, tiny_vlm):
+    """A vision mixture-of-experts model's folder as a dry run plans it: Qwen3-VL-MoE's config.json (a tiny shape:
+    the language model's experts fused, a vision tower) beside a tokenizer; no weights, which a dry run never reads."""
+    import shutil
+
+    from transformers import AutoConfig
+
+    out = tmp_path_factory.mktemp("vision-moe")
+    for f in tiny_vlm.iterdir():
+        if "token" in f.name or f.name == "chat_template.jinja":
+            shutil.copy(f, out / f.name)
+    text = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                vocab_size=512, rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]})
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                  deepstack_visual_indexes=[0])
+    AutoConfig.for_model("qwen3_vl_moe", text_config=text, vision_config=vision).save_pretrained(out)
+    return out
+
+
+def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatch, tmp_path, vision_moe):
+    """A dry run of a vision MoE on pictures for a 24 GB card (its plan and each card's): the images, the experts, the
+    class and family, the context, the memory estimates and the precision lines all ask about the model; config.json
+    is parsed once (our reader and transformers' counted) and the model built on the meta device once."""
+    import transformers
+    from conftest import cli_here
+
+    import app.model.files
+    import app.model.shape
+    import app.model.vision
+
+    parsed, built = [], []
+    read, meta = app.model.shape.read_config, app.model.vision.meta_model
+    from_json = transformers.PretrainedConfig._dict_from_json_file.__func__
+
+    def reading(name):
+        config = read(name)
+        parsed.extend(["ours"] if config is not None else [])
+        return config
+
+    def json_file(cls, path):
+        parsed.extend(["transformers"] if str(path).endswith("config.json") else [])
+        return from_json(cls, path)
+
+    def building(*a, **k):
+        built.append(1)
+        return meta(*a, **k)
+
+    for module in (app.model.shape, app.model.files):
+        monkeypatch.setattr(module, "read_config", reading)
+    for module in (app.model.vision, app.model.files):
+        monkeypatch.setattr(module, "meta_model", building)
+    monkeypatch.setattr(transformers.PretrainedConfig, "_dict_from_json_file", classmethod(json_file))
+    r = cli_here("train", "--model", vision_moe, "--dataset", "shapes", "--method", "sft", "--dry-run",
+                 "--gpu-memory", "24", "--output-dir", tmp_path / "runs", cwd=tmp_path)
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "images: column" in said and "experts: 4 per MoE layer" in said  # both asked about the model
+    assert "per card: 8 GB fits" in said  # the plans of each card too
+    assert parsed == ["ours"] and len(built) == 1, (parsed, built)
