@@ -81,7 +81,9 @@ def _text(content, param: str) -> str:
 
 def images(body: dict, local_only: bool) -> list:
     """The request's pictures (OpenAI's image_url parts, in order) as PIL images: a data URL is decoded; an http(s)
-    URL is fetched only where downloads are allowed (under --local-only it is a 400, never a fetch)."""
+    URL is fetched only where downloads are allowed (under --local-only it is a 400, never a fetch). Anything else
+    (a path, file:, ...) is a 400 that says nothing of the server's disk: a request never has the server read a file
+    (whether it exists, whether it is an image), whoever sends it."""
     out = []
     for i, m in enumerate(body.get("messages") or []):
         parts = m.get("content") if isinstance(m, dict) else None
@@ -93,7 +95,11 @@ def images(body: dict, local_only: bool) -> list:
             url = url.get("url") if isinstance(url, dict) else url
             if not isinstance(url, str) or not url.strip():
                 raise BadRequest("image_url needs a url (a data: URL with the image)", param)
-            if url.startswith(("http://", "https://")) and local_only:
+            remote = url.startswith(("http://", "https://"))
+            if not remote and not url.startswith("data:"):
+                raise BadRequest("image_url must be a data: URL (data:image/png;base64,...) or an http(s) URL; this "
+                                 "server reads no files", param)
+            if remote and local_only:
                 raise BadRequest("remote image URLs are not fetched by this server (--local-only); send the image "
                                  "as a data URL (data:image/png;base64,...)", param)
             try:

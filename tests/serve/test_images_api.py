@@ -1,6 +1,6 @@
 """`serve` with pictures: OpenAI image content parts (a data URL) reach a run trained on images, plain and streamed,
-with the official openai client; a remote image URL under --local-only and a picture sent to a text run are 400s
-naming the part, and the server stays up."""
+with the official openai client; a remote image URL under --local-only, a path on the server's disk and a picture
+sent to a text run are 400s naming the part, and the server stays up."""
 
 import base64
 import io
@@ -79,6 +79,17 @@ def test_image_content_parts_are_read_by_a_run_trained_on_images(images_demo, ti
             client.chat.completions.create(model=name, messages=_ask("https://example.org/cat.png"), max_tokens=4)
         with pytest.raises(openai.BadRequestError, match="not a readable image"):
             client.chat.completions.create(model=name, messages=_ask("data:image/png;base64,AAAA"), max_tokens=4)
+        # a path is never read: a picture on the server's disk, a file that is no image, one that does not exist,
+        # a relative path and a file: URL get the same 400, which says nothing of what is there
+        Image.new("RGB", (48, 48), COLORS["blue"]).save(tmp_path / "blue.png")
+        answers = set()
+        for where in (str(tmp_path / "blue.png"), "/etc/passwd", str(tmp_path / "missing.png"), "blue.png",
+                      f"file://{tmp_path / 'blue.png'}"):
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(model=name, messages=_ask(where), max_tokens=4)
+            answers.add((refused.value.status_code, json.dumps(refused.value.body, sort_keys=True)))
+        (status, body), = answers
+        assert status == 400 and "this server reads no files" in body and "found" not in body and "readable" not in body
         assert client.chat.completions.create(model=name, messages=_ask(_data_url(COLORS["green"])),
                                               max_tokens=6, temperature=0).choices[0].message.content in COLORS
     finally:
