@@ -13,7 +13,7 @@ from pathlib import Path
 from app.config.schema import AppConfig
 from app.errors import UserError
 from app.run import layout
-from app.train.answers import masks_turns
+from app.train.answer_loss import masks_turns
 from app.train.fastpaths import trl_kwargs
 from app.train.fsdp import fsdp_training_args
 

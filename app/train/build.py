@@ -1,7 +1,7 @@
 """Building a planned run: the base model as the plan placed it, the TRL trainer on it, and its callbacks.
 
 Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA), choosing the trainer builder of the
-method (app/train/grpo.py, app/train/sft.py, app/train/dpo.py) and attaching the run's callbacks. Must not decide
+method (app/train/grpo.py, app/train/sft.py, app/train/preference_trainers.py) and attaching the run's callbacks. Must not decide
 anything (the plan did: app/train/plan.py) nor write the run's records (the callbacks report to the session:
 app/train/session.py).
 """
@@ -16,7 +16,7 @@ from app.model.load import load_base_model
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
 from app.run.counts import RunCounts
-from app.train.dpo import build_dpo_trainer, build_kto_trainer
+from app.train.preference_trainers import build_dpo_trainer, build_kto_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
 from app.train.sft import build_sft_trainer

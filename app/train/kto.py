@@ -4,7 +4,7 @@ with the adapter switched off (no second copy). The plan balances the two labels
 KTO paper advises (good x desirable_weight about bad x undesirable_weight), and records them.
 
 Owns ``plan_kto`` (the weights, called by app/train/rows.py). Must not convert data (app/data/convert.to_kto
-does) nor build the trainer (app/train/dpo.py builds the preference trainers, KTO's among them).
+does) nor build the trainer (app/train/preference_trainers.py builds the preference trainers, KTO's among them).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ takes the config as the user gave it, the training rows and that machine, and de
      fitting gave up (a smaller GRPO generation batch, SFT activation offloading, vLLM) (app.train.preflight);
   3. the model's context (its config and tokenizer: small files): a GRPO completion length that fills it is
      halved, prompts that leave no room are dropped, SFT's max_length is cut to it (app.train.context), which
-     tokens of a conversation train (app.train.answers);
+     tokens of a conversation train (app.train.answer_loss);
   4. the fast paths on the fitted config, and the GRPO generation batch shrunk to the prompts there are.
 The SFT packing check needs the loaded model (``decide_packing``, the one decision taken after loading). Every value
 the plan changed from the config is an ``Adjustment`` with its reason, applied through one function (with_values):

@@ -1,6 +1,6 @@
 """The training rows in TRL's format for the run's method, fitted to the model's context: GRPO's prompts (those that
 leave no room dropped), preference pairs (DPO, ORPO), labelled answers (KTO), SFT's rows with the loss on the
-answers (app/train/answers.py). A step of app/train/plan.make_plan, which hands it its ``steps`` (say and apply: each
+answers (app/train/answer_loss.py). A step of app/train/plan.make_plan, which hands it its ``steps`` (say and apply: each
 change recorded with the lines said for it).
 
 Owns choosing the conversion for the method. Must not load weights; the conversions themselves live in app/data.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from app.data import to_grpo, to_sft
 from app.data.convert import to_dpo, to_kto
 from app.tools.toolbox import try_environment
-from app.train.answers import plan_answer_loss
+from app.train.answer_loss import plan_answer_loss
 from app.train.context import fit_grpo, fit_sft_length
 from app.train.kto import plan_kto
 

@@ -266,7 +266,7 @@ def test_the_process_wide_scan_sees_each_kind(tmp_path):
 PACKAGES = sorted(m for m, p in MODULES.items() if p.name == "__init__.py")
 # What the UI must never load, even through another module: the session and the trainers.
 TRAINING = ("app.train.session", "app.train.launcher", "app.train.build", "app.train.sft", "app.train.grpo",
-            "app.train.dpo", "app.train.callbacks", "app.train.heldout_eval", "app.train.common")
+            "app.train.preference_trainers", "app.train.callbacks", "app.train.heldout_eval", "app.train.common")
 
 
 def test_the_app_root_holds_packages_and_at_most_five_modules():
