@@ -5,8 +5,8 @@ Public API (used by the engine, compare and the UI)::
     resolve_dataset, detect_fields, build_splits, prompt_text, to_grpo, to_sft,
     Detection, DataError
 
-    loading.py    every source (hub id, local file, built-in) read, with one-line errors; preview.py, profile.py:
-                  `inspect`'s rows and column profiles
+    loading.py    every source (hub id, local file, built-in) read, with one-line errors; splits.py: the train
+                  and held-out rows of one (build_splits); preview.py, profile.py: `inspect`'s rows and column profiles
     detect.py, rules.py, vocabulary.py
                   which column is prompt / reference / chosen / rejected, and why; preference.py: pair layouts
     convert.py, turns.py
@@ -23,7 +23,8 @@ Owns: reading every supported source and deciding its fields, with reasons. Must
 
 from app.data.convert import prompt_text, reference_text, to_grpo, to_sft
 from app.data.detect import DataError, Detection, detect_fields
-from app.data.loading import build_splits, resolve_dataset
+from app.data.loading import resolve_dataset
+from app.data.splits import build_splits
 
 __all__ = ["DataError", "Detection", "resolve_dataset", "detect_fields", "build_splits", "to_grpo", "to_sft",
            "prompt_text", "reference_text"]

@@ -15,11 +15,11 @@ from app.data.loading import (
     _jsonl_objects,
     _one_line,
     _suffixes,
-    pick_split,
     resolve_dataset,
     source_kind,
 )
 from app.data.profile import spread_sample
+from app.data.splits import pick_split
 
 
 def _peek_jsonl(path: Path, n: int) -> tuple[list[dict], int | None]:

@@ -16,9 +16,9 @@ from app.model.load import load_base_model
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
 from app.run.counts import RunCounts
-from app.train.preference_trainers import build_dpo_trainer, build_kto_trainer
 from app.train.grpo import build_grpo_trainer
 from app.train.plan import RunPlan, answer_tokens
+from app.train.preference_trainers import build_dpo_trainer, build_kto_trainer
 from app.train.sft import build_sft_trainer
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from app.config.flags import split_datasets
 from app.data import prompt_text, reference_text, resolve_dataset
 from app.data.images import IMAGES, attach_images, decoded, images_folder, thumbnails
-from app.data.loading import detect_dataset
 from app.data.preference import pair_of
+from app.data.splits import detect_dataset
 from app.errors import UserError
 from app.rewards.match import choose_for as choose_match
 from app.ui.handlers import AUTO, FIELD_OVERRIDES, form_defaults, widget_value, widget_values

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from app.data.images import IMAGES, decoded, find_image_field, image_values, is_image
-from app.data.loading import build_splits
+from app.data.splits import build_splits
 from app.errors import DataError
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from app.config.build import build_config
-from app.data.loading import build_splits
+from app.data.splits import build_splits
 from app.train.plan import make_plan
 
 SYSTEM = "You are a terse calculator."

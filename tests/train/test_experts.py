@@ -44,7 +44,7 @@ def test_dry_run_says_the_experts_stay_16bit(tiny_moe, chat_jsonl, tmp_path):
 
 
 def _plan(path, chat_jsonl, **sets):
-    from app.data.loading import build_splits
+    from app.data.splits import build_splits
 
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(path)}, "data": {"dataset": str(chat_jsonl)},
                         "runtime": {"local_only": True, "device": "cpu"}},

@@ -34,7 +34,7 @@ def test_dry_run_says_the_image_tokens_and_the_vision_side(tiny_vlm, tmp_path):
 
 
 def test_the_plan_counts_image_tokens_and_the_vision_weights(tiny_vlm):
-    from app.data.loading import build_splits
+    from app.data.splits import build_splits
 
     cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_vlm)}, "data": {"dataset": "shapes"},
                         "runtime": {"local_only": True, "device": "cpu"}})

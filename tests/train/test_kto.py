@@ -38,7 +38,7 @@ def labelled(tmp_path):
 def test_unpaired_rows_keep_both_labels_for_kto_only(labelled):
     from app.config.build import build_config
     from app.data.convert import to_kto
-    from app.data.loading import build_splits
+    from app.data.splits import build_splits
 
     cfg = build_config({"method": "kto", "data": {"dataset": str(labelled)}})
     kept, heldout, det = build_splits(cfg.data, 42, local_only=True, labelled=True)
@@ -57,7 +57,7 @@ def test_unpaired_rows_keep_both_labels_for_kto_only(labelled):
 def test_pairs_become_their_two_sides(tmp_path):
     from app.config.build import build_config
     from app.data.convert import to_kto
-    from app.data.loading import build_splits
+    from app.data.splits import build_splits
 
     pairs = _write(tmp_path / "pairs.jsonl", [{"prompt": f"Q{i}?", "chosen": f"good {i}", "rejected": f"bad {i}"}
                                               for i in range(20)])

@@ -4,7 +4,8 @@ task's metadata as keyword arguments). Each returns a ``DatasetDict`` with a ``t
 
 from __future__ import annotations
 
-from app.data.loading import pick_split, resolve_dataset
+from app.data.loading import resolve_dataset
+from app.data.splits import pick_split
 
 
 def arith(**_metadata):
