@@ -257,6 +257,7 @@ def demo(
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try
+    use_free_cores(note=lambda ln: console.print(f"[yellow]note:[/] {escape(ln)}"))  # pairs, proofs: free cores
     try:
         run_chosen_demo(output_dir, quick=quick, console=console, seed=seed, method=method, tools=tools,
                         images=images)

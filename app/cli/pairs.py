@@ -18,6 +18,7 @@ from app.config.presets import load_preset
 from app.errors import UserError
 from app.eval.pairs import PairsRequest, make_pairs
 from app.host.offline import apply_local_only
+from app.host.threads import use_free_cores
 from app.model.pair import find_target
 
 console = Console()
@@ -65,6 +66,9 @@ def pairs(
 
     def note(line: str) -> None:
         console.print(f"[yellow]note:[/] {escape(line)}")
+
+    # sampling is generation on this machine's CPU threads: the cores other processes leave free, as training takes
+    use_free_cores(cfg.runtime.threads, note)
 
     if no_progress or not console.is_terminal:
         manifest = make_pairs(cfg, out, req, adapter=adapter, resume=resume, note=note)

@@ -219,6 +219,8 @@ def test_the_dpo_demo_runs_pairs_then_dpo_and_records_both(tmp_path, monkeypatch
     assert saved["config"]["demo"]["dpo_lift"] == pytest.approx(demo["dpo_lift"])
     text = console.export_text()
     assert "DPO's lift" in text and "chosen more likely base" in text and "pref. acc." in text
+    # a line as the stage goes, the last at 64 training + 12 held-out prompts
+    assert "pairs: 16 of 76 prompts" in text and "pairs: 76 of 76 prompts sampled and scored" in text
     # the demo does not note its own settings back to the user (the pairs' system prompt is the preset's)
     assert "sampled for prompts with this system prompt" not in text
     assert yaml.safe_load((tmp_path / "demo-dpo" / "config.yaml").read_text())["data"]["system_prompt"]
