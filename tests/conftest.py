@@ -77,8 +77,11 @@ def cli(*args, cwd=None, timeout: float = 600, env: dict | None = None, stdin: s
     subject is the process (a real run's output, exit code on a signal, import order, what a user's terminal shows).
     A one-line refusal is checked in this process instead: ``cli_here``."""
     cmd = [sys.executable, script] if script else [sys.executable, "-m", "app.cli"]
+    # this checkout's app, wherever the command runs from (an installed copy could be another one)
+    root = str(Path(__file__).resolve().parent.parent)
+    here = {"PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          input=stdin, env={**os.environ, **(env or {})})
+                          input=stdin, env={**os.environ, **here, **(env or {})})
 
 
 def cli_here(*args, cwd=None) -> subprocess.CompletedProcess:

@@ -5,23 +5,17 @@ for more), held out per dataset and reported per dataset by the proof; bad mixes
 import json
 import math
 import random
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import cli as _cli
 
 from app.config.build import build_config
 from app.data import build_splits
 from app.data.mixing import allocate, draw
 from app.errors import UserError
 from app.run import layout
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=900,
-                          cwd=cwd)
 
 
 @pytest.fixture()

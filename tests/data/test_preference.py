@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,11 +24,6 @@ def _q(i: int) -> str:
 
 def _detect(rows, **kw):
     return detect_from_rows(rows, list(dict.fromkeys(k for r in rows for k in r)), **kw)
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
 
 
 @pytest.mark.parametrize("label, first_wins", [("A", True), ("b", False), ("response_a", True), ("model_b", False),

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import cli as _cli
 from conftest import cli_here
 
 from app.config.build import build_config
@@ -19,11 +20,6 @@ from app.demo.build_tools_base import TOOLS_SYSTEM_PROMPT
 from app.run import layout, store
 
 TOOL_BASE = shipped_dir(TOOLS_MODEL)
-
-
-def _cli(*args, cwd=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
 
 
 def _tiny_with_template(tiny_models, arch: str, template: str | None, tmp_path, context: int | None = None) -> Path:

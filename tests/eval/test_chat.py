@@ -2,13 +2,10 @@
 (one model), histories, the context limit, Stop, and the CLI's one-shot / --json / interactive modes."""
 
 import json
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
-from repo_paths import ROOT
+from conftest import cli
 
 from app.errors import UserError
 
@@ -87,9 +84,7 @@ def test_history_stop_and_context(session):
 
 
 def _cli(*args, stdin=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "app.cli", "chat", *args], capture_output=True, text=True,
-                          input=stdin, env=env, timeout=300)
+    return cli("chat", *args, stdin=stdin, timeout=300)
 
 
 def test_cli_one_shot_json_and_conversation(run, session):

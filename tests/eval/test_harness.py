@@ -5,22 +5,16 @@ task and a task without its file are one line each, before any model loads."""
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli as _cli
 from conftest import cli_here
 from repo_paths import GSM8K
 
 from app.run import benchmarks, layout
 
 pytestmark = pytest.mark.slow
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=600,
-                          cwd=cwd)
 
 
 @pytest.fixture(scope="module")

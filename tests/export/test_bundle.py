@@ -2,22 +2,13 @@
 (llama-cpp-python, in the dev extra): the same greedy tokens as transformers on the merged model."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import cli_here
-from repo_paths import ROOT
 
 from app.errors import UserError
 from app.run import layout, proof, store
-
-
-def cli(*args, cwd=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -3,15 +3,12 @@ the judge (a real local OpenAI-compatible HTTP server: good, garbage, hanging, r
 local judge), and their one-line refusals."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from conftest import cli_here
+from conftest import cli, cli_here
 from judge_server import JudgeServer, _Judge
 from repo_paths import ROOT
 
@@ -24,12 +21,6 @@ from app.rewards.judge.reward import JudgeReward, check_judge
 
 CORPUS = ROOT / "tests" / "data_schemas"
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k_train.jsonl"
-
-
-def cli(*args, cwd=None):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=300)
 
 
 # ------------------------------------------------------------------------------------------ reference match

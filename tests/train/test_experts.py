@@ -5,21 +5,15 @@ nowhere on quantized ones); the bad combinations are one line, exit 2, no folder
 (whose held-out evaluation generated with the router's loss on, and failed, before) in each mode."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli as _cli
 from conftest import cli_here
 from safetensors import safe_open
 
 from app.config.build import build_config
 from app.run import layout
 from app.train.plan import make_plan
-
-
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
 
 
 @pytest.fixture()

@@ -4,22 +4,16 @@ model that reads no images or a method that cannot train on them yet, in one lin
 The end-to-end run: QLoRA SFT with images, its held-out points and its proof asked with the same images."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli as _cli
 from conftest import cli_here
 from PIL import Image
 
 from app.config.build import build_config
 from app.run import layout, store
 from app.train.plan import make_plan
-
-
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
 
 
 def test_dry_run_says_the_image_tokens_and_the_vision_side(tiny_vlm, tmp_path):

@@ -4,18 +4,12 @@ balances the two labels' weights; data with no labels, or one label only, is one
 a pairs folder end to end: tests/e2e/test_dpo.py.)"""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli as _cli
 from conftest import cli_here
 
 from app.run import layout
-
-
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
 
 
 def _write(path, rows):

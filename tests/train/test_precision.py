@@ -4,17 +4,11 @@ trained."""
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
-from conftest import cli_here
 import tiny
-
-
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+from conftest import cli as _cli
+from conftest import cli_here
 
 
 @pytest.fixture(scope="module")
