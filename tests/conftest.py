@@ -53,14 +53,20 @@ def tiny_model(tiny_models) -> Path:
     return tiny_models["qwen3"]
 
 
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every worker of this test session sees (pytest-xdist's workers share their base temp's parent;
+    without xdist, the base temp itself)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def built_once(tmp_path_factory, name: str, build) -> Path:
-    """The folder ``name``, made by ``build(folder)`` once per test session whichever worker asks first (pytest-xdist's
-    workers share their base temp's parent); the others wait on its lock and read it. Readers copy before they
-    change anything in it. A build that raised is made again by the next asker."""
+    """The folder ``name``, made by ``build(folder)`` once per test session whichever worker asks first (in
+    ``shared_dir``); the others wait on its lock and read it. Readers copy before they change anything in it. A
+    build that raised is made again by the next asker."""
     from filelock import FileLock
 
-    base = tmp_path_factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared_dir(tmp_path_factory)
     out = root / f"once-{name}"
     with FileLock(str(root / f"once-{name}.lock")):
         if not (out / ".built").is_file():

@@ -104,12 +104,13 @@ def _pairs(base: Path, folder: Path, quick: bool, seed: int, console) -> Path:
         return folder
     if folder.exists() and state is None:
         _keep_previous(folder)
-    said = [-1]
+    said = -1  # the last tenth said
 
     def progress(done: int, total: int) -> None:  # a line at each tenth: the stage is minutes long on a busy CPU
+        nonlocal said
         tenth = done * 10 // max(total, 1)
-        if tenth > said[0]:
-            said[0] = tenth
+        if tenth > said:
+            said = tenth
             console.print(f"   pairs: {done} of {total} prompts sampled and scored", highlight=False)
 
     make_pairs(cfg, folder, req, resume=state is not None, on_progress=progress)

@@ -137,7 +137,7 @@ def keep_off_cpu_repack(model) -> list[str]:
             continue
         qs = getattr(m.weight, "quant_state", None)
         block = getattr(qs, "blocksize", None) or 64
-        if m.out_features % CPU_REPACK_ROWS or m.in_features % block or m.in_features % 2:
+        if m.out_features % CPU_REPACK_ROWS or m.in_features % block:  # (a whole block is an even length too)
             m.support_avx512bf16_for_cpu = False  # read by Linear4bit.forward before it repacks
             kept.append(path)
     return kept

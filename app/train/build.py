@@ -1,9 +1,9 @@
 """Building a planned run: the base model as the plan placed it, the TRL trainer on it, and its callbacks.
 
 Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA), choosing the trainer builder of the
-method (app/train/grpo.py, app/train/sft.py, app/train/preference_trainers.py) and attaching the run's callbacks. Must not decide
-anything (the plan did: app/train/plan.py) nor write the run's records (the callbacks report to the session:
-app/train/session.py).
+method (app/train/grpo.py, app/train/sft.py, app/train/preference_trainers.py) and attaching the run's callbacks.
+Must not decide anything (the plan did: app/train/plan.py) nor write the run's records (the callbacks report to the
+session: app/train/session.py).
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ class Experts:
 def plan_experts(cfg, say, files, skip=()) -> Experts | None:
     """The run's Experts (None for a dense model, or one whose config is not on disk). ``files``: the model's, as the
     plan read them (app.model.files.ModelFiles); ``skip``: module paths bitsandbytes leaves unconverted besides the LM
-    head (a vision-language model's vision side). Raises UserError
-    for LoRA on the experts of a dense model, or on experts quantized after loading."""
+    head (a vision-language model's vision side). Raises UserError for LoRA on the experts of a dense model, or on
+    experts quantized after loading."""
     mc, lc = cfg.model, cfg.lora
     config = files.config
     n = expert_count(config)

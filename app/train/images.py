@@ -45,8 +45,8 @@ class Vision:
 
 def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | None, dict]:
     """(Vision or None, config changes) for a run on ``det``'s data; ``files``: the model's, as the plan read them
-    (app.model.files.ModelFiles). Raises UserError for a method that cannot
-    train on images yet or a model that reads none."""
+    (app.model.files.ModelFiles). Raises UserError for a method that cannot train on images yet or a model that
+    reads none."""
     if det is None or not det.image_field:
         return None, {}
     mc = cfg.model

@@ -213,13 +213,13 @@ def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placem
 
 
 def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, str] | None = None,
-              note=None, base: str | Path | None = None, offline: bool = False, files=None,
+              note=None, base: str | Path | None = None, offline: bool = False,
               model_files: ModelFiles | None = None) -> RunPlan:
     """Plan a run of ``cfg`` on ``rows`` (the training split; None: data not read) with detection ``det`` on
     ``machine`` (decide_machine's (placement, backend); None: decided here). ``note(line)`` hears each change as it
     is made; ``offline``: read the model's files only from disk and never fail for their absence (--dry-run,
-    doctor); ``files``: the model's (tokenizer, context) and ``model_files`` its config and shell, when the caller
-    read them already (card_verdicts plans one model for several cards). Raises UserError for a run that cannot go
+    doctor); ``model_files``: the model's files as a plan of it read them already (card_verdicts plans one model
+    for several cards: its config, tokenizer and shell are read once). Raises UserError for a run that cannot go
     ahead there."""
     steps = _Steps(note)
     asked_system = cfg.data.system_prompt
@@ -261,8 +261,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                                census=experts.census if experts else None, model_files=model_files))
     cfg = steps.apply(cfg, fit.changes)
 
-    tok, context = files or model_files.tokenizer_and_context(cfg.model, offline or cfg.runtime.local_only,
-                                                              quiet=offline)
+    tok, context = model_files.tokenizer_and_context(cfg.model, offline or cfg.runtime.local_only, quiet=offline)
     check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
     if tok is None and offline:
         steps.say("the model's context was not checked: its files are not on disk yet")
@@ -365,11 +364,10 @@ def card_verdicts(cfg: AppConfig, rows=None, det=None, model_files: ModelFiles |
     them)."""
     resolved = resolve(with_absolute_paths(cfg, Path.cwd()))
     model_files = model_files or ModelFiles.read(resolved.model)
-    files = model_files.tokenizer_and_context(resolved.model, True, quiet=True)
     plans: dict = {}
     for gb in CARDS_GB:
         try:
-            plans[gb] = make_plan(cfg, rows, det, machine=decide_machine(cfg, card_gb=gb), offline=True, files=files,
+            plans[gb] = make_plan(cfg, rows, det, machine=decide_machine(cfg, card_gb=gb), offline=True,
                                   model_files=model_files)
         except UserError:
             plans[gb] = None

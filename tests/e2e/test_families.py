@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import tiny_sets
+from conftest import shared_dir, tiny_sets
 from tiny import FAMILIES, build_family
 
 from app.config.build import build_config
@@ -225,8 +225,7 @@ def check_docs_row(family: str, row: dict[str, str], tmp_path_factory) -> None:
         return
     from filelock import FileLock
 
-    base = tmp_path_factory.getbasetemp()
-    with FileLock(str((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "families-doc.lock")):
+    with FileLock(str(shared_dir(tmp_path_factory) / "families-doc.lock")):
         head, lines, tail = _table(DOC.read_text(encoding="utf-8"))
         by_family = {f: next((ln for ln in lines if ln.startswith(_label(f))), None) for f in FAMILIES}
         by_family[family] = line
