@@ -47,10 +47,10 @@ class Timed:
 
 
 def reward_share(out: Path) -> dict:
-    import app.train.build as building
+    import app.train.running.build as building
     from app.config.build import build_config
     from app.demo.recipe import grpo_preset
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     real = building.build_reward_funcs
 
@@ -58,7 +58,8 @@ def reward_share(out: Path) -> dict:
         funcs, weights = real(*args, **kwargs)
         return [Timed(f) for f in funcs], weights
 
-    building.build_reward_funcs = timed_build  # the run's reward functions are made by app.train.build.run_rewards
+    # the run's reward functions are made by app.train.running.build.run_rewards
+    building.build_reward_funcs = timed_build
     try:
         cfg = build_config({**grpo_preset(), "output_dir": str(out), "run_name": "bench-grpo"},
                            sets=["training.max_steps=20", "logging_steps=1", "training.proof_rows=0",

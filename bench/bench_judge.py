@@ -39,7 +39,7 @@ os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFL
 def _run(out: Path, name: str, steps: int, judge: dict | None) -> Path:
     from app.config.build import build_config
     from app.config.presets import load_preset
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     preset = {**load_preset("demo-grpo"), "output_dir": str(out), "run_name": name}
     if judge:

@@ -106,8 +106,8 @@ def generation_split(model: Path, rows: Path, mode: dict) -> dict:
     from app.config.build import build_config
     from app.data import build_splits
     from app.run.counts import RunCounts
-    from app.train.build import build_trainer, load_model, run_rewards
-    from app.train.plan import make_plan
+    from app.train.planning.plan import make_plan
+    from app.train.running.build import build_trainer, load_model, run_rewards
 
     cfg = build_config({"method": "grpo", "model": {"name_or_path": str(model)}, "data": {"dataset": str(rows)},
                         "output_dir": str(rows.parent)}, None, [*sets_for(mode, "grpo"), "runtime.local_only=true",

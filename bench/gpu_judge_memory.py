@@ -9,7 +9,7 @@ bench/shapes.py; its tokenizer trained on the first --rows rows of GSM8K). Run `
 processes (the caching allocator keeps what an earlier run in the process reserved). Each writes DIR/<name>.json:
 the run's status.json memory check (estimate vs measured peak). Random weights: memory is real; the judge's scores
 are not (it puts almost no probability on a score, so every judgement is unreadable and counted, as designed).
-tests/train/test_memory_table.py keeps the measured peaks as data and re-plans the same runs.
+tests/train/planning/test_memory_table.py keeps the measured peaks as data and re-plans the same runs.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("which", nargs="*", default=["plain", "judged"])
     args = ap.parse_args()
     from app.run import store
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     args.out.mkdir(parents=True, exist_ok=True)
     policy, judge = models(args.out / "models", args.rows)

@@ -5,7 +5,8 @@ accuracy means nothing (sampled completions run to max length).
 
     python bench/shapes.py OUT SHAPE [--weights]     SHAPE: 0.5b | 1.5b | 7b | tiny (a CPU-sized stand-in)
 
-Used by bench/gpu_check.py and tests/train/test_memory_table.py (config and tokenizer only: planning reads no weights).
+Used by bench/gpu_check.py and tests/train/planning/test_memory_table.py (config and tokenizer only: planning reads no
+weights).
 """
 
 from __future__ import annotations

@@ -173,12 +173,12 @@ def small_disk(tmp_path):
 
 
 def plan_for(cfg, gpu_gb: float | None = None, packing: bool | None = None):
-    """A run plan made the way the product makes one (app.train.plan.make_plan, without data or weights), for this
-    machine or for a planned CUDA card of ``gpu_gb`` GB (train --dry-run --gpu-memory). ``packing``: SFT's one
+    """A run plan made the way the product makes one (app.train.planning.plan.make_plan, without data or weights), for
+    this machine or for a planned CUDA card of ``gpu_gb`` GB (train --dry-run --gpu-memory). ``packing``: SFT's one
     decision taken on the loaded model (decide_packing), given here instead."""
     from dataclasses import replace
 
-    from app.train.plan import decide_machine, make_plan
+    from app.train.planning.plan import decide_machine, make_plan
 
     plan = make_plan(cfg, offline=True, machine=decide_machine(cfg, card_gb=gpu_gb))
     return replace(plan, packing=packing) if plan.cfg.method == "sft" else plan

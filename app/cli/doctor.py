@@ -17,7 +17,7 @@ from app.export.gguf import EXTRA, converter_version
 from app.host.machine import installed
 from app.run import layout, lookup, store
 from app.run.diagnosis import WINDOW, Facts, diagnose, step_lines, step_mean, steps_of, window
-from app.train.plan import make_plan
+from app.train.planning.plan import make_plan
 
 
 def _default_plan() -> tuple:

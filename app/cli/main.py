@@ -3,7 +3,7 @@ chat, export, push and prefetch in app/cli/ship.py.
 
 Owns: the commands' options and how their input becomes a request (app.config.build.build_config, with the option ->
 config key table app.config.flags.FLAGS that the UI's form shares). A run goes through its session
-(app/train/session.py); nothing here trains, plans or writes a run folder. Bad input is one red line and exit 2
+(app/train/running/session.py); nothing here trains, plans or writes a run folder. Bad input is one red line and exit 2
 (``main``). Module level imports stay light (typer, rich, pydantic, yaml): `qlora-app --help` must not pay for
 torch, transformers or gradio.
 """
@@ -44,9 +44,9 @@ from app.serve.engine import Engine
 from app.serve.server import api_key as serve_key
 from app.serve.server import banner, check_serving, server
 from app.serve.vllm_engine import serve_with_vllm
-from app.train import launcher
-from app.train.session import Session
-from app.train.torchrun import is_worker, wants_launcher
+from app.train.running import launcher
+from app.train.running.session import Session
+from app.train.running.torchrun import is_worker, wants_launcher
 from app.ui.serve import launch
 
 app = typer.Typer(

@@ -22,10 +22,10 @@ from app.model.source import check_model_source, weights_problem
 from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
-from app.train.memory import VERDICTS
-from app.train.plan import card_verdicts, decide_machine, make_plan
-from app.train.request import check_user_code
-from app.train.reward_checks import judge_answers
+from app.train.planning.memory import VERDICTS
+from app.train.planning.plan import card_verdicts, decide_machine, make_plan
+from app.train.planning.request import check_user_code
+from app.train.planning.reward_checks import judge_answers
 
 
 def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb: float | None = None,

@@ -30,7 +30,7 @@ from app.eval.render import print_result
 from app.eval.result import Comparison
 from app.run import layout, store
 from app.run.curves import series, sparkline
-from app.train.session import Session
+from app.train.running.session import Session
 
 # The pairs: answers as long as the GRPO demo lets a completion be (arith answers are ~15 tokens).
 PAIRS = PairsRequest(samples=8, temperature=1.0, max_new_tokens=40, max_heldout=EVAL_SIZE)

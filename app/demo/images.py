@@ -23,7 +23,7 @@ from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
 from app.eval.render import print_result
 from app.run import layout, store
 from app.run.curves import series, sparkline
-from app.train.session import Session
+from app.train.running.session import Session
 
 QUICK = {"steps": 200, "eval": 100}  # --quick: the same training, a smaller proof (150 steps fell to +27 on a seed)
 

@@ -27,7 +27,7 @@ from app.eval.render import print_result
 from app.eval.result import Comparison
 from app.run import layout, proof, store
 from app.run.curves import series, sparkline
-from app.train.session import Session
+from app.train.running.session import Session
 
 # --quick: the same path on a smaller budget, still long enough to show GRPO's lift (60 steps, 100 held-out problems:
 # about 26 s on 2 cores; docs/performance.md has the seeds). The tools demo: QUICK_TOOLS.

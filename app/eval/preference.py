@@ -9,7 +9,7 @@ words of app.run.layout.PREFERENCE_WORDS (one definition per name, as TRL's are 
     base) of rejected), as TRL's rewards/margins; preference accuracy: the share of pairs above 0, as TRL's
     rewards/accuracies;
   - chosen more likely (per side): the share of pairs where chosen is more likely than rejected.
-Used by the held-out evaluation during training (app/train/heldout_eval.py) and by the proof at the end
+Used by the held-out evaluation during training (app/train/running/heldout_eval.py) and by the proof at the end
 (app/eval/compare.py). torch is imported inside the functions.
 """
 

@@ -2,8 +2,8 @@
 libraries are installed. A planned card (``train --dry-run --gpu-memory GB``) stands in for the real device.
 
 Owns: the one table of compute dtypes (DTYPES) and the device facts every placement decision reads. Must not decide
-anything about a run itself (app/train/plan.py does, once). Standard library only at module level; torch is imported
-inside the functions that query it.
+anything about a run itself (app/train/planning/plan.py does, once). Standard library only at module level; torch is
+imported inside the functions that query it.
 """
 
 from __future__ import annotations

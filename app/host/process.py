@@ -56,7 +56,7 @@ def quiet_library_noise() -> None:
 def quiet_command_line() -> None:
     """For a `qlora-app` command (not a library user's process): the libraries' own warnings never reach the
     terminal, whatever the device adds to them (CUDA-side libraries warn more than CPU ones). transformers logs
-    errors only; Python warnings go to logging, where a run's train.log keeps them (app/train/runlog.py) and
+    errors only; Python warnings go to logging, where a run's train.log keeps them (app/train/running/runlog.py) and
     nothing else prints them."""
     if "command" in _done:
         return

@@ -1,4 +1,5 @@
-"""Other processes: whether one lives, the ones below it, and the environment a `python -m app.cli` child gets.
+"""Other processes: whether one lives, the ones below it, the environment a `python -m app.cli` child gets, and
+this process's rank among torchrun's workers.
 
 Owns: process checks for status.json's writer, the UI's job and the torchrun launcher. Must not import anything but
 the standard library (the CLI, the UI and the readers of run folders all use it).
@@ -47,3 +48,17 @@ def descendants(pid: int) -> list[int]:
         out.append(p)
         todo += children.get(p, [])
     return out
+
+
+# torchrun's environment for each worker (app/train/running/torchrun.py starts them); 0 of 1 outside torchrun
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main() -> bool:
+    """Rank 0: the one process that writes the run directory, logs and shows progress."""
+    return rank() == 0

@@ -8,8 +8,8 @@ bitsandbytes converts, experts, the rest), on the model built on the meta device
 experts to NF4 after loading when asked (bitsandbytes' own parametrizations, the approach Axolotl took); names them for
 PEFT's ``target_parameters``; and reads the router's settings from the config.
 
-Owns those facts. Must not decide whether a run quantizes or trains the experts (app/train/experts.py does), nor do
-memory arithmetic (app/train/memory.py).
+Owns those facts. Must not decide whether a run quantizes or trains the experts (app/train/planning/experts.py does),
+nor do memory arithmetic (app/train/planning/memory.py).
 """
 
 from __future__ import annotations

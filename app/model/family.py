@@ -7,7 +7,7 @@ template (reads its tool calls; masks its assistant turns for loss on the answer
 template TRL cannot read. Each is said in one line by the plan, before anything loads.
 
 Owns ``model_class`` / ``check_class`` (the one line for a family with no class a run can train), ``read_family`` /
-``family_of`` and ``Family`` (what app/train/plan says and status.json records). Must not load weights;
+``family_of`` and ``Family`` (what app/train/planning/plan says and status.json records). Must not load weights;
 transformers / trl are imported inside functions.
 """
 

@@ -1,6 +1,6 @@
 """A model's small files as a plan reads them, each once: config.json (a dict), transformers' config object made
 from that dict, the model built from it on the meta device (one per class a run may open it with), and the
-tokenizer with the context length. app/train/plan.py makes one ``ModelFiles`` per plan (or per set of plans:
+tokenizer with the context length. app/train/planning/plan.py makes one ``ModelFiles`` per plan (or per set of plans:
 card_verdicts) and hands it to every step that asks about the model (its family and class, images, experts, the
 memory estimate, the precision lines), so config.json is parsed once and the meta model built once, a vision
 mixture-of-experts model included, and the tokenizer loaded once.

@@ -1,6 +1,6 @@
 """Where and how a model runs, decided before it loads: compute dtype, attention kernel, packing, 4-bit storage type,
 the context length a config declares. Small pure functions over the machine's facts (app/host/machine.py) or a
-planned card, unit-tested without a GPU; the plan (app/train/plan.py) calls them once per run."""
+planned card, unit-tested without a GPU; the plan (app/train/planning/plan.py) calls them once per run."""
 
 from __future__ import annotations
 
@@ -84,14 +84,14 @@ def flash_attn_installed() -> bool:
 
 
 def quant_storage(compute_dtype: str) -> str:
-    """bnb_4bit_quant_storage under FSDP (app/train/fsdp.py): the 4-bit weights packed in the compute dtype, so
+    """bnb_4bit_quant_storage under FSDP (app/train/planning/fsdp.py): the 4-bit weights packed in the compute dtype, so
     FSDP can flatten and shard them together with the LoRA weights."""
     return DTYPES[compute_dtype]
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a model runs and in what precision: decided once per process (app.train.plan for a run, the
+    """Where a model runs and in what precision: decided once per process (app.train.planning.plan for a run, the
     comparison for inference) from the config and this machine."""
 
     cuda: bool

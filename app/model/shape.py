@@ -2,8 +2,8 @@
 config.json (a local folder, or a hub model already in the HF cache: never downloaded), else guessed from the size in
 a hub id ("1.5B", "7B", "500M") with the nearest typical shape.
 
-Owns the shape facts the memory estimate (app/train/memory.py) multiplies. Must not estimate memory itself. Standard
-library only (huggingface_hub's cache lookup is imported inside the function that needs it).
+Owns the shape facts the memory estimate (app/train/planning/memory.py) multiplies. Must not estimate memory itself.
+Standard library only (huggingface_hub's cache lookup is imported inside the function that needs it).
 """
 
 from __future__ import annotations

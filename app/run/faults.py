@@ -2,7 +2,7 @@
 library wraps it), a NaN / inf loss.
 
 Owns: the one-line messages for these faults (what happened, what is kept, what to do). Called by the session
-(app/train/session.py), which records them; writes nothing.
+(app/train/running/session.py), which records them; writes nothing.
 """
 
 from __future__ import annotations

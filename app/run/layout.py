@@ -117,7 +117,8 @@ def component_keys(records: list[dict]) -> list[str]:
     return sorted({k for r in records for k, v in r.items() if v is not None and component_of(k)})
 
 
-# Peak memory fields, in status.json (the running peak) and in metrics.jsonl rows (app/train/peakmem.py writes them).
+# Peak memory fields, in status.json (the running peak) and in metrics.jsonl rows (app/train/running/peakmem.py writes
+# them).
 PEAK_ALLOCATED, PEAK_RESERVED, PEAK_DEVICE = "peak_mem_allocated_gib", "peak_mem_reserved_gib", "peak_mem_device"
 
 

@@ -73,7 +73,7 @@ def create_run_dir(output_dir: str | Path, run_name: str | None, method: str, da
                    run_dir: str | Path | None = None) -> Path:
     """The run directory of a new run: ``run_dir`` when the caller names one (new or empty:
     ``check_new_run_dir``), else a fresh <output_dir>/<run_name or date-method-dataset>. Only the run's session
-    (app/train/session.py) calls this."""
+    (app/train/running/session.py) calls this."""
     if run_dir is not None:
         d = check_new_run_dir(run_dir)
         try:

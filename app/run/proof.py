@@ -1,7 +1,7 @@
 """A run's proof and its other comparisons, on disk.
 
 RUN/compare.json is the run's **proof**: base vs adapter on held-out rows, written when training ends (the session's
-evaluate step, app/train/session.py); a run extended later writes a new proof and keeps the old one in
+evaluate step, app/train/running/session.py); a run extended later writes a new proof and keeps the old one in
 RUN/comparisons/. Every other comparison of a run (`qlora-app compare RUN`, the UI's Compare tab,
 compare_base_vs_lora.py) is **ad hoc**: RUN/comparisons/compare-<time>.json, a file of its own, never over the proof.
 `runs`, the UI and the model card show the proof, with the number of held-out rows behind every figure.

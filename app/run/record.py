@@ -1,7 +1,7 @@
 """A run's record: the only writer of config.yaml and status.json and the only maker of a run folder.
 
-The session (app/train/session.py) holds one ``RunRecord`` for the run it trains and reports everything through it;
-the UI's job watcher records a process that died before its session could close the run (``record_exit``) without
+The session (app/train/running/session.py) holds one ``RunRecord`` for the run it trains and reports everything through
+it; the UI's job watcher records a process that died before its session could close the run (``record_exit``) without
 importing anything of training. Failures are classified here once (a failed write reads as the full-disk line of
 app/run/faults.py; bad input keeps its one line; anything else is its type and first line).
 

@@ -4,5 +4,5 @@ timeout, error results, output cap, per-tool counts) and the tool loop that chat
 evaluation run (``loop``), the same one a GRPO rollout runs inside TRL.
 
 Owns: what a tool is and how one call is made safely. Must not train (TRL's GRPOTrainer runs the rollouts:
-app/train/grpo.py) nor write a run's records (the run reports the counts: app/train/session.py).
+app/train/methods/grpo.py) nor write a run's records (the run reports the counts: app/train/running/session.py).
 """

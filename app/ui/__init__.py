@@ -9,6 +9,6 @@ subprocess), run_view.py, compare_view.py, chat_view.py (what the Runs, Compare 
 (where runs and uploads live), serve.py (the server's exposure).
 
 Owns: the pages and what they show. Must not train, plan or write a run folder: Start builds the config and
-runs `qlora-app train` in a subprocess; it may import the planner (app/train/plan.py, memory.py) for per-card
+runs `qlora-app train` in a subprocess; it may import the planner (app/train/planning/plan.py, memory.py) for per-card
 verdicts, never the session or the trainers (tests/structure/test_architecture.py).
 """

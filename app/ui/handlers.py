@@ -26,8 +26,8 @@ from app.model.source import check_model_source
 from app.rewards import effective_weights
 from app.run import integrity, layout, lookup, newrun
 from app.run.summary import run_summary
-from app.train.memory import format_estimate
-from app.train.plan import card_verdicts
+from app.train.planning.memory import format_estimate
+from app.train.planning.plan import card_verdicts
 from app.ui.folders import run_path
 
 NO_PRESET = "(none)"

@@ -3,8 +3,8 @@
 Training runs as `python -m app.cli train ...` in its own process (and process group), never inside the UI
 process: a crash, an OOM or a CUDA error then kills the run, not the UI, and Stop can signal every process the run
 started. The UI hands the run over as the command line its form shows, with `--run-dir` naming the folder the
-run's session will create (app/train/session.py); it never writes into a run folder. The process's console goes to
-<runs>/.console/<run name>.log, so an error printed before any run folder exists is still shown. When the process
+run's session will create (app/train/running/session.py); it never writes into a run folder. The process's console goes
+to <runs>/.console/<run name>.log, so an error printed before any run folder exists is still shown. When the process
 dies without closing its run (killed), its exit is reported to the run record's ``record_exit``
 (app/run/record.py), so the Runs tab never shows a dead run as "running".
 """

@@ -13,7 +13,6 @@ from repo_paths import ROOT
 
 from app.run import layout, lookup, newrun, store
 
-
 # The commands run in this process (conftest.cli_here): one-line refusals and short outputs. A test whose subject is
 # the process (what a library prints at import, a server that blocks) starts one (conftest.cli).
 cli = cli_here

@@ -123,7 +123,7 @@ def test_grpo_loss_variants_are_checked_config():
 
     from app.config.schema import LOSS_TYPES
     from app.errors import UserError
-    from app.train.args import grpo_kwargs
+    from app.train.methods.args import grpo_kwargs
 
     with pytest.raises(UserError, match="unknown GRPO loss 'bogus'; TRL's losses: dapo, grpo, dr_grpo"):
         build_config(sets=["grpo.loss_type=bogus"])

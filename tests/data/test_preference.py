@@ -180,7 +180,7 @@ def test_dpo_args_and_defaults_follow_the_plan(tmp_path):
 
     from app.config.build import build_config
     from app.config.resolve import resolve
-    from app.train.args import dpo_kwargs
+    from app.train.methods.args import dpo_kwargs
 
     cfg = build_config({"method": "dpo", "data": {"dataset": "x"}}, sets=["dpo.loss_type=sigmoid,sft",
                                                                          "dpo.loss_weights=[1, 0.5]", "dpo.beta=0.2"])
@@ -196,7 +196,7 @@ def test_dpo_args_and_defaults_follow_the_plan(tmp_path):
 def test_a_pair_is_estimated_as_two_padded_sequences_and_no_reference_copy():
     from app.config.build import build_config
     from app.config.resolve import resolve
-    from app.train.memory import Decisions, estimate_memory, micro_batch_tokens
+    from app.train.planning.memory import Decisions, estimate_memory, micro_batch_tokens
 
     lengths = [100] * 50 + [300] * 50
     sft = resolve(build_config({"method": "sft", "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}},

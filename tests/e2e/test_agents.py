@@ -167,7 +167,7 @@ class CalcEnv:
 
 
 def _tool_run(tmp_path, name: str, **tools):
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     cfg = build_config({"method": "grpo", "model": {"name_or_path": str(TOOL_BASE)}, "output_dir": str(tmp_path),
                         "run_name": name, "tools": {"timeout_s": 0.5, "max_output_chars": 64, **tools}},
@@ -217,7 +217,7 @@ def test_a_run_that_ends_before_its_first_logged_step_counts_every_call(tmp_path
     """The counts of the steps after the last logged line are taken when training ends: a 3-step tool run that logs
     every 5th step, with a calculator that hangs, raises and floods, has every call in status.json and metrics.jsonl,
     and why a call failed."""
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     calls_log = tmp_path / "calls.log"
     tools = tmp_path / "flaky.py"

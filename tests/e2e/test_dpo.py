@@ -41,7 +41,7 @@ def dpo_run(pairs_dir, tmp_path_factory) -> Path:
     from app.config.build import build_config
     from app.demo.dpo import demo_config
     from app.demo.recipe import base_model_path
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     root = tmp_path_factory.mktemp("dpo")
     cfg = build_config({**demo_config(base_model_path(), dataset=str(pairs_dir), system_prompt=None),
@@ -296,7 +296,7 @@ def test_kto_trains_from_the_pairs_folder_each_side_labelled(pairs_dir, tmp_path
     from app.config.build import build_config
     from app.demo.dpo import demo_config
     from app.demo.recipe import base_model_path
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     cfg = build_config({**demo_config(base_model_path(), dataset=str(pairs_dir), system_prompt=None),
                         "method": "kto", "output_dir": str(tmp_path), "run_name": "kto"},

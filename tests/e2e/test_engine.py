@@ -9,18 +9,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_sets
 import yaml
+from conftest import tiny_sets
 
 from app.config.build import build_config
 from app.run import integrity, layout, store
-from app.train.session import Session
+from app.train.running.session import Session
 
 pytestmark = pytest.mark.slow
 
 def _cfg(model: Path, data: Path, out: Path, method: str, steps: int = 2, extra=()):
     # conftest.tiny_sets: runtime.device=cpu (the same path, fp32 compute and AdamW, on a machine with a GPU too), no
-    # proof or held-out points (tests/train/test_heldout_eval.py checks those)
+    # proof or held-out points (tests/train/running/test_heldout_eval.py checks those)
     return build_config(
         {"method": method, "model": {"name_or_path": str(model)}, "data": {"dataset": str(data)},
          "output_dir": str(out), "run_name": f"{method}-test"},
@@ -49,7 +49,7 @@ def _check_run_dir(d: Path, method: str, steps: int):
             assert all(r.get(f"rewards/{comp}/mean") is not None for r in sampled), comp
     # peak memory on record (CPU: the process's peak RSS in the same fields), per logged step and in the status
     from app.run.summary import run_summary
-    from app.train import peakmem
+    from app.train.running import peakmem
 
     assert all(r[peakmem.RESERVED] > 0.05 and r[peakmem.DEVICE] == "cpu (peak RSS)" for r in recs)
     assert [r[peakmem.RESERVED] for r in recs] == sorted(r[peakmem.RESERVED] for r in recs)  # a running peak
@@ -166,8 +166,8 @@ def test_lora_weights_stay_fp32_on_a_4bit_base_with_fp32_compute(tiny_model, mat
 
     from app.data import build_splits
     from app.run.counts import RunCounts
-    from app.train.build import build_trainer, load_model, run_rewards
-    from app.train.plan import make_plan
+    from app.train.planning.plan import make_plan
+    from app.train.running.build import build_trainer, load_model, run_rewards
 
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo")
     train, _, det = build_splits(cfg.data, 0)

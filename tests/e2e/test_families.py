@@ -20,7 +20,7 @@ from tiny import FAMILIES, build_family
 from app.config.build import build_config
 from app.errors import UserError
 from app.run import layout, store
-from app.train.session import Session
+from app.train.running.session import Session
 
 pytestmark = pytest.mark.slow
 

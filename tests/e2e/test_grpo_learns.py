@@ -45,7 +45,7 @@ def test_grpo_raises_the_expected_reward(math_jsonl, tmp_path):
 
     from app.config.build import build_config
     from app.demo.recipe import base_model_path
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     reward_file = tmp_path / "brevity.py"
     reward_file.write_text(REWARD)

@@ -28,7 +28,7 @@ def _free_port() -> int:
 
 
 def _judged_run(tmp_path, model: Path, dataset: Path, name: str, judge: dict, steps: int = 3) -> Path:
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     cfg = build_config({"method": "grpo", "model": {"name_or_path": str(model)}, "output_dir": str(tmp_path),
                         "run_name": name, "reward": {"judge": judge}},

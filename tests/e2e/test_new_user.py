@@ -13,7 +13,6 @@ from conftest import cli_here
 from app.config.build import build_config
 from app.config.presets import load_preset
 
-
 # Dry runs, refusals and short commands run in this process (conftest.cli_here); compare sets this process's CPU
 # threads, so it gets a process of its own (conftest.cli).
 cli = cli_here
@@ -100,7 +99,7 @@ def _plan(*args):
 
 
 def test_the_planner_answers_the_card_asked_about_first_in_one_vocabulary():
-    from app.train.memory import VERDICTS
+    from app.train.planning.memory import VERDICTS
 
     for model, gb, word in (("Qwen/Qwen3-8B", 24, "tight"), ("Qwen/Qwen3-8B", 12, "fits with changes"),
                             ("Qwen/Qwen2.5-7B-Instruct", 8, "fits with changes")):
@@ -416,8 +415,8 @@ def test_a_spent_sft_ladder_on_a_cpu_says_plainly_what_was_tried(tmp_path):
     from conftest import plan_for
 
     from app.config.build import build_config
-    from app.train.oom import next_rung, spent_message
-    from app.train.plan import replan
+    from app.train.planning.oom import next_rung, spent_message
+    from app.train.planning.plan import replan
 
     plan = plan_for(build_config({"method": "sft"}, None, ["per_device_train_batch_size=1",
                                                            "gradient_accumulation_steps=2", "runtime.device=cpu",

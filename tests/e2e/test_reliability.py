@@ -86,7 +86,7 @@ def test_torn_checkpoints_are_named_and_skipped(tmp_path):
 
 
 def test_resume_with_only_torn_checkpoints_is_a_clean_user_error(tmp_path):
-    from app.train.request import resume_point
+    from app.train.planning.request import resume_point
 
     (_fake_checkpoint(tmp_path, 3) / layout.TRAINER_STATE).write_text("{")
     with pytest.raises(UserError, match=r"no complete checkpoint to resume from \(checkpoint-3 torn\)"):
@@ -192,7 +192,7 @@ class _State:
 def test_nan_loss_stops_without_saving_and_flat_groups_warn(tmp_path):
     from app.run.counts import RunCounts
     from app.run.diagnosis import WINDOW, Facts, Watch
-    from app.train.callbacks import Reporting, RunDirCallback, StopFlag
+    from app.train.running.callbacks import Reporting, RunDirCallback, StopFlag
 
     warnings = []
     cb = RunDirCallback(tmp_path, StopFlag(), report=Reporting(warn=warnings.append))
@@ -442,7 +442,7 @@ def test_a_full_disk_inside_a_checkpoint_save_is_one_line_and_leaves_no_torn_cop
 
     from app.config.build import build_config
     from app.errors import RunFailed
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     def torn(self, model, trial):  # what a full disk does inside TRL's save: half a file, then safetensors' error
         ckpt = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"

@@ -136,7 +136,7 @@ def test_resume_on_another_world_size_and_bad_node_rank_are_refused(tmp_path):
 
 def test_launcher_command():
     from app.config.schema import RuntimeConfig
-    from app.train.torchrun import launcher_argv
+    from app.train.running.torchrun import launcher_argv
 
     rt = RuntimeConfig(num_processes=4, nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=29600)
     argv = launcher_argv(rt, ["--config", "r/config.yaml", "--run-dir", "r"])
@@ -166,8 +166,8 @@ def test_fsdp_qlora_translation(tiny_model, tmp_path):
     from app.config.schema import ModelConfig
     from app.errors import UserError
     from app.model.load import quantization_config
-    from app.train.args import sft_kwargs
-    from app.train.fsdp import check_fsdp
+    from app.train.methods.args import sft_kwargs
+    from app.train.planning.fsdp import check_fsdp
 
     cfg = build_config({"method": "sft"}, sets=["runtime.fsdp=true", "runtime.num_processes=2",
                                                   "gradient_checkpointing=true"])

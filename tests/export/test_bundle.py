@@ -185,7 +185,7 @@ def demo_run(tmp_path_factory):
     """The demo recipe (shipped model, arith, shaped reward) for a few GRPO steps, its proof on 24 held-out rows."""
     from app.config.build import build_config
     from app.demo.recipe import base_model_path, grpo_preset
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     out = tmp_path_factory.mktemp("demo")
     cfg = build_config({**grpo_preset(base_model_path()), "output_dir": str(out), "run_name": "demo-grpo"},

@@ -37,7 +37,7 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
     from app.model.load import eval_keeping_4bit
     from app.model.shape import read_config
     from app.model.vision import meta_model
-    from app.train.memory import GB, Decisions, estimate_memory
+    from app.train.planning.memory import GB, Decisions, estimate_memory
 
     path = tiny_moe[family]
     n = expert_count(read_config(str(path)))

@@ -94,7 +94,7 @@ def test_a_model_without_a_chat_template_is_said_in_the_plan(tiny_models, tmp_pa
     import shutil
 
     from app.config.build import build_config
-    from app.train.plan import make_plan
+    from app.train.planning.plan import make_plan
 
     bare = tmp_path / "bare"
     shutil.copytree(tiny_models["qwen3"], bare)

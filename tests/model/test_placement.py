@@ -89,7 +89,7 @@ def test_packed_sft_batch_keeps_examples_apart(tiny_models, attention, tmp_path)
     from trl import SFTConfig, SFTTrainer
 
     from app.config.build import build_config
-    from app.train.args import sft_kwargs
+    from app.train.methods.args import sft_kwargs
 
     path = tiny_models["llama"]
     tok = AutoTokenizer.from_pretrained(path)

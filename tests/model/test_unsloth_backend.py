@@ -78,7 +78,7 @@ def test_unsloth_is_imported_before_transformers_when_the_backend_resolves_to_it
                                                            "vram_gb": 24.0 if {cuda} else None, "planned": False}}
         from app.config.build import build_config
         from app.errors import UserError
-        from app.train.session import Session
+        from app.train.running.session import Session
         try:
             Session(build_config({{"data": {{"dataset": {str(tmp_path / 'none.jsonl')!r}}},
                                         "model": {{"name_or_path": {str(tmp_path / 'no-model')!r}}}}})).run()
@@ -103,7 +103,7 @@ def test_a_tracker_that_is_not_installed_is_a_user_error(monkeypatch, tmp_path):
 
     from app.config.build import build_config
     from app.errors import UserError
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))

@@ -129,7 +129,7 @@ def test_the_reference_component_takes_the_configured_mode():
 
 def test_a_grpo_plan_records_the_match_it_chose_and_why(tmp_path, tiny_model):
     from app.data import build_splits
-    from app.train.plan import make_plan
+    from app.train.planning.plan import make_plan
 
     p = tmp_path / "sum.jsonl"
     p.write_text("".join(json.dumps({"text": f"Summarise: story {i}.", "summary": SUMMARIES[i % 4]}) + "\n"
@@ -307,8 +307,8 @@ def test_a_remote_judge_under_local_only_is_refused_before_anything(tmp_path):
 
 
 def test_a_local_judge_is_counted_by_the_memory_plan_and_refused_when_it_cannot_fit(tiny_model):
-    from app.train.memory import estimate_memory
-    from app.train.plan import decide_machine, make_plan
+    from app.train.planning.memory import estimate_memory
+    from app.train.planning.plan import decide_machine, make_plan
 
     base = {"method": "grpo", "model": {"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}, "data": {"dataset": "arith"}}
     plain = estimate_memory(AppConfig.model_validate(base))

@@ -186,7 +186,7 @@ def _arith_rows(tmp_path: Path, reference) -> Path:
 def _demo_run(tmp_path, name: str, sets: list[str]) -> Path:
     from app.config.build import build_config
     from app.config.presets import load_preset
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     cfg = build_config({**load_preset("demo-grpo"), "output_dir": str(tmp_path), "run_name": name},
                        sets=["logging_steps=1", "save_steps=1000", "training.eval_every=0", "training.proof_rows=8",

@@ -16,7 +16,7 @@ def tools_run(tmp_path_factory):
     """The tools demo's run (presets/demo-tools.yaml on the shipped tool-calling base), trained 2 steps."""
     from app.config.build import build_config
     from app.demo.recipe import tools_preset
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     out = tmp_path_factory.mktemp("tools")
     cfg = build_config({**tools_preset(), "output_dir": str(out), "run_name": "calc"},

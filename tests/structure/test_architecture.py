@@ -125,6 +125,53 @@ def test_no_module_imports_a_higher_layer():
     assert not upward, "\n".join(upward)
 
 
+# Within a package, its sub-packages in order, lowest first: a module imports its own sub-package and those below.
+SUBLAYERS = {
+    "app.train": ("app.train.planning", "app.train.methods", "app.train.running"),
+}
+
+
+def sublayer(module: str) -> tuple[str, int] | None:
+    """(the package, the rank of this module's sub-package in it) where the package is split in SUBLAYERS."""
+    for package, subs in SUBLAYERS.items():
+        for i, sub in enumerate(subs):
+            if module == sub or module.startswith(sub + "."):
+                return package, i
+    return None
+
+
+def test_split_packages_hold_only_their_sub_packages():
+    """app/train/ holds planning/, methods/ and running/ and no module of its own but its __init__."""
+    for package, subs in SUBLAYERS.items():
+        folder = ROOT / package.replace(".", "/")
+        loose = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+        assert not loose, f"{package} holds modules outside its sub-packages {subs}: {loose}"
+        dirs = sorted(f"{package}.{d.name}" for d in folder.iterdir() if (d / "__init__.py").exists())
+        assert dirs == sorted(subs), dirs
+
+
+def test_no_module_imports_a_higher_sub_layer():
+    """planning never imports methods or running; methods never imports running."""
+    upward = []
+    for m in MODULES:
+        here = sublayer(m)
+        if here is None:
+            continue
+        for t, _, line, _, _ in imports(m):
+            there = sublayer(t)
+            if there and there[0] == here[0] and there[1] > here[1]:
+                upward.append(f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_sub_layer_check_sees_an_upward_import(tmp_path, monkeypatch):
+    src = tmp_path / "m.py"
+    src.write_text("from app.train.running.session import Session\n")
+    monkeypatch.setitem(MODULES, "app.train.planning.fake", src)
+    ups = [t for t, *_ in imports("app.train.planning.fake") if sublayer(t)[1] > sublayer("app.train.planning.fake")[1]]
+    assert ups == ["app.train.running", "app.train.running.session"]
+
+
 def test_no_import_cycle_counting_function_local_imports():
     graph = {m: {t for t, *_ in imports(m)} for m in MODULES}
     index: dict[str, int] = {}
@@ -177,14 +224,16 @@ def test_the_graph_checks_see_hidden_imports(tmp_path, monkeypatch):
     """A function-local upward import is seen, with the package it runs first, and is flagged as upward."""
     heavy_at_import.cache_clear()
     src = tmp_path / "rundir.py"
-    src.write_text("def f():\n    from app.train.session import Session\n")
+    src.write_text("def f():\n    from app.train.running.session import Session\n")
     monkeypatch.setitem(MODULES, "app.run.store", src)
     found = {(t, local, parent) for t, local, _, _, parent in imports("app.run.store")}
-    assert found == {("app.train.session", True, False), ("app.train", True, True)}
-    assert layer("app.train.session") > layer("app.run.store")
+    assert found == {("app.train.running.session", True, False), ("app.train.running", True, True),
+                     ("app.train", True, True)}
+    assert layer("app.train.running.session") > layer("app.run.store")
     monkeypatch.undo()
     heavy_at_import.cache_clear()
-    assert heavy_at_import("app.train.callbacks") == {"transformers"} and not heavy_at_import("app.train.session")
+    assert heavy_at_import("app.train.running.callbacks") == {"transformers"}
+    assert not heavy_at_import("app.train.running.session")
 
 
 # ------------------------------------------------------------------------------------------- process-wide effects
@@ -265,8 +314,9 @@ def test_the_process_wide_scan_sees_each_kind(tmp_path):
 
 PACKAGES = sorted(m for m, p in MODULES.items() if p.name == "__init__.py")
 # What the UI must never load, even through another module: the session and the trainers.
-TRAINING = ("app.train.session", "app.train.launcher", "app.train.build", "app.train.sft", "app.train.grpo",
-            "app.train.preference_trainers", "app.train.callbacks", "app.train.heldout_eval", "app.train.common")
+TRAINING = ("app.train.running.session", "app.train.running.launcher", "app.train.running.build",
+            "app.train.running.callbacks", "app.train.running.heldout_eval", "app.train.methods.sft",
+            "app.train.methods.grpo", "app.train.methods.preference_trainers", "app.train.methods.common")
 
 
 def test_the_app_root_holds_packages_and_at_most_five_modules():
@@ -298,14 +348,16 @@ def _closure(module: str) -> set[str]:
 
 def test_the_ui_imports_neither_the_session_nor_the_trainers():
     """Not even through another module, nor inside a function: the UI runs the CLI in a subprocess."""
-    bad = {m: sorted(_closure(m) & set(TRAINING)) for m in MODULES if m.startswith("app.ui")}
+    bad = {m: sorted(t for t in _closure(m) if t in TRAINING or t.startswith(("app.train.methods",
+                                                                           "app.train.running")))
+           for m in MODULES if m.startswith("app.ui")}
     assert not {m: b for m, b in bad.items() if b}
-    assert "app.train.session" in _closure("app.cli.main")  # the closure sees what it should
+    assert "app.train.running.session" in _closure("app.cli.main")  # the closure sees what it should
 
 
 def _session_steps() -> list[str]:
     """The steps Session.run takes, as the code has them (self.<step>() calls; plan_run reads as 'plan')."""
-    tree = ast.parse(MODULES["app.train.session"].read_text())
+    tree = ast.parse(MODULES["app.train.running.session"].read_text())
     run = next(n for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Session"
                for n in c.body if isinstance(n, ast.FunctionDef) and n.name == "run")
     steps = [n.func.attr for n in ast.walk(run) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
@@ -389,8 +441,8 @@ def test_one_module_opens_a_runs_model_pair():
 
 def test_one_module_pads_and_no_one_changes_a_tokenizers_padding():
     """Left padding is app/model/generation.pad_left (as TRL's pad pads); nothing sets a tokenizer's padding or
-    truncation side (a tokenizer set to the left here would pad training's batches on the left too), and nothing pads by hand
-    into a tensor filled with the pad id."""
+    truncation side (a tokenizer set to the left here would pad training's batches on the left too), and nothing pads by
+    hand into a tensor filled with the pad id."""
     sides = []
     for m, p in MODULES.items():
         for n in ast.walk(ast.parse(p.read_text())):
@@ -413,13 +465,13 @@ def test_thread_settings_are_made_by_the_entry_points_only():
     callers = _where(lambda t: t.endswith("use_free_cores"))
     assert callers and all(w.startswith(("app/cli/", "app/ui/")) for w in callers), callers
     governor = _where(lambda t: t.endswith("ThreadGovernor"))
-    assert all(w.startswith("app/train/session.py:") for w in governor), governor
+    assert all(w.startswith("app/train/running/session.py:") for w in governor), governor
 
 
 def test_the_run_callback_takes_one_record_of_counts_and_flushes_it_at_the_end():
     """RunDirCallback takes the run's folder, its stop flag, its counts (app/run/counts.RunCounts) and where it
     reports: no counter of its own per kind; and on_train_end takes the counts since the last logged line."""
-    tree = ast.parse(MODULES["app.train.callbacks"].read_text())
+    tree = ast.parse(MODULES["app.train.running.callbacks"].read_text())
     cb = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RunDirCallback")
     init = next(n for n in cb.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     assert [a.arg for a in init.args.args] == ["self", "run_dir", "stop", "counts", "report"]

@@ -118,7 +118,7 @@ def test_runtime_device_cpu_keeps_a_run_on_cpu(tiny_model, monkeypatch):
     from app.config.build import build_config
     from app.config.schema import ModelConfig
     from app.model.load import load_base_model
-    from app.train.args import common_kwargs
+    from app.train.methods.args import common_kwargs
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: pytest.fail("queried the GPU"))

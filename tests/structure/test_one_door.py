@@ -10,7 +10,7 @@ import pytest
 from repo_paths import ROOT
 
 APP = ROOT / "app"
-SESSION = APP / "train" / "session.py"
+SESSION = APP / "train" / "running" / "session.py"
 RECORD = APP / "run" / "record.py"
 MODULES = sorted(APP.rglob("*.py"))
 DEFINERS = (APP / "run" / "newrun.py", APP / "run" / "store.py")  # where the writers are defined
@@ -128,9 +128,9 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
     """The session's open and plan steps (everything before the folder is made) resolve the request exactly once;
     nothing after the plan resolves again (the builders read the plan: no other module calls resolve)."""
     import app.config.resolve
-    import app.train.plan
+    import app.train.planning.plan
     from app.config.build import build_config
-    from app.train.session import Session
+    from app.train.running.session import Session
 
     calls = []
     real = app.config.resolve.resolve
@@ -139,7 +139,7 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(app.train.plan, "resolve", counting)
+    monkeypatch.setattr(app.train.planning.plan, "resolve", counting)
     monkeypatch.setattr(app.config.resolve, "resolve", counting)
     cfg = build_config({"model": {"name_or_path": "arith-base"}, "data": {"dataset": "arith"},
                         "output_dir": str(tmp_path)}, None, ["runtime.device=cpu", "training.max_steps=1"])
@@ -147,12 +147,12 @@ def test_a_run_resolves_its_config_once(monkeypatch, tmp_path):
     s.open()
     s.plan_run()
     assert len(calls) == 1 and s.plan.cfg.lora.r == 16 and not any(tmp_path.iterdir())
-    resolvers = sorted({str(p.relative_to(ROOT)) for p in MODULES if p.parent.name == "train"
+    resolvers = sorted({str(p.relative_to(ROOT)) for p in MODULES if APP / "train" in p.parents
                         for _, node in _calls(p) if isinstance(node.func, ast.Name) and node.func.id == "resolve"})
-    assert resolvers == ["app/train/plan.py"]
+    assert resolvers == ["app/train/planning/plan.py"]
 
 
-@pytest.mark.parametrize("where", ["app/train/session.py", "app/model/generation.py", "app/host/machine.py"])
+@pytest.mark.parametrize("where", ["app/train/running/session.py", "app/model/generation.py", "app/host/machine.py"])
 def test_modules_say_what_they_own(where):
     doc = ast.get_docstring(ast.parse((ROOT / where).read_text())) or ""
     assert "Owns" in doc and ("Must not" in doc or "must not" in doc)

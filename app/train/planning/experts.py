@@ -1,0 +1,74 @@
+"""The plan's mixture-of-experts decisions: a model whose config routes tokens to experts is counted on its own tree
+(built on the meta device) as it will load, so the memory estimate and the fit check see its experts at the bytes
+they take: 16-bit, as transformers loads fused experts and bitsandbytes leaves them, unless
+``model.quantize_experts`` quantizes them after loading; LoRA on the experts only when ``lora.target_experts`` asks;
+the router's settings recorded as the run trains with them.
+
+Owns ``plan_experts`` (called by app/train/planning/plan.make_plan) and the ``Experts`` facts status.json and the card
+read. Must not load weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.errors import UserError
+from app.model.experts import Census, census, expert_count, router_settings
+from app.model.source import model_load_error
+
+
+@dataclass(frozen=True)
+class Experts:
+    """What the plan knows of a mixture-of-experts run."""
+
+    census: Census
+    quantized: bool  # model.quantize_experts, on a 4-bit run
+    lora: bool  # lora.target_experts
+    router: dict
+
+    def record(self) -> dict:
+        """What status.json keeps (the card reads it)."""
+        return {**self.census.record(), "experts_4bit": self.quantized, "lora_on_experts": self.lora,
+                "lora_expert_targets": list(self.census.targets) if self.lora else [], "router": self.router}
+
+    def line(self) -> str:
+        c = self.census
+        share = c.experts / max(c.total, 1)
+        kept = ("quantized to NF4 after loading (model.quantize_experts; bitsandbytes' parametrizations: the load "
+                "holds them 16-bit for a moment)" if self.quantized else
+                "16-bit: fused 3-D weights, which bitsandbytes does not convert (model.quantize_experts=true makes "
+                "them NF4 after loading)")
+        lora = ("LoRA on the experts too (lora.target_experts: " + ", ".join(c.targets) + ")" if self.lora else
+                "LoRA on the linear layers, not the experts (lora.target_experts=true adds them)")
+        router = ", ".join(f"{k} {v}" for k, v in self.router.items())
+        return (f"experts: {c.experts_per_layer} per MoE layer in {c.expert_layers} layer(s), {c.experts / 1e6:.2f}M "
+                f"of {c.total / 1e6:.2f}M params ({share:.0%}), {kept}; {lora}" + (f"; router: {router}" if router
+                                                                                    else ""))
+
+
+def plan_experts(cfg, say, files, skip=()) -> Experts | None:
+    """The run's Experts (None for a dense model, or one whose config is not on disk). ``files``: the model's, as the
+    plan read them (app.model.files.ModelFiles); ``skip``: module paths bitsandbytes leaves unconverted besides the LM
+    head (a vision-language model's vision side). Raises UserError for LoRA on the experts of a dense model, or on
+    experts quantized after loading."""
+    mc, lc = cfg.model, cfg.lora
+    config = files.config
+    n = expert_count(config)
+    if not n:
+        if lc.target_experts and config is not None:
+            raise UserError(f"lora.target_experts is set but model '{mc.name_or_path}' has no experts (a dense "
+                            "model); unset it (--set lora.target_experts=false)")
+        return None
+    if lc.target_experts and mc.experts_in_4bit:
+        raise UserError("lora.target_experts needs the experts as loaded (16-bit): PEFT cannot wrap weights "
+                        "bitsandbytes quantized after loading; set model.quantize_experts=false, or leave the "
+                        "experts without LoRA")
+    from huggingface_hub.errors import StrictDataclassError  # heavy: only for a MoE model's plan
+
+    try:
+        shell = files.shell(images=bool(mc.images))
+    except (OSError, ValueError, StrictDataclassError) as e:  # a family this transformers does not know, say
+        raise model_load_error(mc.name_or_path, e) from None
+    experts = Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))
+    say(experts.line())
+    return experts

@@ -1,0 +1,147 @@
+"""Memory before the model loads (and before any model download): will the run fit this GPU, and what it must give
+up to fit. Called by app.train.planning.plan, which owns every decision; these are its memory steps.
+
+The memory estimate uses the data's own token lengths (tokenized with the model's tokenizer when it is already on
+disk, else about 4 characters per token), and on a GPU a run the estimate says cannot fit is refused with the knobs
+that would make it fit (runtime.fit_check=false / --no-fit-check tries anyway). vLLM needs a 16-bit copy of the
+weights beside the 4-bit base: when auto picked it and that copy does not fit, the run says so and samples with the
+4-bit model instead. SFT activation offloading turns on by itself when only it makes the run fit, and GRPO's auto
+generation batch shrinks to what the GPU holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, replace
+
+from app.config.build import with_values
+from app.config.schema import PREFERENCE_METHODS
+from app.data.convert import completion_text, prompt_text
+from app.data.preference import pair_of
+from app.errors import UserError
+from app.train.planning.batching import steps_per_generation
+from app.train.planning.fastpaths import Env, cpu_copy_fits
+from app.train.planning.images import row_image_tokens
+from app.train.planning.memory import Decisions, an, estimate_memory, fit_changes, fit_problem
+
+log = logging.getLogger("qlora_app")
+CHARS_PER_TOKEN = 4  # English BPE, when the tokenizer is not on disk yet
+LENGTH_SAMPLE = 2000
+
+
+def token_lengths(cfg, rows, det, tok, extra_text: str = "", vision=None) -> list[int] | None:
+    """Token lengths of (up to LENGTH_SAMPLE) training rows: whole examples for SFT, prompts for GRPO, the prompt
+    and the longer answer for DPO (both answers are padded to it), counted with the model's tokenizer ``tok`` (None:
+    not on disk yet, characters / CHARS_PER_TOKEN). ``extra_text``: what the template adds to every prompt beyond the
+    system prompt (a tool run's tool schemas)."""
+    if rows is None or det is None or not len(rows):
+        return None
+    n = min(len(rows), LENGTH_SAMPLE)
+    texts = []
+    for i in range(n):
+        row = rows[i]
+        text = prompt_text(row, det) + (cfg.data.system_prompt or "") + extra_text
+        if cfg.method == "sft":
+            text += completion_text(row, det) or ""
+        elif cfg.method in PREFERENCE_METHODS or (cfg.method == "kto" and det.format == "preference"):
+            pair = pair_of(row, det)
+            text += max(pair.chosen, pair.rejected, key=len) if pair else ""
+        elif cfg.method == "kto":  # an unpaired answer, good or bad
+            text += completion_text(row, det) or ""
+        texts.append(text)
+    overhead = 12  # chat-template tokens around the turns
+    pictures = [row_image_tokens(vision, rows[i]) for i in range(n)] if vision else [0] * n
+    if tok is None:
+        return [len(t) // CHARS_PER_TOKEN + overhead + k for t, k in zip(texts, pictures)]
+    return [len(ids) + overhead + k for ids, k in zip(tok(texts, add_special_tokens=False)["input_ids"], pictures)]
+
+
+@dataclass(frozen=True)
+class MemoryFit:
+    changes: dict  # the config changes fitting decided ({dotted key: value}): a smaller generation batch, offloading
+    env: Env  # vLLM dropped where its copy would not fit
+    needs_room: bool  # SFT: only activation offloading makes it fit
+    copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
+    fitted: bool = False  # fitting this card changed a setting or dropped a fast path (its verdict: fits with changes)
+
+
+def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decisions) -> MemoryFit:
+    """Refuse a run that cannot fit this GPU (UserError), or return what fitting it changes. ``base``: the plan's
+    decisions so far (dtype, packing); the sampler's copy is counted when grpo.sampler=merged asks for it, and on
+    auto only where it fits beside the rest. ``say(line)`` hears each change."""
+    cuda = env.cuda
+    changes: dict = {}
+    base = replace(base, sampler="merged" if cfg.grpo.sampler == "merged" else "plain")
+    est = estimate_memory(cfg, lengths, base)
+    needs_room = False
+    problem = fit_problem(est, cfg, gpu_gb) if cuda else None
+    if problem and cfg.method != "grpo" and cfg.training.activation_offloading is None:
+        if fit_problem(estimate_memory(cfg, lengths, replace(base, offloading=True)), cfg, gpu_gb) is None:
+            needs_room, problem = True, None
+            if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already
+                say("activation offloading is on: only with it does the run fit this "
+                    f"{gpu_gb:.0f} GB GPU (training.activation_offloading sets it)")
+                changes["training.activation_offloading"] = True
+    if problem and cfg.method == "grpo":
+        smaller = generation_batch_that_fits(cfg, lengths, gpu_gb, base)
+        if smaller is not None:
+            say(f"sampling {smaller} completions at a time, the most this {gpu_gb:.0f} GB GPU has room for "
+                "(grpo.generation_batch_size sets it)")
+            changes["grpo.generation_batch_size"] = smaller
+            cfg, problem = with_values(cfg, {"grpo.generation_batch_size": smaller}), None
+    if problem and cfg.runtime.fit_check:
+        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base)), est, gpu_gb)
+    copy_fits = False
+    if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
+        if cuda and env.vllm and cfg.grpo.use_vllm is None:
+            with_vllm = estimate_memory(cfg, lengths, replace(base, sampler="vllm"))
+            if fit_problem(with_vllm, cfg, gpu_gb):
+                env = dataclasses.replace(env, vllm=False)
+                say(f"vLLM is installed but its 16-bit copy of the weights would not fit "
+                    f"({with_vllm['total_gb']:.1f} GB estimated on {an(gpu_gb)} GB GPU): not using it")
+        with_copy = estimate_memory(cfg, lengths, replace(base, sampler="merged"))
+        copy_fits = (fit_problem(with_copy, cfg, gpu_gb) is None) if cuda else cpu_copy_fits(est.get("params"))
+        if cuda and not copy_fits and cfg.grpo.sampler == "auto" and not env.vllm:
+            say(f"a merged 16-bit copy for fast sampling would not fit ({with_copy['total_gb']:.1f} GB "
+                f"estimated on {an(gpu_gb)} GB GPU): sampling with the 4-bit model instead")
+    if problem:
+        say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
+    dropped = cuda and cfg.method == "grpo" and cfg.grpo.sampler == "auto" and not copy_fits
+    return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits,
+                     fitted=bool(changes) or needs_room or dropped)
+
+
+class DoesNotFit(UserError):
+    """The fit check's refusal: the one line, and the estimate behind it (`train --dry-run --json` shows it)."""
+
+    def __init__(self, line: str, estimate: dict, gpu_gb: float):
+        super().__init__(line)
+        self.estimate, self.gpu_gb = estimate, gpu_gb
+
+
+def _floor(cfg, est: dict, lengths, base: Decisions) -> float | None:
+    """The estimate with every change fit_changes lists (the least this run can take short of another model), or
+    None when those changes do not make a valid config together."""
+    try:
+        low = with_values(cfg, fit_changes(est, cfg))
+    except UserError:
+        return None
+    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=cfg.method != "grpo"))["total_gb"]
+
+
+def generation_batch_that_fits(cfg, lengths, gpu_gb: float, base: Decisions) -> int | None:
+    """On auto, GRPO samples several optimizer steps' completions at once; where that does not fit the GPU, the
+    largest generation batch (completions) of whole optimizer steps that does (down to one step's), or None."""
+    t = cfg.training
+    if cfg.grpo.generation_batch_size is not None or {"steps_per_generation", "generation_batch_size"} & set(
+            t.extra_args):
+        return None
+    per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
+    auto_steps = steps_per_generation(t.per_device_train_batch_size, t.gradient_accumulation_steps, None,
+                                      cfg.grpo.num_generations) // t.gradient_accumulation_steps
+    for steps in range(auto_steps - 1, 0, -1):
+        trial = with_values(cfg, {"grpo.generation_batch_size": per_step * steps})
+        if fit_problem(estimate_memory(trial, lengths, base), trial, gpu_gb) is None:
+            return per_step * steps
+    return None

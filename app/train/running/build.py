@@ -1,0 +1,96 @@
+"""Building a planned run: the base model as the plan placed it, the TRL trainer on it, and its callbacks.
+
+Owns: loading the model for training (HF + bitsandbytes, or Unsloth on CUDA), choosing the trainer builder of the
+method (app/train/methods/grpo.py, app/train/methods/sft.py, app/train/methods/preference_trainers.py) and attaching the
+run's callbacks. Must not decide anything (the plan did: app/train/planning/plan.py) nor write the run's records (the
+callbacks report to the session: app/train/running/session.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.model.load import load_base_model
+from app.model.unsloth_backend import load_with_unsloth
+from app.rewards import build_reward_funcs
+from app.run.counts import RunCounts
+from app.train.methods.grpo import build_grpo_trainer
+from app.train.methods.preference_trainers import build_dpo_trainer, build_kto_trainer
+from app.train.methods.sft import build_sft_trainer
+from app.train.planning.plan import RunPlan, answer_tokens
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    attention: str  # the kernel the model really runs ("unsloth": Unsloth's own)
+    quantized: bool  # 4-bit layers were made (transformers quantizes none for some architectures)
+    processor: Any = None  # a model that reads images: its processor (TRL's processing_class)
+
+
+def load_model(plan: RunPlan) -> Loaded:
+    """The base model as the plan placed it: HF + bitsandbytes, or Unsloth on CUDA. The plan's tokenizer is reused."""
+    cfg = plan.cfg
+    if plan.backend == "unsloth":
+        model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
+        return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit)
+    model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, fsdp=cfg.runtime.fsdp,
+                                       where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images))
+    return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"))
+
+
+def run_rewards(plan: RunPlan, has_reference: bool, counts: RunCounts):
+    """A GRPO run's (reward functions, weights), made once for the run (an out-of-memory attempt reuses them: one
+    judge in memory) and counting in its ``counts``; None for the other methods, which train on no reward."""
+    if plan.cfg.method != "grpo":
+        return None
+    return build_reward_funcs(plan.cfg.reward, has_reference, counts, plan.cfg.runtime)
+
+
+def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCounts, rewards=None,
+                  on_sampler_change=None):
+    """The method's TRL trainer on the loaded model; GRPO trains on the run's ``rewards`` (``run_rewards``), its
+    tools count their calls in the run's ``counts``. ``on_sampler_change(sampler, reason)`` hears a fast sampler
+    stepping down."""
+    if plan.cfg.method == "grpo":
+        return build_grpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir,
+                                  rewards, counts, on_sampler_change=on_sampler_change)
+    if plan.cfg.method == "kto":
+        return build_kto_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
+    if plan.cfg.method in ("dpo", "orpo"):
+        return build_dpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
+    return build_sft_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
+
+
+def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor=None):
+    """(watch, stop, progress bar): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
+    say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
+    held-out evaluation every training.eval_every steps."""
+    # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
+    # transformers before it loads
+    from app.train.running.callbacks import FaultCallback, Reporting, RunDirCallback, StopFlag, TerminalProgress
+
+    # heavy (transformers' TrainerCallback), imported after import_first for the same reason
+    from app.train.running.heldout_eval import HeldoutEval
+
+    plan, main = session.plan, session.main
+    stop = StopFlag().install()
+    bar = TerminalProgress(plan.cfg.method, enabled=session.progress and main)
+    watch = RunDirCallback(session.dir, stop, session.counts,
+                           Reporting(record=session.record, warn=session.warn if main else None, progress=bar,
+                                     write=main, cuda=plan.where.cuda, every_step=session.threads.adjust))
+    trainer.add_callback(watch)
+    if session.faults.at:
+        trainer.add_callback(FaultCallback(session.faults))
+        trainer.faults = session.faults
+    t = plan.cfg.training
+    if main and heldout and t.eval_every != 0:
+        trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
+                                         answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
+                                         record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg,
+                                         rewards=session.rewards[0] if session.rewards else None,
+                                         processor=processor))
+    return watch, stop, bar

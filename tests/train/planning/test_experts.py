@@ -1,0 +1,128 @@
+"""A mixture-of-experts run, planned and trained: the plan counts the experts as they load (16-bit unless
+model.quantize_experts), says so in the dry run and records it; LoRA goes on the experts only when
+lora.target_experts asks (PEFT would otherwise put it on the experts and the router of some families, or silently
+nowhere on quantized ones); the bad combinations are one line, exit 2, no folder. End to end: SFT on a chat dataset
+(whose held-out evaluation generated with the router's loss on, and failed, before) in each mode."""
+
+import json
+
+import pytest
+from conftest import cli as _cli
+from conftest import cli_here
+from safetensors import safe_open
+
+from app.config.build import build_config
+from app.run import layout
+from app.train.planning.plan import make_plan
+
+
+@pytest.fixture()
+def chat_jsonl(tmp_path):
+    p = tmp_path / "chat.jsonl"
+    rows = [{"messages": [{"role": "user", "content": f"What is {a} + {b}?"},
+                          {"role": "assistant", "content": f"Answer: {a} + {b} = {a + b}. Final answer: {a + b}"}]}
+            for a in range(12) for b in range(4)]
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    return p
+
+
+def test_dry_run_says_the_experts_stay_16bit(tiny_moe, chat_jsonl, tmp_path):
+    r = cli_here("train", "--model", str(tiny_moe["qwen3_moe"]), "--dataset", str(chat_jsonl), "--method", "sft",
+             "--dry-run", "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = " ".join((r.stdout + r.stderr).split())
+    assert "experts: 8 per MoE layer in 2 layer(s), 0.10M of 0.18M params (56%), 16-bit" in out
+    assert "model.quantize_experts=true makes them NF4" in out and "not the experts" in out
+    assert "router_aux_loss_coef 0.001" in out and "56% of them experts in 16-bit" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def _plan(path, chat_jsonl, **sets):
+    from app.data.splits import build_splits
+
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(path)}, "data": {"dataset": str(chat_jsonl)},
+                        "runtime": {"local_only": True, "device": "cpu"}},
+                       sets=[f"{k}={v}" for k, v in sets.items()])
+    train, _, det = build_splits(cfg.data, 42, local_only=True)
+    return make_plan(cfg, train, det, offline=True)
+
+
+def test_the_estimate_counts_the_experts_as_they_load(tiny_moe, tiny_model, chat_jsonl):
+    plan = _plan(tiny_moe["qwen3_moe"], chat_jsonl)
+    c = plan.experts.census
+    assert plan.estimate["params"] == c.total == 175_488 and plan.estimate["expert_params"] == c.experts == 98_304
+    quantized = _plan(tiny_moe["qwen3_moe"], chat_jsonl, **{"model.quantize_experts": "true"})
+    assert quantized.experts.quantized and quantized.estimate["experts_4bit"]
+    assert quantized.estimate["weights_gb"] < plan.estimate["weights_gb"]
+    # the 16-bit experts at load time still count against the card
+    assert quantized.estimate["torch_peak_gb"] >= plan.estimate["weights_gb"]
+    st = plan.status_fields()[layout.EXPERTS]
+    assert st["expert_params"] == 98_304 and st["experts_4bit"] is False and st["router"]["num_experts_per_tok"] == 2
+    assert _plan(tiny_model, chat_jsonl).experts is None  # a dense model is planned as before
+
+
+@pytest.mark.parametrize("case", ["dense", "quantized"])
+def test_lora_on_experts_that_cannot_take_it_is_one_line(tiny_moe, tiny_model, chat_jsonl, tmp_path, case):
+    model = tiny_model if case == "dense" else tiny_moe["qwen3_moe"]
+    extra = ["--set", "model.quantize_experts=true"] if case == "quantized" else []
+    r = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--set",
+             "lora.target_experts=true", *extra, "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert ("has no experts (a dense model)" if case == "dense" else "PEFT cannot wrap") in r.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def _adapter_keys(run_dir):
+    with safe_open(str(run_dir / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        return list(f.keys())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,mode", [("qwen3_moe", "default"), ("qwen2_moe", "default"),
+                                         ("mixtral", "target_experts"), ("qwen3_moe", "quantize_experts")])
+def test_sft_on_a_moe_model_end_to_end(tiny_moe, chat_jsonl, tmp_path, family, mode):
+    sets = {"target_experts": ["--set", "lora.target_experts=true"],
+            "quantize_experts": ["--set", "model.quantize_experts=true"]}.get(mode, [])
+    r = _cli("train", "--model", str(tiny_moe[family]), "--dataset", str(chat_jsonl), "--method", "sft",
+             "--max-steps", "3", "--run-dir", str(tmp_path / "run"), *sets, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = tmp_path / "run"
+    st = json.loads((run / layout.STATUS).read_text())
+    assert st[layout.EXPERTS]["experts_4bit"] is (mode == "quantize_experts")
+    assert st[layout.EXPERTS]["lora_on_experts"] is (mode == "target_experts")
+    assert (run / layout.COMPARE_JSON).is_file()  # the proof generated from the MoE model
+    keys = _adapter_keys(run)
+    on_experts = [k for k in keys if ".experts." in k]
+    assert bool(on_experts) is (mode == "target_experts"), on_experts[:4]
+    assert not [k for k in keys if ".mlp.gate." in k]  # never on the router
+    assert any("self_attn" in k for k in keys)
+    # the card says which parameters were 4-bit; the merge folds LoRA on the experts into them
+    fmt = "merged" if mode == "target_experts" else "adapter"
+    e = _cli("export", str(run), "--format", fmt, "--out", str(tmp_path / "export"), "--local-only", cwd=tmp_path)
+    assert e.returncode == 0, e.stderr[-2000:]
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert "mixture of experts: " in card and ("the experts 4-bit" if mode == "quantize_experts" else
+                                               "the experts 16-bit") in card
+    if fmt == "merged":
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "export", dtype=torch.float32)
+        base = AutoModelForCausalLM.from_pretrained(tiny_moe[family], dtype=torch.float32)
+        name = next(n for n, _ in merged.named_parameters() if n.endswith("experts.down_proj"))
+        assert not torch.equal(merged.get_parameter(name), base.get_parameter(name))  # the experts' LoRA, merged
+
+
+def test_a_family_this_transformers_does_not_know_is_one_line(tiny_moe, chat_jsonl, tmp_path):
+    import shutil
+
+    model = tmp_path / "fancy"
+    shutil.copytree(tiny_moe["qwen3_moe"], model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(model_type="fancy_moe_2027", architectures=["FancyMoeForCausalLM"])
+    (model / "config.json").write_text(json.dumps(config))
+    r = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--output-dir",
+             str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "fancy_moe_2027" in r.stderr and "does not recognize this architecture" in r.stderr
+    assert not (tmp_path / "runs").exists()
