@@ -3,7 +3,8 @@
     result.py   the typed ``Comparison`` every view renders from (its ``to_dict`` is compare.json)
     heldout.py  the one held-out sampler (seeded by the run's own split seed)
     compare.py  the held-out rows and prompts, both sides' answers (the run's pair: app/model/pair.py), scored
-    answers.py  the one way answers are got: plain generation, or a tool run's tool loop
+    asking.py   the one way to ask a model (compare, the held-out points, chat, serve, the preference log-probs):
+                a request (``Ask``) and one dispatcher (``Asker``): pictures, a tool run's tool loop, or text
     chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
     render.py   terminal table, --html page, the UI's summary and rows
     pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs

@@ -14,11 +14,11 @@ import threading
 from typing import Callable
 
 from app.errors import UserError
-from app.eval.answers import item_tools, uses_tools
-from app.model.generation import adds_special_tokens, generate_ids, generate_one, generate_with_images
+from app.eval.asking import Ask, Asker, item_tools
+from app.model.generation import adds_special_tokens
 from app.model.pair import SIDES, conversation_prompt, open_pair
 from app.model.placement import context_length
-from app.tools.loop import call_lines, run_tool_loop
+from app.tools.loop import call_lines
 
 
 class Chat:
@@ -32,6 +32,8 @@ class Chat:
         self.default_system = target.system_prompt
         self.system = self.default_system
         self.model, self.tok = self.pair.model, self.pair.tok
+        self.asker = Asker(self.model, self.tok, self.pair.processor, self.run_cfg,
+                           fix="drop --image, or chat with a run trained on images")
         self.context = context_length(self.model.config)
         self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
         self._tools: dict[str, list] = {}
@@ -46,9 +48,8 @@ class Chat:
     def set_images(self, images: list) -> None:
         """The pictures (PIL images: app.data.images.open_image) the conversation is about; each side sees them
         before its first message, where training put a row's images. A run whose model reads none: one line."""
-        if images and self.pair.processor is None:
-            raise UserError(f"'{self.adapter_dir}' was trained on text: its model reads no images; drop --image, or "
-                            "chat with a run trained on images")
+        if images:
+            self.asker.path(True)  # a model that reads none: the one refusal
         self.images = list(images or [])
 
     def tools(self, side: str) -> list:
@@ -58,13 +59,12 @@ class Chat:
             self._tools[side] = tools[0]
         return self._tools[side]
 
-    def messages(self, side: str, message: str) -> list[dict]:
-        sys = [{"role": "system", "content": self.system}] if self.system else []
-        return sys + self.history[side] + [{"role": "user", "content": message}]
+    def ask(self, side: str, message: str) -> Ask:
+        """The side's conversation with ``message`` last, the system prompt first, the conversation's pictures."""
+        return Ask.of([*self.history[side], {"role": "user", "content": message}], self.system, self.images)
 
     def prompt(self, side: str, message: str) -> str:
-        msgs = self.messages(side, message)
-        return conversation_prompt(self.tok, msgs)
+        return conversation_prompt(self.tok, self.ask(side, message).messages)
 
     def _fit(self, side: str, message: str, max_new_tokens: int) -> list[int]:
         """The prompt's token ids, dropping the oldest exchanges while they leave no room for the reply; a message
@@ -91,47 +91,24 @@ class Chat:
             raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
         if not message or not message.strip():
             raise UserError("the message is empty; type something to send")
-        if uses_tools(self.run_cfg):
-            return self._reply_with_tools(side, message, temperature, max_new_tokens, seed, on_text)
-        if self.images:
-            return self._reply_with_images(side, message, temperature, max_new_tokens, seed, on_text)
-        ids = self._fit(side, message, max_new_tokens)
+        ask = self.ask(side, message)
+        path = self.asker.path(bool(ask.images))
+        # a conversation that outgrew the context loses its oldest turns (pictures are never cut: their path asks
+        # the whole conversation)
+        ids = None if path == "images" else self._fit(side, message, max_new_tokens)
+        ask = self.ask(side, message)  # the history _fit kept
         with self.pair.side(side):
-            text = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
-        self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
-        return text
-
-    def _reply_with_tools(self, side: str, message: str, temperature: float, max_new_tokens: int, seed: int,
-                          on_text) -> str:
-        """A tool run's reply: the tool loop of compare and training (app/tools/loop.py), each call and its result
-        shown before the answer ("> calculator(expression='1 + 2') -> 3"); the history keeps the calls."""
-        self._fit(side, message, max_new_tokens)  # a conversation that outgrew the context loses its oldest turns
-        msgs = self.messages(side, message)
-        with self.pair.side(side):
-            rollout = run_tool_loop(self.model, self.tok, [msgs], [self.tools(side)], self.run_cfg.grpo.max_tool_calls,
-                                    max_new_tokens,
-                                    lambda ids, n: generate_ids(self.model, self.tok, ids, n, temperature, seed))[0]
-        if on_text:
-            for line in call_lines(rollout.turns):
+            answer = self.asker.one(ask, ids, max_new_tokens, temperature, seed, on_text if path == "text" else None,
+                                    stop, tools=self.tools(side) if path == "tools" else None)
+        if on_text and path != "text":  # answered whole: a tool run's calls and results first
+            for line in call_lines(answer.turns or []):
                 on_text(line + "\n")
-            on_text(rollout.text)
-        self.history[side] += [{"role": "user", "content": message}, *rollout.turns[:-1],
-                               {"role": "assistant", "content": rollout.text}]
-        self.last_turns[side] = rollout.turns
-        return rollout.text
-
-    def _reply_with_images(self, side: str, message: str, temperature: float, max_new_tokens: int, seed: int,
-                           on_text) -> str:
-        """A reply about the conversation's pictures: compare's path for a prompt with images (one prompt, no
-        streaming: the processor's generation gives the whole reply)."""
-        item = {"messages": self.messages(side, message), "images": self.images}
-        with self.pair.side(side):
-            text = generate_with_images(self.model, self.pair.processor, [item], max_new_tokens, temperature,
-                                        seed=seed)[0]["text"]
-        if on_text:
-            on_text(text)
-        self.history[side] += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
-        return text
+            on_text(answer.text)
+        self.history[side] += [{"role": "user", "content": message}, *(answer.turns or [])[:-1],
+                               {"role": "assistant", "content": answer.text}]
+        if answer.turns is not None:
+            self.last_turns[side] = answer.turns
+        return answer.text
 
     def shown(self, side: str, text: str) -> str:
         """A reply as the transcript shows it: a tool run's calls and results of the side's last reply above it."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
-from app.eval.answers import answer_items, tool_names
+from app.eval.asking import Ask, Asker, tool_names
 from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
@@ -63,10 +63,8 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
                             "not train on")
     for p in prompts:
         if p and p.strip():
-            msgs = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-                {"role": "user", "content": p}]
-            items.append({"prompt": p, "reference": None, "source": "prompt", "messages": msgs,
-                          "plain": f"{system_prompt}\n\n{p}" if system_prompt else p})
+            ask = Ask.of([{"role": "user", "content": p}], system_prompt)
+            items.append({"prompt": p, "reference": None, "source": "prompt", **ask.item()})
     if not items:
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
     return items
@@ -134,14 +132,14 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 
     gen = dict(max_new_tokens=max_new_tokens, temperature=temperature, batch_size=batch_size, seed=seed,
                on_batch=tick)
+    asker = Asker(peft_model, tok, pair.processor, run_cfg, fix="compare it with rows without images")
     sides = {}
-    for side in ("base", "adapter"):  # a tool run answers with its tools on both sides (app/eval/answers.py)
+    for side in ("base", "adapter"):  # a tool run answers with its tools on both sides (app/eval/asking.py)
         with pair.side(side):
-            sides[side] = answer_items(peft_model, tok, items, run_cfg, processor=pair.processor, **gen)
+            sides[side] = asker.answers(items, **gen)
     base_out, adapter_out = sides["base"], sides["adapter"]
     # preference data: which of each held-out pair's answers base and adapter find more likely
-    pref, _ = compare_pairs(peft_model, tok, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta,
-                            processor=pair.processor)
+    pref, _ = compare_pairs(asker, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
 
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],

@@ -42,13 +42,11 @@ def _encode(tok, item: dict) -> list[tuple[list[int], list[int]]]:
             for ans in item["pair"]]
 
 
-def answer_logprobs(model, tok, items: list[dict], processor=None) -> list[tuple[float, float]]:
-    """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order. Items
-    with ``images`` are read with them through ``processor`` (``_image_logprobs``)."""
+def text_logprobs(model, tok, items: list[dict]) -> list[tuple[float, float]]:
+    """(chosen, rejected) summed log-probabilities for each item with a "pair" (chosen, rejected), in order (asked
+    through app/eval/asking.Asker.logprobs, which sends items with pictures to ``image_logprobs``)."""
     import torch
 
-    if any(it.get("images") for it in items):
-        return _image_logprobs(model, tok, processor, items)
     seqs = [seq for it in items for seq in _encode(tok, it)]
     device = next(model.parameters()).device
     out: list[float] = []
@@ -70,13 +68,11 @@ def answer_logprobs(model, tok, items: list[dict], processor=None) -> list[tuple
     return list(zip(out[0::2], out[1::2]))
 
 
-def _image_logprobs(model, tok, processor, items: list[dict]) -> list[tuple[float, float]]:
-    """``answer_logprobs`` of prompts with images: each prompt + answer encoded by the processor with the item's
+def image_logprobs(model, tok, processor, items: list[dict]) -> list[tuple[float, float]]:
+    """``text_logprobs`` of prompts with images: each prompt + answer encoded by the processor with the item's
     images, one sequence at a time (so the answer's tokens are the sequence's last ones, with no padding to track)."""
     import torch
 
-    if processor is None:
-        raise ValueError("held-out pairs with images need the model's processor")
     device = next(model.parameters()).device
     out = []
     for it in items:
@@ -116,15 +112,15 @@ def summarize(base: list[tuple[float, float]], adapter: list[tuple[float, float]
                              adapter_likelier=sum(c > r for c, r in adapter) / n, beta=beta)
 
 
-def compare_pairs(peft_model, tok, items: list[dict], beta: float, base: list | None = None, processor=None):
+def compare_pairs(asker, items: list[dict], beta: float, base: list | None = None):
     """(PreferenceSummary, the base's log-probs) of the items that hold a pair, or (None, None) when none does.
-    ``base``: the base's log-probs from an earlier call (they do not change while the adapter trains);
-    ``processor``: a model that reads images, whose pairs are scored with their images."""
+    ``asker``: the run's PEFT model as app/eval/asking.Asker asks it (its ``logprobs``); ``base``: the base's
+    log-probs from an earlier call (they do not change while the adapter trains)."""
     pairs = [it for it in items if it.get("pair")]
     if not pairs:
         return None, None
     if base is None:
-        with base_side(peft_model):
-            base = answer_logprobs(peft_model, tok, pairs, processor)
-    adapter = answer_logprobs(peft_model, tok, pairs, processor)
+        with base_side(asker.model):
+            base = asker.logprobs(pairs)
+    adapter = asker.logprobs(pairs)
     return summarize(base, adapter, beta), base

@@ -162,14 +162,23 @@ def open_pair(adapter: str | Path, model: str | None = None, local_only: bool = 
     return load_pair(open_target(adapter, model, local_only), local_only)
 
 
+def system_first(messages: list[dict], system: str | None) -> list[dict]:
+    """The conversation a model is asked: the run's ``system`` prompt first when the conversation has no system turn
+    of its own (a user's own system turn stands, as a chat or API client meant it). The one rule of every way a run
+    is asked (app/eval/asking.py); training rows merge the two instead (app/data/turns.with_system), which held-out
+    rows keep."""
+    msgs = list(messages)
+    if system and not any(m["role"] == "system" for m in msgs):
+        msgs = [{"role": "system", "content": system}, *msgs]
+    return msgs
+
+
 def conversation_prompt(tok, messages: list[dict], system: str | None = None, tools: list | None = None) -> str:
     """A conversation's prompt text: ``system`` first when the conversation has no system turn of its own (the run's
     system prompt: how the adapter was taught to be asked), then the tokenizer's chat template, or without one the
     texts one after another, as compare's plain prompt is (system prompt, blank line, message). Chat's and the API
     server's. ``tools``: their schemas (or functions), rendered by the chat template as training rendered them."""
-    msgs = list(messages)
-    if system and not any(m["role"] == "system" for m in msgs):
-        msgs = [{"role": "system", "content": system}] + msgs
+    msgs = system_first(messages, system)
     if tools:
         return tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
     return format_prompt(tok, {"messages": msgs, "plain": "\n\n".join(m["content"] for m in msgs)})

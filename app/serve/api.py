@@ -83,9 +83,8 @@ async def _answer(engine, request: Request, chat: bool):
         if not chat and body.get("tools") is not None:
             raise BadRequest("tools go with /v1/chat/completions", "tools")
         pictures = R.images(body, engine.local_only) if chat else []
-        if pictures and engine.pair.processor is None:
-            raise BadRequest("this run's model reads no images (it was trained on text); send text content only",
-                             "messages")
+        if pictures:
+            engine.asker.path(True)  # a model that reads none: the one refusal, this request's 400
         if chat:
             text = engine.chat_prompt(msgs := R.messages(body), tools)
         elif isinstance(body.get("prompt"), str):

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from app.errors import UserError
-from app.model.generation import adds_special_tokens, generate_one, generate_with_images
+from app.eval.asking import Ask, Asker
+from app.model.generation import adds_special_tokens
 from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length
 from app.model.templates import ensure_tool_parser, tool_template_problem
@@ -90,6 +91,9 @@ class Engine:
         self.system = self.pair.target.system_prompt
         self.names = served_names(self.pair.target.adapter_dir)
         self.model, self.tok = self.pair.model, self.pair.tok
+        # the client runs its own tools (OpenAI's protocol): the run's are never run here
+        self.asker = Asker(self.model, self.tok, self.pair.processor, self.run_cfg, run_tools=False,
+                           fix="send text content only")
         self.context = context_length(self.model.config)
         self.created = int(time.time())
         self.stats = Stats()
@@ -139,18 +143,6 @@ class Engine:
         used = len(self.ids(text, 1))
         return max(1, min(most, self.context - used))
 
-    def image_reply(self, side: str, messages: list[dict], images: list, max_tokens: int, temperature: float,
-                    seed: int) -> str:
-        """A reply about pictures (a run trained on images): compare's path for a prompt with images, whole."""
-        if self.pair.processor is None:
-            raise UserError("this run's model reads no images (it was trained on text); send text content only")
-        if self.system and not any(m["role"] == "system" for m in messages):
-            messages = [{"role": "system", "content": self.system}, *messages]
-        item = {"messages": messages, "images": images}
-        with self.pair.side(side):
-            return generate_with_images(self.model, self.pair.processor, [item], max_tokens, temperature,
-                                        seed=seed)[0]["text"]
-
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
               stop: threading.Event | None = None, stops: list[str] = (), images: list = (),
               messages: list[dict] | None = None) -> Reply:
@@ -172,14 +164,14 @@ class Engine:
         t0 = time.monotonic()
         with self._turn:
             waited = time.monotonic() - t0
-            if images:
-                out = self.image_reply(side, messages or [], list(images), max_tokens, temperature, seed)
-                if on_text or watch.stops:
-                    piece(out)
-            else:
-                with self.pair.side(side):
-                    out = generate_one(self.model, self.tok, ids, max_tokens, temperature, seed,
-                                       piece if (on_text or watch.stops) else None, ended)
+            # pictures: the conversation asked whole with them (one piece when streamed); text: the prompt's ids
+            ask = Ask.of(messages or [], self.system, images)
+            streamed = on_text or watch.stops
+            with self.pair.side(side):
+                out = self.asker.one(ask, ids, max_tokens, temperature, seed, piece if streamed else None,
+                                     ended).text
+            if images and streamed:
+                piece(out)
         hit = watch.first(out)  # the whole text is cut as the stream was (the decoded text is the reference)
         if hit:
             out = out[:hit[0]]

@@ -152,7 +152,8 @@ def test_dpo_run_learns_records_and_proves_on_held_out_pairs(dpo_run):
 def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_base(dpo_run):
     import torch
 
-    from app.eval.preference import _encode, answer_logprobs, compare_pairs
+    from app.eval.asking import Asker
+    from app.eval.preference import _encode, compare_pairs
     from app.model.pair import find_target, load_pair
 
     pair = load_pair(find_target(dpo_run), True, device="cpu")
@@ -160,7 +161,8 @@ def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_ba
     rows = [json.loads(line) for line in (Path(run_cfg.data.dataset) / "test.jsonl").open()]
     items = [{"messages": r["prompt"], "plain": "", "pair": (r["chosen"], r["rejected"])} for r in rows
              if r["chosen"]][:5]
-    batched = answer_logprobs(model, tok, items)
+    asker = Asker(model, tok, run_cfg=run_cfg)
+    batched = asker.logprobs(items)
     for item, (c, _) in zip(items, batched):
         prompt, answer = _encode(tok, item)[0]  # the chosen answer's ids
         with torch.no_grad():
@@ -168,12 +170,12 @@ def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_ba
         logps = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
         assert c == pytest.approx(float(logps.gather(-1, torch.tensor(answer)[:, None]).sum()), abs=1e-3)
     with model.disable_adapter():  # the adapter off is the base: margins 0, the same accuracy on both sides
-        pref, _ = compare_pairs(model, tok, items, beta=0.1, base=answer_logprobs(model, tok, items))
+        pref, _ = compare_pairs(asker, items, beta=0.1, base=asker.logprobs(items))
     assert pref.margin == pytest.approx(0, abs=1e-6) and pref.base_likelier == pref.adapter_likelier
     # DPO learned the pairs it trained on: their chosen answers moved above the rejected ones, against the base
     train = [json.loads(line) for line in (Path(run_cfg.data.dataset) / "train.jsonl").open()]
-    learned, _ = compare_pairs(model, tok, [{"messages": r["prompt"], "plain": "", "pair": (r["chosen"], r["rejected"])}
-                                            for r in train], beta=0.1)
+    learned, _ = compare_pairs(asker, [{"messages": r["prompt"], "plain": "", "pair": (r["chosen"], r["rejected"])}
+                                       for r in train], beta=0.1)
     assert learned.margin > 0 and learned.accuracy > 0.6, learned
 
 

@@ -219,3 +219,65 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
     assert "images: column" in said and "experts: 4 per MoE layer" in said  # both asked about the model
     assert "per card: 8 GB fits" in said  # the plans of each card too
     assert parsed == ["ours"] and len(built) == 1, (parsed, built)
+
+
+# ------------------------------------------------------------------------------------------- one way to ask a model
+
+ASKING = APP / "eval" / "asking.py"
+# The paths a request can take, each called by the dispatcher only (their own modules define them)
+PATH_CALLS = {"generate_with_images", "generate_one", "run_tool_loop", "text_logprobs", "image_logprobs"}
+ASKERS = ("app/eval/compare.py", "app/train/running/heldout_eval.py", "app/eval/chat.py", "app/serve/engine.py")
+
+
+def _at(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+def _called(path: Path, names: set[str]) -> list[str]:
+    return [f"{_at(path)}:{node.lineno} {name}" for name, node in _calls(path) if name in names]
+
+
+def _system_turns_made(path: Path) -> list[str]:
+    """Each place a module writes a system turn of a given prompt ({"role": "system", "content": <a name>}): the
+    system-prompt rule (a constant content, a demo's or a test's data, is not a rule)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            kv = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+            role, content = kv.get("role"), kv.get("content")
+            if isinstance(role, ast.Constant) and role.value == "system" and content is not None \
+                    and not isinstance(content, ast.Constant):
+                out.append(f"{_at(path)}:{node.lineno}")
+    return out
+
+
+def test_one_dispatcher_asks_a_model():
+    """compare, the held-out points, chat, the API server and the preference log-probs ask through
+    app/eval/asking.py: its Asker alone calls the paths (pictures, a tool loop, text, log-probs), holds the one
+    refusal of pictures for a model without a processor, and every asker uses it."""
+    strays = [c for p in MODULES if p != ASKING for c in _called(p, PATH_CALLS)]
+    assert not strays, strays
+    assert {c.split()[-1] for c in _called(ASKING, PATH_CALLS)} == PATH_CALLS  # the scan sees the dispatcher's calls
+    for path in ASKERS:
+        assert "Asker" in {name for name, _ in _calls(ROOT / path)}, f"{path} asks a model without the Asker"
+    refusals = [str(p.relative_to(ROOT)) for p in MODULES if "reads no images" in p.read_text()]
+    assert refusals == ["app/eval/asking.py"], refusals
+
+
+def test_one_system_prompt_rule_at_ask_time():
+    """The run's system prompt is put first by app/model/pair.system_first (asking) and merged into a row's own by
+    app/data/turns.with_system (training rows, which held-out rows keep); nowhere else; the exported template
+    renders its own default (app/export/template.py); the demo's base builders write their pretraining data."""
+    made = [w for p in MODULES if not p.name.startswith("build_") for w in _system_turns_made(p)]
+    homes = ("app/model/pair.py:", "app/data/turns.py:", "app/export/template.py:")
+    assert made and all(w.startswith(homes) for w in made), made
+    assert any(w.startswith("app/model/pair.py:") for w in made)
+
+
+def test_the_dispatcher_check_sees_a_second_path(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("from app.model.generation import generate_one\n"
+                   "def f(m, t):\n    return generate_one(m, t, [1], 2)\n"
+                   "x = {'role': 'system', 'content': prompt}\n")
+    assert [c.split()[-1] for c in _called(src, PATH_CALLS)] == ["generate_one"]
+    assert len(_system_turns_made(src)) == 1

@@ -55,7 +55,14 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
                         "(--set model.images=) to train on them, or use a dataset without images")
     if cfg.method not in METHODS_WITH_IMAGES:
         raise UserError(f"the dataset has images (column '{det.image_field}') and --method {cfg.method} does not "
-                        "train on images yet; use --method sft or dpo, or a dataset without images")
+                        f"train on images yet; use --method {' or '.join(METHODS_WITH_IMAGES)}, or a dataset without "
+                        "images")
+    if cfg.tools.enabled:
+        # the tool loop of training, compare and chat reads text only (app/eval/asking.py): a run on pictures with
+        # tools would be proved without its tools and chatted without its pictures
+        raise UserError(f"the dataset has images (column '{det.image_field}') and tools are on: a run on pictures "
+                        "cannot call tools yet; drop the tools (--set tools.use=[] --set tools.environment=) or use a "
+                        "dataset without images")
     config = files.config
     if config is not None and not reads_images(config):
         raise UserError(f"the dataset has images (column '{det.image_field}') but model '{mc.name_or_path}' reads "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from app.eval.answers import answer_items
+from app.eval.asking import Asker
 from app.eval.compare import score_cell
 from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
@@ -49,7 +49,7 @@ class HeldoutEval(TrainerCallback):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
         reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
-        (if any) answer with the model as in training (app/eval/answers.py); ``rewards``: the run's own reward
+        (if any) answer with the model as in training (app/eval/asking.py); ``rewards``: the run's own reward
         functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring; ``processor``:
         a model that reads images, whose held-out rows are asked with their images."""
         self.rewards, self.processor = rewards, processor
@@ -89,10 +89,9 @@ class HeldoutEval(TrainerCallback):
         context = context_length(model.config)  # a short-context model still gets room for its prompt
         tokens = min(self.max_new_tokens, context // 2) if context else self.max_new_tokens
         with torch.random.fork_rng(devices=devices), eval_keeping_4bit(model):
-            outs = answer_items(model, self.tok, self.items, self.run_cfg, max_new_tokens=tokens,
-                                batch_size=len(self.texts), processor=self.processor)
-            pref, self.base_logps = compare_pairs(model, self.tok, self.items, self.beta, self.base_logps,
-                                                  self.processor)
+            asker = Asker(model, self.tok, self.processor, self.run_cfg)
+            outs = asker.answers(self.items, max_new_tokens=tokens, batch_size=len(self.texts))
+            pref, self.base_logps = compare_pairs(asker, self.items, self.beta, self.base_logps)
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg, it["prompt"], self.rewards)
                                 for o, it in zip(outs, self.items)])
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}

@@ -12,6 +12,7 @@ from conftest import cli_here
 from PIL import Image
 
 from app.config.build import build_config
+from app.errors import UserError
 from app.run import layout, store
 from app.train.planning.plan import make_plan
 
@@ -51,10 +52,11 @@ def _text_det(det):
     return replace(det, image_field=None, images_per_row=None)
 
 
-@pytest.mark.parametrize("case", ["text model", "orpo", "images off"])
+@pytest.mark.parametrize("case", ["text model", "orpo", "images off", "grpo with tools"])
 def test_a_run_that_cannot_read_the_images_is_one_line_and_no_folder(tiny_vlm, tiny_model, tmp_path, case):
     model = str(tiny_model if case == "text model" else tiny_vlm)
-    extra = {"orpo": ["--method", "orpo"], "images off": ["--set", "model.images=false"]}.get(case, [])
+    extra = {"orpo": ["--method", "orpo"], "images off": ["--set", "model.images=false"],
+             "grpo with tools": ["--method", "grpo", "--set", "tools.use=[calculator]"]}.get(case, [])
     data = "shapes"
     if case == "orpo":  # preference pairs with pictures
         for i in range(8):
@@ -69,7 +71,7 @@ def test_a_run_that_cannot_read_the_images_is_one_line_and_no_folder(tiny_vlm, t
     line = r.stderr.strip().splitlines()[-1]
     assert "Traceback" not in r.stderr and "images" in line
     assert {"text model": "reads none", "orpo": "does not train on images yet",
-            "images off": "model.images is false"}[case] in line
+            "images off": "model.images is false", "grpo with tools": "cannot call tools yet"}[case] in line
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -139,16 +141,19 @@ def test_held_out_pairs_with_images_are_scored_with_them():
     demo's pretrained base: a random tiny Gemma 3 starts with a zero projector and ignores its pictures)."""
     from app.config.builtin import VISION_MODEL, builtin_model_path
     from app.config.schema import ModelConfig
-    from app.eval.preference import answer_logprobs
+    from app.eval.asking import Asker
     from app.model.load import load_base_model
 
     model, tok, info = load_base_model(ModelConfig(name_or_path=str(builtin_model_path(VISION_MODEL))),
                                        local_only=True, for_training=False, device="cpu", images=True)
     item = {"messages": [{"role": "user", "content": "What color is the picture?"}], "pair": ("red", "blue")}
     red, blue = (Image.new("RGB", (20, 20), c) for c in ("red", "blue"))
-    [with_red] = answer_logprobs(model, tok, [{**item, "images": [red]}], info["processor"])
-    [with_blue] = answer_logprobs(model, tok, [{**item, "images": [blue]}], info["processor"])
+    asker = Asker(model, tok, info["processor"])
+    [with_red] = asker.logprobs([{**item, "images": [red]}])
+    [with_blue] = asker.logprobs([{**item, "images": [blue]}])
     assert with_red != with_blue and all(x < 0 for x in with_red + with_blue)
+    with pytest.raises(UserError, match="reads no images"):  # the same pictures asked of a model without a processor
+        Asker(model, tok).logprobs([{**item, "images": [red]}])
 
 
 @pytest.mark.slow
