@@ -19,6 +19,7 @@ from app.eval.chat import Chat
 from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch
 from app.export.push import push_run
+from app.export.quantize import DEFAULT as GGUF_DEFAULT
 from app.host.offline import apply_local_only
 from app.host.threads import use_free_cores
 
@@ -149,7 +150,10 @@ def export(
                                                   "one). Default: RUN/exports/FORMAT."),
     fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf or ollama."),
     merge: bool = switch("--merge", help="Same as --format merged."),
-    outtype: str = typer.Option("f16", "--outtype", help="gguf / ollama: f16, bf16, q8_0 or f32."),
+    outtype: str = typer.Option(
+        GGUF_DEFAULT, "--outtype", help="gguf / ollama: the GGUF's type, q4_k_m (the default: what Ollama and LM "
+        "Studio users run), q4_k_s, q5_k_m, q5_k_s, q6_k, q8_0, f16, bf16, f32 or a smaller k-quant; several at once "
+        "from one merge: q4_k_m,q8_0 (the first is the Modelfile's)."),
     dtype: Optional[str] = typer.Option(None, help="merged: bf16 (default), fp16 or fp32."),
     force: bool = switch("--force", help="Write into a non-empty --out (same names are replaced)."),
     local_only: bool = switch("--local-only"),
@@ -174,7 +178,7 @@ def push(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
     repo: str = typer.Option(..., help="Hub repository id, e.g. you/my-model."),
     fmt: str = typer.Option("adapter", "--format", help="adapter, merged or gguf."),
-    outtype: str = typer.Option("f16", "--outtype", help="gguf: f16, bf16, q8_0 or f32."),
+    outtype: str = typer.Option(GGUF_DEFAULT, "--outtype", help="gguf: the GGUF's type(s), as export's --outtype."),
     private: bool = switch("--private", help="Create the repository as private."),
     dry_run: bool = switch("--dry-run", help="List what would be uploaded; upload nothing."),
     local_only: bool = switch("--local-only"),

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from app.errors import UserError, write_failure
 from app.export import gguf as gguf_mod
+from app.export import quantize as quant
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
@@ -45,6 +46,7 @@ class Exported:
     files: dict[str, str] = field(default_factory=dict)  # role (gguf, modelfile, card) -> file name in out
     notes: list[str] = field(default_factory=list)
     ollama_command: str | None = None
+    failed: str | None = None  # a quantization that failed: raised once what was made (the f16 file) is in out
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -72,12 +74,12 @@ def default_out(adapter_dir: Path, run_dir: Path | None, fmt: str) -> Path:
     return adapter_dir.parent / f"{adapter_dir.name}-{fmt}"
 
 
-def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str | None = None, force: bool = False,
-               local_only: bool = False) -> Exported:
+def export_run(run, out, fmt: str = "adapter", outtype: str = quant.DEFAULT, dtype: str | None = None,
+               force: bool = False, local_only: bool = False) -> Exported:
+    """``outtype``: the GGUF types to write (gguf / ollama), one or several comma-separated (app/export/quantize.py)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt} is not one of {', '.join(FORMATS)}")
-    if outtype not in gguf_mod.OUTTYPES:
-        raise UserError(f"--outtype {outtype} is not one of {', '.join(gguf_mod.OUTTYPES)} (f16 is the default)")
+    outtypes = quant.parse_outtypes(outtype)
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
     target = find_target(run)
@@ -87,11 +89,12 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
     check_out(out, force)
     if fmt in ("gguf", "ollama"):
         gguf_mod.converter()  # the extra is missing: one line before anything loads
+        quant.check_quantizer(outtypes)
     result = Exported(out=out, fmt=fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtype, dtype, local_only,
+        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtypes, dtype, local_only,
                images=bool(mc.images))
         _umask_modes(staging)
         out.mkdir(exist_ok=True)
@@ -109,10 +112,12 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = "f16", dtype: str 
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    if result.failed:
+        raise UserError(result.failed)
     return result
 
 
-def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtype, dtype, local_only,
+def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtypes, dtype, local_only,
            images: bool = False):
     name = slug(run_dir.name if run_dir else adapter_dir.name)
     if fmt == "adapter":
@@ -127,21 +132,30 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         config = AutoConfig.from_pretrained(base, local_files_only=local_only)
         gguf_mod.check_architecture(config, images=images)
         pre = gguf_mod.pre_tokenizer(merged)  # refused here, before minutes of merging
-        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, outtype), local_only, tokenizer=False,
-              images=images)
-        gguf_file = stage / f"{name}-{outtype}.gguf"
-        gguf_mod.convert(merged, gguf_file, outtype, pre, name)
+        # the converter's types from the merge; the quantizer's from the converter's f16 file
+        converted = [t for t in outtypes if t in quant.CONVERTER_TYPES]
+        if quant.needs_quantizer(outtypes) and quant.SOURCE not in converted:
+            converted.append(quant.SOURCE)
+        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, "f32" if "f32" in converted
+                                                                      else converted[0]),
+              local_only, tokenizer=False, images=images)
+        files = {t: stage / f"{name}-{t}.gguf" for t in [*converted, *outtypes]}
+        for t in converted:
+            gguf_mod.convert(merged, files[t], t, pre, name)
         if images:  # llama.cpp reads pictures through a second file: the vision tower and projector (--mmproj)
             save_processor(base, tok, merged, local_only)  # the converter reads its image size, mean and tokens
-            kind = gguf_mod.projector_outtype(outtype)
+            kind = gguf_mod.projector_outtype(outtypes[0])
             projector = stage / f"mmproj-{name}-{kind}.gguf"
             gguf_mod.convert(merged, projector, kind, None, name, projector=True)
             result.files["mmproj"] = projector.name
-        problem = gguf_mod.verify_tokenizer(gguf_file, tok)
+        problem = gguf_mod.verify_tokenizer(files[converted[0]], tok)
         if problem:
             raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
                             "written; export --format merged instead")
-        result.files["gguf"] = gguf_file.name
+        made = _quantize(files, outtypes, result)
+        gguf_file = files[made[0]]
+        for t in made:
+            result.files["gguf" if t == made[0] else f"gguf-{t}"] = files[t].name
         if run_cfg and run_cfg.tools.enabled:
             result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
                                 "llama-server --jinja parses the calls); the tools are not in the model: the program "
@@ -158,6 +172,30 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
     (stage / "README.md").unlink(missing_ok=True)  # PEFT's blank card; ours replaces it
     write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name, adapter_dir=adapter_dir)
     result.files["card"] = "README.md"
+
+
+def _quantize(files: dict[str, Path], outtypes: list[str], result: Exported) -> list[str]:
+    """Quantize each asked type the converter does not write from the f16 file, saying each file's size and how many
+    weight matrices fell back from a k-quant; the types made, in the order asked. A failed quantization keeps the
+    f16 file (made first, in its place) and is reported once the export is in place (``result.failed``)."""
+    made = []
+    for t in outtypes:
+        fell = 0
+        if t not in quant.CONVERTER_TYPES:
+            try:
+                fell = quant.quantize(files[quant.SOURCE], files[t], t)
+            except UserError as e:
+                result.failed = str(e)
+                return list(dict.fromkeys([quant.SOURCE, *made]))
+        made.append(t)
+        types = quant.tensor_types(files[t])
+        result.notes.append(f"{files[t].name}: {files[t].stat().st_size / 1e6:,.1f} MB, {sum(types.values())} weight "
+                            f"matrices ({', '.join(f'{n} {k}' for k, n in types.most_common())})"
+                            + (f"; {fell} tensor(s) fell back from {t} to the type llama.cpp picks (rows not a "
+                               "multiple of its block)" if fell else ""))
+    if quant.needs_quantizer(outtypes) and quant.SOURCE not in outtypes:
+        files[quant.SOURCE].unlink(missing_ok=True)  # only the quantizer's input
+    return made
 
 
 def save_tokenizer(adapter_dir: Path, base: str, dest: Path, local_only: bool):

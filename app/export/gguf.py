@@ -21,7 +21,6 @@ from pathlib import Path
 
 from app.errors import UserError
 
-OUTTYPES = ("f16", "bf16", "q8_0", "f32")
 EXTRA = "pip install 'qlora-app[gguf]'"
 # The merged copy's dtype for each GGUF type when the base is not stored in 16 bits (q8_0 quantizes from f16).
 MERGE_DTYPE = {"f16": "fp16", "bf16": "bf16", "q8_0": "fp16", "f32": "fp32"}
@@ -175,9 +174,10 @@ _SIGLIP_LEVEL = re.compile(r"^((?:model\.)?vision_tower\.)(?=(?:embeddings|encod
 
 
 def projector_outtype(outtype: str) -> str:
-    """The projector file's type: the model's, except q8_0, which stays f16 (the tower is small beside the language
-    model and its precision is what the pictures go through; llama.cpp's own projector files are f16)."""
-    return "f16" if outtype == "q8_0" else outtype
+    """The projector file's type: the model's 16 or 32 bits, and f16 for every quantized type (the tower is small
+    beside the language model and its precision is what the pictures go through; llama.cpp's own projector files
+    are f16)."""
+    return outtype if outtype in ("f16", "bf16", "f32") else "f16"
 
 
 def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, model_name: str,
@@ -273,13 +273,19 @@ def _converter_log(level: int):
 
 
 @contextlib.contextmanager
-def _quiet_fd2():
+def native_stderr(into: Path | None = None):
+    """llama.cpp's own lines sent to ``into``, or nowhere: it prints context notes even with verbose=False, and a
+    line per tensor when it quantizes; C code writes on file descriptor 2, llama-cpp-python's log callback on
+    Python's sys.stderr (which a host program may have replaced), so both are redirected."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
+        with open(into or os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                sink.flush()
     finally:
         os.dup2(saved, 2)
         os.close(saved)
@@ -292,7 +298,7 @@ def verify_tokenizer(gguf_file: Path, tok) -> str | None:
         from llama_cpp import Llama
     except ImportError:
         return None
-    with _quiet_fd2():  # llama.cpp prints context notes on stderr even with verbose=False
+    with native_stderr():  # llama.cpp prints context notes on stderr even with verbose=False
         llm = Llama(model_path=str(gguf_file), vocab_only=True, verbose=False)
     try:
         for text in PROBES:

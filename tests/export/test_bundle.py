@@ -43,7 +43,7 @@ def test_bad_requests_are_one_line_and_keep_what_exists(bare_run, tmp_path):
     assert (full / "keep.txt").read_text() == "mine" and len(list(full.iterdir())) == 1
     with pytest.raises(UserError, match="--format tgz is not one of adapter, merged, gguf, ollama"):
         export_run(bare_run, tmp_path / "x", fmt="tgz")
-    with pytest.raises(UserError, match="--outtype q4 is not one of f16, bf16, q8_0, f32"):
+    with pytest.raises(UserError, match="--outtype q4 is not one of q4_k_m, "):
         export_run(bare_run, tmp_path / "x", fmt="gguf", outtype="q4")
     # a run with no adapter yet: says why (running at step 3) and what to do
     pending = tmp_path / "pending"
@@ -198,8 +198,25 @@ def demo_run(tmp_path_factory):
 NEAR_TIE = 0.05
 
 
+@pytest.fixture(scope="module")
+def demo_ggufs(demo_run, tmp_path_factory):
+    """The demo run exported for Ollama as f16 (the Modelfile's), Q4_K_M and Q8_0, from one merge."""
+    from app.export.bundle import export_run
+
+    return export_run(demo_run, tmp_path_factory.mktemp("ggufs") / "ollama", fmt="ollama", outtype="f16,q4_k_m,q8_0")
+
+
+def _greedy(llm, ids: list[int], most: int = 32) -> list[int]:
+    out = []
+    for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        if t == llm.token_eos() or len(out) >= most:
+            break
+        out.append(t)
+    return out
+
+
 @pytest.mark.slow
-def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
+def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, demo_ggufs, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
     import torch
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -209,8 +226,9 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     from app.model.generation import format_prompt
 
     cmp = json.loads((demo_run / layout.COMPARE_JSON).read_text())  # the run's proof, written as training ended
-    res = export_run(demo_run, tmp_path / "ollama", fmt="ollama")
+    res = demo_ggufs
     gguf_file = res.out / res.files["gguf"]
+    assert gguf_file.name.endswith("-f16.gguf")
     merged = export_run(demo_run, tmp_path / "merged", fmt="merged", dtype="fp16").out
     tok = AutoTokenizer.from_pretrained(merged)
     model = AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
@@ -262,7 +280,44 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, tmp_path):
     assert f"| adapter | {s['adapter']['accuracy']:.1%} |" in card and "library_name: gguf" in card
     assert (res.out / layout.CURVES).is_file() and "ollama create demo-grpo" in card
     assert sorted(p.name for p in res.out.iterdir()) == sorted(["Modelfile", "README.md", "curves.png",
-                                                                 gguf_file.name])
+                                                                 gguf_file.name, res.files["gguf-q4_k_m"],
+                                                                 res.files["gguf-q8_0"]])
+
+
+@pytest.mark.slow
+def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs):
+    """Q4_K_M and Q8_0 in llama.cpp against the f16 file, greedy, on the run's held-out problems: the same answers on
+    most rows and the same accuracy within a few rows (docs/export.md has the measured figures: bench/bench_gguf.py)."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    from transformers import AutoTokenizer
+
+    from app.demo.recipe import base_model_path
+    from app.export.gguf import native_stderr
+    from app.model.generation import format_prompt
+    from app.rewards import match
+
+    cmp = json.loads((demo_run / layout.COMPARE_JSON).read_text())
+    res = demo_ggufs
+    files = {"f16": res.files["gguf"], "q4_k_m": res.files["gguf-q4_k_m"], "q8_0": res.files["gguf-q8_0"]}
+    tok = AutoTokenizer.from_pretrained(base_model_path())
+    system = cmp["config"]["system_prompt"]
+    prompts = [tok(format_prompt(tok, {"messages": [{"role": "system", "content": system},
+                                                    {"role": "user", "content": row["prompt"]}], "plain": ""}),
+                   add_special_tokens=False)["input_ids"] for row in cmp["rows"]]
+    answers, right = {}, {}
+    for t, name in files.items():
+        with native_stderr():
+            llm = llama_cpp.Llama(model_path=str(res.out / name), n_ctx=256, n_threads=2, verbose=False)
+        try:
+            answers[t] = [tok.decode(_greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
+        finally:
+            llm.close()
+        right[t] = sum(bool(match.correct(None, a, row["reference"])) for a, row in zip(answers[t], cmp["rows"]))
+    n = len(cmp["rows"])
+    same = {t: sum(a == b for a, b in zip(answers[t], answers["f16"])) for t in ("q4_k_m", "q8_0")}
+    assert same["q8_0"] >= n - 2, same
+    assert same["q4_k_m"] >= n // 2, same
+    assert all(abs(right[t] - right["f16"]) <= max(2, n // 8) for t in ("q4_k_m", "q8_0")), right
 
 
 @pytest.mark.slow

@@ -81,9 +81,12 @@ def test_siglip_tensors_are_read_under_the_hubs_names():
 
 
 def test_projector_type_follows_the_model_but_is_never_quantized():
-    from app.export.gguf import OUTTYPES, projector_outtype
+    from app.export.gguf import projector_outtype
+    from app.export.quantize import OUTTYPES
 
-    assert {t: projector_outtype(t) for t in OUTTYPES} == {"f16": "f16", "bf16": "bf16", "q8_0": "f16", "f32": "f32"}
+    assert {t: projector_outtype(t) for t in OUTTYPES} == {t: t if t in ("f16", "bf16", "f32") else "f16"
+                                                           for t in OUTTYPES}
+    assert projector_outtype("q4_k_m") == "f16" and projector_outtype("bf16") == "bf16"
 
 
 def test_modelfile_names_the_projector_in_a_second_from(tiny_models, tmp_path):
