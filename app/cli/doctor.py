@@ -17,6 +17,7 @@ from app.export.gguf import EXTRA, converter_version
 from app.host.machine import installed
 from app.run import layout, lookup, store
 from app.run.diagnosis import WINDOW, Facts, diagnose, step_lines, step_mean, steps_of, window
+from app.train.planning.fastpaths import FLA_COST, FLA_EXTRA
 from app.train.planning.plan import make_plan
 
 
@@ -35,8 +36,9 @@ def gguf_export() -> str:
     if not (installed("gguf") and installed("conversion")):
         return f"not available: {EXTRA}"
     version = converter_version() or "installed"
-    checked = ("the tokenizer of each file is checked in llama.cpp" if installed("llama_cpp")
-               else "llama-cpp-python not installed: the written file's tokenizer is not checked")
+    checked = ("Q4_K_M and the other k-quants by llama.cpp's quantizer; the tokenizer of each file is checked in "
+               "llama.cpp" if installed("llama_cpp") else "llama-cpp-python not installed: f16 / bf16 / q8_0 / f32 "
+               "only (no Q4_K_M) and the written file's tokenizer is not checked")
     return f"available (llama.cpp's converter {version}; {checked})"
 
 
@@ -67,7 +69,10 @@ def report(console) -> None:
         t.add_row("compute dtype (auto)", w.compute_dtype)
         t.add_row("backend (auto)", plan.backend)
     for pkg, why in (("flash-attn", "packed SFT without masks"), ("vllm", "GRPO sampling in colocate mode"),
-                     ("liger-kernel", "fused kernels")):
+                     ("liger-kernel", "fused kernels"),
+                     ("flash-linear-attention", f"Qwen3.5's linear-attention layers; without it: {FLA_COST}; "
+                                                f"{FLA_EXTRA}"),
+                     ("causal-conv1d", "the same layers' convolution")):
         try:
             t.add_row(pkg, f"{md.version(pkg)} ({why})")
         except md.PackageNotFoundError:

@@ -50,14 +50,15 @@ class ModelConfig(StrictModel):
                                          "(qwen2_5, qwen3, llama3_1, ...): a tool run needs one TRL can parse calls of")
     images: bool | None = _d(None, "load the model whole, vision tower and processor, to read images (a "
                                    "vision-language model); empty = auto: on when the data has images")
-    quantize_experts: bool = _d(False, "a mixture-of-experts model: quantize its experts to 4-bit after loading "
-                                       "(bitsandbytes' parametrizations); off, they stay 16-bit, as transformers "
-                                       "loads fused experts, and the plan counts them so")
+    quantize_experts: bool | None = _d(None, "a mixture-of-experts model: its fused experts in 4-bit (NF4, each "
+                                              "quantized as it loads: bitsandbytes' parametrizations) or 16-bit (as "
+                                              "transformers loads them); empty = auto: 4-bit when 16-bit experts "
+                                              "would not fit the GPU, else 16-bit")
 
     @property
     def experts_in_4bit(self) -> bool:
-        """A MoE model's fused experts end up 4-bit: quantized after loading, on a 4-bit run only."""
-        return self.load_in_4bit and self.quantize_experts
+        """A MoE model's fused experts end up 4-bit: quantized as they load, on a 4-bit run only."""
+        return self.load_in_4bit and bool(self.quantize_experts)
 
 
 class LoraConfig(StrictModel):

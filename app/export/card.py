@@ -129,7 +129,7 @@ def images_line(seen: dict) -> str:
 def experts_line(seen: dict) -> str:
     """The card's line on a mixture-of-experts run: which parameters were 4-bit, and whether LoRA is on the experts."""
     total, experts = seen.get("params") or 0, seen.get("expert_params") or 0
-    bits = "4-bit (NF4, quantized after loading)" if seen.get("experts_4bit") else "16-bit"
+    bits = "4-bit (NF4, each quantized as it loaded)" if seen.get("experts_4bit") else "16-bit"
     lora = ("the LoRA adapter is on the experts too (" + ", ".join(f"`{t}`" for t in seen.get("lora_expert_targets")
                                                                    or []) + ")") if seen.get("lora_on_experts") \
         else "the LoRA adapter is on the linear layers, not the experts"
@@ -195,6 +195,9 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             body += [images_line(st.get(layout.VISION) or {})]
         if st.get(layout.EXPERTS):
             body += [experts_line(st[layout.EXPERTS])]
+        linear = (st.get("fast_paths") or "").partition("; linear attention on ")[2]
+        if linear:  # Qwen3.5's Gated DeltaNet layers: on the fast kernels or transformers' pure-torch path
+            body += [f"- linear-attention layers ran on {linear}"]
         if cfg.method == "grpo":
             g = cfg.grpo
             body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "

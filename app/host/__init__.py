@@ -1,7 +1,8 @@
 """This machine and this process: what the device can do (machine), the offline switches (offline), CPU threads
 (threads) and the allocator (alloc), other processes (procs), the library versions a job needs (stack), which
-addresses are this machine (net), importing the user's own code (usercode), and the process-wide settings an entry
-point makes once (process).
+addresses are this machine (net), importing the user's own code (usercode), the process-wide settings an entry
+point makes once (process), and the one library patch, made around a single model load (loading: transformers'
+loader hands each parameter it places to a callback, so MoE experts are quantized as they load).
 
 Owns: every change to os.environ, the warnings filters or another library's settings
 (tests/structure/test_architecture.py scans for others). Must not import anything above it, nor torch/transformers

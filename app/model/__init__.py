@@ -4,7 +4,7 @@ them, each once (files: config.json, the meta-device shell), the Unsloth backend
 (unsloth_backend), its chat templates (templates), generating from it (generation), a run's adapter opened
 on its base (pair: the one way every command loads a trained adapter), and what a vision-language model is made of
 (vision: its vision side kept 16-bit, its language model's LoRA targets, its processor) or a mixture-of-experts
-model (experts: its fused expert weights found, counted as they load, quantized after loading, named for PEFT), and
+model (experts: its fused expert weights found, counted as they load, quantized as they load, named for PEFT), and
 its family (family: the class transformers opens it with, its chat template and what TRL does with it).
 
 Owns: every call into transformers/bitsandbytes/PEFT that makes or runs a model. The decisions are small pure

@@ -5,8 +5,8 @@ converts only ``nn.Linear``: the experts load at the compute dtype, most of such
 This module finds them on any family by what they are (the parameters of a module holding a 3-D or larger weight
 that is not a convolution), never by a table of names; counts a model's parameters by how they load (linear layers
 bitsandbytes converts, experts, the rest), on the model built on the meta device when planning; quantizes the
-experts to NF4 after loading when asked (bitsandbytes' own parametrizations, the approach Axolotl took); names them for
-PEFT's ``target_parameters``; and reads the router's settings from the config.
+experts to NF4 as they load when asked (``QuantizeAsLoaded``: bitsandbytes' own parametrizations, the approach
+Axolotl took); names them for PEFT's ``target_parameters``; and reads the router's settings from the config.
 
 Owns those facts. Must not decide whether a run quantizes or trains the experts (app/train/planning/experts.py does),
 nor do memory arithmetic (app/train/planning/memory.py).
@@ -76,7 +76,7 @@ def _targets(found) -> list[str]:
 @dataclass(frozen=True)
 class Census:
     """A model's parameters by how they load: ``linear`` (nn.Linear weights bitsandbytes converts to 4-bit),
-    ``experts`` (fused expert parameters: 16-bit unless quantized after loading), ``other`` (embeddings, the LM head,
+    ``experts`` (fused expert parameters: 16-bit unless quantized as they load), ``other`` (embeddings, the LM head,
     norms, biases, routers and whatever ``skip`` named: kept at the compute dtype)."""
 
     total: int
@@ -111,8 +111,9 @@ def census(model, skip=(), experts_per_layer: int = 0) -> Census:
 
 
 def quantize_experts(model, quant_type: str = "nf4", double_quant: bool = True) -> int:
-    """Every expert weight (3-D or more) quantized in place to 4-bit with bitsandbytes' parametrizations: stored
-    packed, dequantized when the layer reads it. Returns the elements quantized. Biases stay as they are."""
+    """Every expert weight (3-D or more) not yet quantized, quantized in place to 4-bit with bitsandbytes'
+    parametrizations: stored packed, dequantized when the layer reads it. Returns the elements quantized here (0
+    after a load that quantized them as they were read). Biases stay as they are."""
     from bitsandbytes.nn.parametrize import replace_parameter_4bit
 
     n = 0
@@ -122,3 +123,27 @@ def quantize_experts(model, quant_type: str = "nf4", double_quant: bool = True) 
                 n += p.numel()
                 replace_parameter_4bit(module, name, compress_statistics=double_quant, quant_type=quant_type)
     return n
+
+
+class QuantizeAsLoaded:
+    """The loader's callback (app/host/loading.after_each_param) that quantizes each fused expert weight to 4-bit
+    the moment it is placed, so the 16-bit experts are never all in memory; ``elements`` counts what it quantized.
+    An expert weight is found as everywhere here: a 3-D or larger parameter of a module that is not a convolution."""
+
+    def __init__(self, quant_type: str = "nf4", double_quant: bool = True):
+        self.quant_type, self.double_quant, self.elements = quant_type, double_quant, 0
+        self.modules: dict[int, object] = {}  # the expert modules met, by id
+
+    def __call__(self, module, name: str, param) -> None:
+        import torch
+        from bitsandbytes.nn.parametrize import replace_parameter_4bit
+
+        if param.dim() < 3 or isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+            return
+        self.elements += param.numel()
+        self.modules[id(module)] = module
+        replace_parameter_4bit(module, name, compress_statistics=self.double_quant, quant_type=self.quant_type)
+
+    def expert_params(self) -> int:
+        """The experts' parameters as loaded: the weights quantized here and their modules' own biases."""
+        return self.elements + sum(p.numel() for m in self.modules.values() for p in m.parameters(recurse=False))

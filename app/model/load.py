@@ -9,8 +9,9 @@ import os
 
 from app.config.schema import ModelConfig
 from app.errors import UserError
+from app.host.loading import after_each_param
 from app.host.machine import torch_dtype
-from app.model.experts import expert_parameters, quantize_experts
+from app.model.experts import QuantizeAsLoaded, expert_parameters, quantize_experts
 from app.model.placement import Placement, placement, quant_storage
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
@@ -93,7 +94,15 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     # under FSDP the Trainer places (and shards) the model itself.
     if not fsdp:
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
-    model = _from_pretrained(AutoModelForImageTextToText if images else AutoModelForCausalLM, mc, kwargs)
+    auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
+    as_loaded = None
+    if mc.experts_in_4bit:
+        # each fused expert weight quantized as the loader places it: the 16-bit experts are never all in memory
+        as_loaded = QuantizeAsLoaded(mc.quant_type, mc.double_quant)
+        with after_each_param(as_loaded):
+            model = _from_pretrained(auto, mc, kwargs)
+    else:
+        model = _from_pretrained(auto, mc, kwargs)
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
     tok = tok if tok is not None else load_tokenizer(mc, local_only)
@@ -105,11 +114,12 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
-    experts = sum(expert_parameters(model).values())  # fused MoE experts: bitsandbytes' loader leaves them as they are
+    # fused MoE experts: bitsandbytes' loader leaves them as they are, unless they were quantized as they loaded
+    experts = as_loaded.expert_params() if as_loaded and as_loaded.elements else sum(expert_parameters(model).values())
     if experts:
-        if mc.experts_in_4bit:
-            quantize_experts(model, mc.quant_type, mc.double_quant)
-        info["experts"] = {"params": experts, "4bit": mc.experts_in_4bit}
+        late = quantize_experts(model, mc.quant_type, mc.double_quant) if mc.experts_in_4bit else 0
+        info["experts"] = {"params": experts, "4bit": mc.experts_in_4bit,
+                           "quantized_as_loaded": as_loaded.elements if as_loaded else 0, "quantized_after": late}
     if images:
         info["processor"] = processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)

@@ -122,3 +122,15 @@ def embed_params(s: dict) -> int:
 
 def _count_params(s: dict) -> int:
     return s["layers"] * sum(a * b for a, b in linear_sizes(s)) + embed_params(s)
+
+
+def linear_attention_layers(config: dict | None) -> int:
+    """How many of a model's layers are linear attention (Qwen3.5 / Qwen3-Next's Gated DeltaNet), read from
+    config.json's ``layer_types`` (its text_config's for a vision-language model); 0 for full-attention models."""
+    if not config:
+        return 0
+    for c in (config.get("text_config") or {}, config):
+        types = c.get("layer_types")
+        if isinstance(types, list):
+            return sum(t == "linear_attention" for t in types)
+    return 0

@@ -134,14 +134,17 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
 
     out, result = _run(images_demo)
     run = result["config"]["demo"]["run"]
+    # the default export: the language model in Q4_K_M, its projector in f16; the f16 file beside it for the
+    # token-for-token comparison with transformers
     r = subprocess.run([sys.executable, "-m", "app.cli", "export", run, "--format", "ollama", "--out",
-                        str(tmp_path / "ollama"), "--local-only"], capture_output=True, text=True, timeout=600)
+                        str(tmp_path / "ollama"), "--local-only", "--outtype", "q4_k_m,f16"], capture_output=True,
+                       text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     files = sorted(p.name for p in (tmp_path / "ollama").iterdir())
     assert files == ["Modelfile", "README.md", "curves.png", "demo-images-sft-f16.gguf",
-                     "mmproj-demo-images-sft-f16.gguf"]
+                     "demo-images-sft-q4_k_m.gguf", "mmproj-demo-images-sft-f16.gguf"]
     assert (tmp_path / "ollama/Modelfile").read_text().startswith(
-        "FROM ./demo-images-sft-f16.gguf\nFROM ./mmproj-demo-images-sft-f16.gguf\n")
+        "FROM ./demo-images-sft-q4_k_m.gguf\nFROM ./mmproj-demo-images-sft-f16.gguf\n")
     card = (tmp_path / "ollama/README.md").read_text()
     assert "--mmproj mmproj-demo-images-sft-f16.gguf" in card and "pipeline_tag: image-text-to-text" in card
     m = subprocess.run([sys.executable, "-m", "app.cli", "export", run, "--format", "merged", "--dtype", "fp16",
@@ -155,10 +158,15 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
                               use_gpu=False)
     llm = llama_cpp.Llama(model_path=str(tmp_path / "ollama/demo-images-sft-f16.gguf"), n_ctx=256, n_threads=2,
                           logits_all=True, verbose=False, chat_handler=handler)
+    q4_handler = MTMDChatHandler(clip_model_path=str(tmp_path / "ollama/mmproj-demo-images-sft-f16.gguf"),
+                                 verbose=False, use_gpu=False)
+    quantized = llama_cpp.Llama(model_path=str(tmp_path / "ollama/demo-images-sft-q4_k_m.gguf"), n_ctx=256,
+                                n_threads=2, logits_all=True, verbose=False, chat_handler=q4_handler)
     rows = shapes_rows(40, seed=23)
-    same = chat_same = right = 0
+    same = chat_same = right = q4_same = 0
     try:
         handler._init_mtmd_context(llm)
+        q4_handler._init_mtmd_context(quantized)
         for row in rows:
             buf = io.BytesIO()
             row["image"].save(buf, format="PNG")
@@ -170,6 +178,8 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
             hf = hf[:hf.index(eos)] if eos in hf else hf
             ours = _llama_cpp_greedy(llm, handler.mtmd_ctx, ids, image_token, buf.getvalue(), eos, 6)
             same += ours == hf
+            q4_same += _llama_cpp_greedy(quantized, q4_handler.mtmd_ctx, ids, image_token, buf.getvalue(), eos,
+                                         6) == ours
             right += tok.decode(hf).strip() == row["answer"]
             url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
             reply = llm.create_chat_completion(messages=[{"role": "user", "content": [
@@ -178,7 +188,9 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
             chat_same += reply["choices"][0]["message"]["content"].strip() == tok.decode(hf).strip()
     finally:
         llm.close()
+        quantized.close()
     assert right >= 0.6 * len(rows)  # the adapter's colours, not the base's guesses (25%)
+    assert q4_same >= 0.8 * len(rows), f"{q4_same}/{len(rows)}: Q4_K_M with the f16 projector against the f16 file"
     assert same >= len(rows) - 1, f"{same}/{len(rows)} pictures gave transformers' greedy tokens in llama.cpp"
     # llama-cpp-python's chat completion renders the prompt its own way (its bos_token is "": detokenize drops
     # control tokens; libmtmd's own spacing around the picture), so answers differ where the model is unsure:

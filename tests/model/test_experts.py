@@ -89,3 +89,91 @@ def test_expert_count_and_router_read_any_family_key():
     assert expert_count({"num_experts": 1}) == 0 and expert_count(None) == 0  # one "expert" is a dense MLP
     assert router_settings({"num_experts_per_tok": 2, "router_aux_loss_coef": 0.001, "hidden_size": 8}) == {
         "num_experts_per_tok": 2, "router_aux_loss_coef": 0.001}
+
+
+@pytest.mark.parametrize("family", sorted(MOE_FAMILIES))
+def test_experts_are_quantized_as_they_load(family, tiny_moe):
+    """model.quantize_experts: every fused expert weight becomes NF4 the moment the loader places it (none is left to
+    quantize afterwards), and the model computes what the 16-bit one does, within NF4's rounding."""
+    import torch
+
+    from app.config.schema import ModelConfig
+    from app.model.experts import expert_parameters
+    from app.model.load import eval_keeping_4bit, load_base_model
+
+    path = str(tiny_moe[family])
+    plain, _, info16 = load_base_model(ModelConfig(name_or_path=path), local_only=True, device="cpu")
+    weights = sum(n for name, n in expert_parameters(plain).items() if plain.get_parameter(name).dim() >= 3)
+    four, _, info4 = load_base_model(ModelConfig(name_or_path=path, quantize_experts=True), local_only=True,
+                                     device="cpu")
+    assert info16["experts"]["quantized_as_loaded"] == 0 and not info16["experts"]["4bit"]
+    assert info4["experts"] == {"params": info16["experts"]["params"], "4bit": True, "quantized_as_loaded": weights,
+                                "quantized_after": 0}
+    assert not expert_parameters(four)  # no fused expert weight is left 16-bit
+    ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), eval_keeping_4bit(plain), eval_keeping_4bit(four):
+        before, after = plain(input_ids=ids).logits, four(input_ids=ids).logits
+    assert (after - before).abs().max() < 0.1 * before.abs().max()
+
+
+LOAD = """
+import json, resource, sys
+from app.config.schema import ModelConfig
+from app.model.experts import expert_parameters
+from app.model.load import load_base_model
+model, _, info = load_base_model(ModelConfig(name_or_path=sys.argv[1], quantize_experts=sys.argv[2] == "1"),
+                                 local_only=True, device="cpu")
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/model"]  # tests/ (tiny.py) and this file's folder
+from test_experts import _loaded_bytes
+print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "bytes": _loaded_bytes(model),
+                  "dtype": info["compute_dtype"], "experts": info["experts"]}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, extra", [
+    ("qwen3_moe", dict(moe_intermediate_size=512, num_experts=32, head_dim=64)),
+    ("mixtral", dict(num_local_experts=32)),
+])
+def test_a_mid_size_moe_loads_without_its_16bit_experts_and_as_planned(family, extra, tmp_path):
+    """About 100M expert parameters (200 MB in 16-bit) of two families, each load in a fresh process: with the
+    experts quantized as they load, the peak memory is below the 16-bit load's by most of what the experts save
+    (the 16-bit moment is gone), and the plan's weight bytes are within 10% of the loaded model's, both ways."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import tiny
+    from repo_paths import ROOT
+
+    from app.config.schema import AppConfig
+    from app.model.experts import census, expert_count
+    from app.model.shape import read_config
+    from app.model.vision import meta_model
+    from app.train.planning.memory import GB, Decisions, estimate_memory
+
+    tiny.build_tokenizer(tmp_path / "tok")
+    path = tiny.build_from_config(family, tmp_path / family, tmp_path / "tok", hidden_size=512, intermediate_size=512,
+                                  num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2,
+                                  num_experts_per_tok=2, max_position_embeddings=512, tie_word_embeddings=False,
+                                  dtype="bfloat16", **extra)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    runs = {}
+    for q in ("0", "1"):
+        r = subprocess.run([sys.executable, "-c", LOAD, str(path), q, str(ROOT / "tests")],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs[q] = json.loads(r.stdout.strip().splitlines()[-1])
+    sixteen, four = runs["0"], runs["1"]
+    assert four["experts"]["quantized_as_loaded"] > 90e6 and four["experts"]["quantized_after"] == 0
+    saved = sixteen["bytes"] - four["bytes"]
+    assert saved > 100e6, saved
+    assert sixteen["peak"] - four["peak"] > 0.5 * saved, (sixteen["peak"], four["peak"], saved)
+    c = census(meta_model(str(path), local_only=True, images=False), (), expert_count(read_config(str(path))))
+    d = {"fp32": "fp32"}.get(four["dtype"], "bf16")
+    for q, run in runs.items():
+        cfg = AppConfig.model_validate({"model": {"name_or_path": str(path), "quantize_experts": q == "1"},
+                                        "method": "sft"})
+        planned = estimate_memory(cfg, [32] * 8, Decisions(cuda=False, dtype=d, census=c))["weights_gb"] * GB
+        assert abs(planned / run["bytes"] - 1) < 0.10, (q, planned, run["bytes"])

@@ -1,8 +1,9 @@
 """The plan's mixture-of-experts decisions: a model whose config routes tokens to experts is counted on its own tree
 (built on the meta device) as it will load, so the memory estimate and the fit check see its experts at the bytes
-they take: 16-bit, as transformers loads fused experts and bitsandbytes leaves them, unless
-``model.quantize_experts`` quantizes them after loading; LoRA on the experts only when ``lora.target_experts`` asks;
-the router's settings recorded as the run trains with them.
+they take: 4-bit when ``model.quantize_experts`` quantizes them as they load (auto: when 16-bit experts would not
+fit the GPU, decided by the fit check: app/train/planning/preflight.py), else 16-bit, as transformers loads fused
+experts; LoRA on the experts only when ``lora.target_experts`` asks (and then 16-bit: PEFT wraps the weights as
+loaded); the router's settings recorded as the run trains with them.
 
 Owns ``plan_experts`` (called by app/train/planning/plan.make_plan) and the ``Experts`` facts status.json and the card
 read. Must not load weights.
@@ -10,7 +11,7 @@ read. Must not load weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.errors import UserError
 from app.model.experts import Census, census, expert_count, router_settings
@@ -22,22 +23,23 @@ class Experts:
     """What the plan knows of a mixture-of-experts run."""
 
     census: Census
-    quantized: bool  # model.quantize_experts, on a 4-bit run
+    quantized: bool  # model.quantize_experts (as decided), on a 4-bit run
     lora: bool  # lora.target_experts
     router: dict
+    why: str = ""  # why they are 4-bit or 16-bit
 
     def record(self) -> dict:
         """What status.json keeps (the card reads it)."""
-        return {**self.census.record(), "experts_4bit": self.quantized, "lora_on_experts": self.lora,
+        return {**self.census.record(), "experts_4bit": self.quantized, "experts_precision_why": self.why,
+                "lora_on_experts": self.lora,
                 "lora_expert_targets": list(self.census.targets) if self.lora else [], "router": self.router}
 
     def line(self) -> str:
         c = self.census
         share = c.experts / max(c.total, 1)
-        kept = ("quantized to NF4 after loading (model.quantize_experts; bitsandbytes' parametrizations: the load "
-                "holds them 16-bit for a moment)" if self.quantized else
-                "16-bit: fused 3-D weights, which bitsandbytes does not convert (model.quantize_experts=true makes "
-                "them NF4 after loading)")
+        kept = (f"NF4, each quantized as it loads ({self.why or 'model.quantize_experts'})" if self.quantized else
+                "16-bit: fused 3-D weights, which bitsandbytes does not convert (" +
+                (self.why or "model.quantize_experts=true makes them NF4 as they load") + ")")
         lora = ("LoRA on the experts too (lora.target_experts: " + ", ".join(c.targets) + ")" if self.lora else
                 "LoRA on the linear layers, not the experts (lora.target_experts=true adds them)")
         router = ", ".join(f"{k} {v}" for k, v in self.router.items())
@@ -46,11 +48,11 @@ class Experts:
                                                                                     else ""))
 
 
-def plan_experts(cfg, say, files, skip=()) -> Experts | None:
+def plan_experts(cfg, files, skip=()) -> Experts | None:
     """The run's Experts (None for a dense model, or one whose config is not on disk). ``files``: the model's, as the
     plan read them (app.model.files.ModelFiles); ``skip``: module paths bitsandbytes leaves unconverted besides the LM
     head (a vision-language model's vision side). Raises UserError for LoRA on the experts of a dense model, or on
-    experts quantized after loading."""
+    experts asked in 4-bit. Their precision is decided by the fit check, then said (``as_decided``)."""
     mc, lc = cfg.model, cfg.lora
     config = files.config
     n = expert_count(config)
@@ -60,15 +62,28 @@ def plan_experts(cfg, say, files, skip=()) -> Experts | None:
                             "model); unset it (--set lora.target_experts=false)")
         return None
     if lc.target_experts and mc.experts_in_4bit:
-        raise UserError("lora.target_experts needs the experts as loaded (16-bit): PEFT cannot wrap weights "
-                        "bitsandbytes quantized after loading; set model.quantize_experts=false, or leave the "
-                        "experts without LoRA")
+        raise UserError("lora.target_experts needs the experts in 16-bit: PEFT cannot wrap weights bitsandbytes "
+                        "quantized; set model.quantize_experts=false (or leave it empty), or leave the experts "
+                        "without LoRA")
     from huggingface_hub.errors import StrictDataclassError  # heavy: only for a MoE model's plan
 
     try:
         shell = files.shell(images=bool(mc.images))
     except (OSError, ValueError, StrictDataclassError) as e:  # a family this transformers does not know, say
         raise model_load_error(mc.name_or_path, e) from None
-    experts = Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))
+    return Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))
+
+
+def as_decided(experts: Experts | None, cfg, fitted: bool, say) -> Experts | None:
+    """The run's Experts once the fit check has decided their precision (``fitted``: it turned them 4-bit), said
+    in one line with the reason."""
+    if experts is None:
+        return None
+    mc = cfg.model
+    why = ("auto: 16-bit they would not fit this GPU" if fitted else "model.quantize_experts" if mc.experts_in_4bit
+           else "lora.target_experts: PEFT wraps them as loaded" if cfg.lora.target_experts
+           else "auto: they fit in 16-bit; model.quantize_experts=true makes them NF4 as they load"
+           if mc.quantize_experts is None and mc.load_in_4bit else "")
+    experts = replace(experts, quantized=mc.experts_in_4bit, why=why)
     say(experts.line())
     return experts

@@ -34,10 +34,33 @@ class Env:
     vllm: bool = False
     liger: bool = False
     backend: str = "hf"
+    fla: bool = False  # flash-linear-attention (import name fla)
+    causal_conv1d: bool = False
 
 
 def detect_env(cuda: bool, backend: str = "hf") -> Env:
-    return Env(cuda=cuda, vllm=installed("vllm"), liger=installed("liger_kernel"), backend=backend)
+    return Env(cuda=cuda, vllm=installed("vllm"), liger=installed("liger_kernel"), backend=backend,
+               fla=installed("fla"), causal_conv1d=installed("causal_conv1d"))
+
+
+FLA_EXTRA = "pip install 'qlora-app[fla]'"  # flash-linear-attention and causal-conv1d
+FLA_COST = "a pure-torch path public reports put at 10-50x slower per step"
+
+
+def linear_kernels(layers: int, env: Env) -> tuple[str | None, str | None]:
+    """(what a model's ``layers`` linear-attention layers run on, a line for the plan or None). transformers runs
+    Gated DeltaNet layers through flash-linear-attention's kernels and causal-conv1d's convolution when both import,
+    and otherwise, silently, on its pure-torch path; the kernels are CUDA-only, so a CPU run has nothing to miss."""
+    if not layers:
+        return None, None
+    if not env.cuda:
+        return "pure torch (CPU: the kernels are CUDA-only)", None
+    missing = [n for n, ok in (("flash-linear-attention", env.fla), ("causal-conv1d", env.causal_conv1d)) if not ok]
+    if not missing:
+        return "flash-linear-attention + causal-conv1d", None
+    return "pure torch (missing " + " and ".join(missing) + ")", (
+        f"this model's {layers} linear-attention layers need {' and '.join(missing)} on a CUDA GPU, not installed "
+        f"here: without them transformers runs those layers on {FLA_COST}; {FLA_EXTRA} where it trains")
 
 
 CPU_COPY_SHARE = 0.25  # a dense fp32 copy may take at most this share of the machine's memory on auto
@@ -109,6 +132,7 @@ class FastPaths:
     sampler: str = "plain"  # GRPO: "merged" = a dense copy with LoRA merged (app/train/methods/sampler.py)
     cuda: bool = False
     compiled: bool = False  # the merged copy samples through torch.compile (CUDA)
+    linear_kernels: str | None = None  # a model with linear-attention layers: what they run on (linear_kernels)
 
     def describe(self) -> str:
         """One line for doctor, --dry-run, the run log and status.json."""
@@ -118,12 +142,14 @@ class FastPaths:
                              ("Liger kernels", self.liger), ("activation offloading", self.offloading)) if v]
         gen = (f"; {self.completions_at_once} completions sampled at once for {self.optimizer_steps_per_generation} "
                "optimizer step(s)" if self.completions_at_once else "")
-        return (", ".join(on) or "no GPU fast paths") + gen
+        linear = f"; linear attention on {self.linear_kernels}" if self.linear_kernels else ""
+        return (", ".join(on) or "no GPU fast paths") + gen + linear
 
 
-def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> FastPaths:
+def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False, linear_layers: int = 0) -> FastPaths:
     """Every fast-path decision for a resolved AppConfig on this machine. ``copy_fits``: whether a dense copy of
-    the weights for the merged sampler fits (the caller's memory check)."""
+    the weights for the merged sampler fits (the caller's memory check); ``linear_layers``: the model's
+    linear-attention layers (app.model.shape.linear_attention_layers)."""
     t, g = cfg.training, cfg.grpo
     vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
     if cfg.method != "grpo" and g.use_vllm:
@@ -141,7 +167,8 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False) -> 
     return FastPaths(vllm=vllm, liger=pick_liger(t.use_liger_kernel, env),
                      offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
                      steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen,
-                     sampler=sampler, cuda=env.cuda, compiled=sampler == "merged" and env.cuda)
+                     sampler=sampler, cuda=env.cuda, compiled=sampler == "merged" and env.cuda,
+                     linear_kernels=linear_kernels(linear_layers, env)[0])
 
 
 def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1, note=None) -> FastPaths:

@@ -98,7 +98,7 @@ def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, d
 
 def census_bytes(c, load_in_4bit: bool, double_quant: bool, experts_4bit: bool, dense_bytes: int = 2) -> float:
     """Bytes of a model counted by how it loads (a MoE model): 4-bit linear layers, the experts 4-bit only when
-    quantized after loading (else at ``dense_bytes``, as transformers loads fused experts), the rest dense."""
+    quantized as they load (else at ``dense_bytes``, as transformers loads fused experts), the rest dense."""
     if not load_in_4bit:
         return c.total * dense_bytes
     q = 0.5 + _quant_consts(double_quant)
@@ -241,8 +241,8 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     if dec.census is not None:  # a MoE model, counted on its own tree (the vision side among its dense parameters)
         params = dec.census.total
         weights = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, mc.experts_in_4bit, d)
-        if mc.experts_in_4bit:  # quantized after loading: the load itself holds them 16-bit for a moment
-            loading = census_bytes(dec.census, mc.load_in_4bit, mc.double_quant, False, d)
+        if mc.experts_in_4bit:  # quantized as they load: the 4-bit model and one MoE layer's experts in flight
+            loading = weights + dec.census.experts / max(dec.census.expert_layers, 1) * d
     else:
         weights = weight_bytes(s, params, mc.load_in_4bit, mc.double_quant, d) + dec.vision_params * d
         params += dec.vision_params

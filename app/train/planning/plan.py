@@ -38,12 +38,13 @@ from app.model.family import Family, check_class, family_of
 from app.model.files import ModelFiles
 from app.model.load import packed_examples_stay_apart
 from app.model.placement import PACKING_KERNELS, Placement, pick_packing, placement
+from app.model.shape import linear_attention_layers
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
 from app.tools.toolbox import load_toolbox
-from app.train.planning.experts import Experts, plan_experts
-from app.train.planning.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data
+from app.train.planning.experts import Experts, as_decided, plan_experts
+from app.train.planning.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data, linear_kernels
 from app.train.planning.fsdp import check_fsdp
 from app.train.planning.images import Vision, check_image_rows, plan_images
 from app.train.planning.memory import CARDS_GB, Decisions, card_answer, estimate_memory, rounded, verdict
@@ -260,6 +261,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                                vision_params=(vision.tower_params or 0) if vision else 0,
                                census=experts.census if experts else None, model_files=model_files))
     cfg = steps.apply(cfg, fit.changes)
+    experts = as_decided(experts, cfg, fit.experts_4bit, steps.say)
 
     tok, context = model_files.tokenizer_and_context(cfg.model, offline or cfg.runtime.local_only, quiet=offline)
     check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
@@ -276,12 +278,16 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     if tok is not None and rows is not None:
         cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps)
 
-    fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
+    linear = linear_attention_layers(model_files.config)
+    fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits, linear_layers=linear)
+    kernels_line = linear_kernels(linear, fit.env)[1]
+    if kernels_line:
+        steps.say(kernels_line)
     if cfg.method == "grpo" and train_ds is not None:
         fitted = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
         if fitted != fast:  # recorded as the explicit size it now is, so a re-run samples the same
             cfg = steps.apply(cfg, {"grpo.generation_batch_size": fitted.completions_at_once})
-            fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits)
+            fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits, linear_layers=linear)
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
@@ -297,7 +303,7 @@ def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend
     if vision and backend == "unsloth":
         steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
         backend = "hf"
-    experts = plan_experts(cfg, steps.say, files, vision.kept_16bit if vision else ())
+    experts = plan_experts(cfg, files, vision.kept_16bit if vision else ())
     steps.settle()
     return cfg, vision, experts, backend
 
@@ -350,7 +356,8 @@ def replan(plan: RunPlan, changes: dict, reason: str) -> RunPlan:
     cfg = steps.apply(plan.cfg, changes)
     env = detect_env(plan.where.cuda, plan.backend)
     fast = decide(cfg, replace(env, vllm=plan.fast.vllm), plan.fast.offloading,
-                  copy_fits=plan.fast.sampler == "merged")
+                  copy_fits=plan.fast.sampler == "merged",
+                  linear_layers=linear_attention_layers(plan.model_files.config if plan.model_files else None))
     return replace(plan, cfg=cfg, fast=fast, adjustments=plan.adjustments + tuple(steps.adjustments),
                    notes=plan.notes + (reason,)).estimated()
 

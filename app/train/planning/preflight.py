@@ -64,6 +64,7 @@ class MemoryFit:
     needs_room: bool  # SFT: only activation offloading makes it fit
     copy_fits: bool  # GRPO: a dense copy of the weights for the merged sampler fits
     fitted: bool = False  # fitting this card changed a setting or dropped a fast path (its verdict: fits with changes)
+    experts_4bit: bool = False  # a MoE model's experts on auto made 4-bit: 16-bit they would not fit
 
 
 def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decisions) -> MemoryFit:
@@ -76,6 +77,16 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
     est = estimate_memory(cfg, lengths, base)
     needs_room = False
     problem = fit_problem(est, cfg, gpu_gb) if cuda else None
+    experts_4bit = bool(problem) and _experts_on_auto(cfg, base)
+    if experts_4bit:  # the plan's own choice for a MoE model, not a step down: the experts as a QLoRA run wants them
+        four = with_values(cfg, {"model.quantize_experts": True})
+        est4 = estimate_memory(four, lengths, base)
+        say(f"the experts load in 4-bit, each quantized as it is read: with them in 16-bit the run needs "
+            f"{est['total_gb']:.1f} GB, more than this {gpu_gb:.0f} GB GPU; in 4-bit {est4['total_gb']:.1f} GB "
+            "(model.quantize_experts sets it)")
+        changes["model.quantize_experts"] = True
+        cfg, est = four, est4
+        problem = fit_problem(est, cfg, gpu_gb)
     if problem and cfg.method != "grpo" and cfg.training.activation_offloading is None:
         if fit_problem(estimate_memory(cfg, lengths, replace(base, offloading=True)), cfg, gpu_gb) is None:
             needs_room, problem = True, None
@@ -91,7 +102,8 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
             changes["grpo.generation_batch_size"] = smaller
             cfg, problem = with_values(cfg, {"grpo.generation_batch_size": smaller}), None
     if problem and cfg.runtime.fit_check:
-        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base)), est, gpu_gb)
+        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base)) + _experts_kept(cfg, base),
+                         est, gpu_gb)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
         if cuda and env.vllm and cfg.grpo.use_vllm is None:
@@ -109,7 +121,25 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
         say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
     dropped = cuda and cfg.method == "grpo" and cfg.grpo.sampler == "auto" and not copy_fits
     return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits,
-                     fitted=bool(changes) or needs_room or dropped)
+                     fitted=bool(set(changes) - {"model.quantize_experts"}) or needs_room or dropped,
+                     experts_4bit=experts_4bit)
+
+
+def _experts_kept(cfg, base: Decisions) -> str:
+    """What the refusal of a MoE run adds when its experts stay 16-bit: why, and what makes them 4-bit."""
+    mc = cfg.model
+    if base.census is None or mc.experts_in_4bit or not mc.load_in_4bit:
+        return ""
+    why = ("lora.target_experts keeps them so: PEFT wraps them as loaded; drop it and the plan quantizes them"
+           if cfg.lora.target_experts else "model.quantize_experts=false; leave it empty and the plan quantizes them")
+    return f" (its experts are 16-bit: {why})"
+
+
+def _experts_on_auto(cfg, base: Decisions) -> bool:
+    """A MoE model's experts whose precision is the plan's to choose: model.quantize_experts empty, a 4-bit run,
+    no LoRA on them (PEFT wraps them in 16-bit)."""
+    mc = cfg.model
+    return base.census is not None and mc.quantize_experts is None and mc.load_in_4bit and not cfg.lora.target_experts
 
 
 class DoesNotFit(UserError):

@@ -156,3 +156,37 @@ def test_pick_sampler(setting, kw, want):
 def test_forcing_merged_with_vllm_is_refused():
     with pytest.raises(UserError, match="grpo.sampler=merged does not combine with vLLM"):
         pick_sampler("merged", cuda=True, vllm=True, backend="hf", fsdp=False, copy_fits=True)
+
+
+# ------------------------------------------------------------ linear attention (Qwen3.5's Gated DeltaNet layers)
+
+def test_linear_attention_kernels_are_decided_and_named_when_missing():
+    from app.train.planning.fastpaths import linear_kernels
+
+    assert linear_kernels(0, GPU_BARE) == (None, None)  # a full-attention model: nothing to say
+    on_cpu, said = linear_kernels(3, Env(cuda=False))
+    assert on_cpu.startswith("pure torch (CPU") and said is None  # the kernels are CUDA-only
+    fast, said = linear_kernels(3, Env(cuda=True, fla=True, causal_conv1d=True))
+    assert fast == "flash-linear-attention + causal-conv1d" and said is None
+    slow, said = linear_kernels(3, Env(cuda=True, fla=True))
+    assert slow == "pure torch (missing causal-conv1d)"
+    assert "3 linear-attention layers need causal-conv1d" in said and "10-50x slower" in said
+    assert "pip install 'qlora-app[fla]'" in said
+
+
+def test_a_dry_run_for_a_gpu_card_names_the_missing_kernels_and_records_them(tiny_moe, math_jsonl, tmp_path):
+    """A tiny Qwen3.5-MoE (one linear-attention layer of two) planned for a 24 GB card on this machine, which has
+    neither kernel: the plan says what the card will need, and status.json's fast paths carry it."""
+    import json
+
+    from conftest import cli_here
+
+    r = cli_here("train", "--model", str(tiny_moe["qwen3_5_moe_text"]), "--dataset", str(math_jsonl), "--method",
+                 "sft", "--dry-run", "--gpu-memory", "24", "--local-only", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    plan = json.loads(r.stdout)
+    said = " ".join(plan["notes"])
+    assert "this model's 1 linear-attention layers need flash-linear-attention and causal-conv1d" in said
+    here = cli_here("train", "--model", str(tiny_moe["qwen3_5_moe_text"]), "--dataset", str(math_jsonl), "--method",
+                    "sft", "--dry-run", "--local-only", "--json", cwd=tmp_path)  # this CPU: nothing to miss
+    assert "linear-attention layers need" not in " ".join(json.loads(here.stdout)["notes"])

@@ -1,0 +1,41 @@
+"""The one patch of a library qlora-app makes: transformers' loader, for the length of one load, hands each
+parameter it has just placed to a callback (a mixture-of-experts model's fused experts are quantized to 4-bit there,
+as each is read: app/model/experts.quantize_as_loaded).
+
+Why a patch: transformers 5.23's bitsandbytes quantizer converts ``nn.Linear`` weights only, so a MoE model's fused
+3-D experts (most of its bytes) would load whole in 16-bit and be quantized afterwards: the load's peak holds every
+expert in 16-bit (56 GB for Qwen3-30B-A3B), the model no 24 GB card can hold. The loader places each parameter
+through ``core_model_loading.set_param_for_module`` (looked up by name on every call), so wrapping that function
+for one load quantizes each expert tensor as it lands: the peak is the 4-bit model plus the one tensor in flight.
+Axolotl's MoE loading does the same. Entered and left around the load only (restored on exit, an error included);
+loads in other threads during it would be quantized too, and qlora-app loads one model at a time.
+
+Owns the patch. Must not decide what is quantized (the callback does) nor import transformers at module level.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+
+@contextlib.contextmanager
+def after_each_param(callback: Callable[[object, str, object], None]):
+    """Within: transformers' loader calls ``callback(module, name, parameter)`` after it sets each parameter."""
+    from transformers import core_model_loading as loader
+
+    original = loader.set_param_for_module
+
+    def set_then_call(model, target_name, param_value, loading_info, hf_quantizer):
+        original(model, target_name, param_value, loading_info, hf_quantizer)
+        path, _, name = target_name.rpartition(".")
+        module = model.get_submodule(path) if path else model
+        placed = module._parameters.get(name)
+        if placed is not None:
+            callback(module, name, placed)
+
+    loader.set_param_for_module = set_then_call
+    try:
+        yield
+    finally:
+        loader.set_param_for_module = original
