@@ -116,10 +116,13 @@ def plan_json(plan, shown: AppConfig, refused: UserError | None, notes: list[str
 
 
 def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
-    rows = [r for r in explain_rows(cfg) if only.lower() in r[0].lower()]
-    if not rows:
-        raise UserError(f"--explain {only} matches no config key; try a section (model, lora, data, training, grpo, "
-                        "reward, runtime) or part of a key")
+    """``only``: part of a key, or several comma-separated (model.images,model.quantize_experts)."""
+    parts = [s.strip().lower() for s in only.split(",") if s.strip()] or [""]
+    rows = [r for r in explain_rows(cfg) if any(s in r[0].lower() for s in parts)]
+    unknown = [s for s in parts if s and not any(s in r[0].lower() for r in rows)]
+    if not rows or unknown:
+        raise UserError(f"--explain {', '.join(unknown) or only} matches no config key; try a section (model, lora, "
+                        "data, training, grpo, reward, runtime) or part of a key, several comma-separated")
     t = Table(title="resolved config (--set KEY=VALUE changes any key)", show_lines=False)
     t.add_column("key", no_wrap=True, style="bold")
     t.add_column("value", overflow="fold", max_width=40)

@@ -277,6 +277,21 @@ def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path)
     assert explain_value(["train", "--explain", "grpo"]) == ["train", "--explain", "--explain-only", "grpo"]
     r = cli("train", "--dataset", "arith", "--model", "arith-base", "--dry-run", "--explain", "nosuchkey", cwd=tmp_path)
     assert r.returncode == 2 and "--explain nosuchkey matches no config key" in r.stderr
+    # several keys at once, comma-separated; an unknown one among them is named
+    r = cli_here("train", "--dataset", "arith", "--model", "arith-base", "--dry-run", "--explain",
+                 "model.images,model.quantize_experts", cwd=tmp_path)
+    assert r.returncode == 0 and "model.images" in r.stdout and "model.quantize_experts" in r.stdout, r.stderr
+    assert "lora.r " not in r.stdout
+    r = cli_here("train", "--dataset", "arith", "--model", "arith-base", "--dry-run", "--explain", "lora.r,nope",
+                 cwd=tmp_path)
+    assert r.returncode == 2 and "--explain nope matches no config key" in r.stderr
+
+
+def test_demo_help_says_what_quick_does_for_every_demo():
+    r = cli_here("demo", "--help")
+    text = " ".join(r.stdout.replace("│", " ").split())  # rich's help box, its lines joined
+    assert r.returncode == 0 and all(w in text for w in ("GRPO 60 steps", "dpo or kto", "--tools: 40 steps",
+                                                         "--images: the same training"))
 
 
 def test_the_run_summary_prints_the_adapter_path_whole_at_80_columns(tmp_path):
