@@ -25,24 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[k] = "1"
-
-
-def llama(path):
-    import llama_cpp
-
-    from app.export.gguf import native_stderr
-
-    with native_stderr():
-        return llama_cpp.Llama(model_path=str(path), n_ctx=256, logits_all=True, n_threads=2, verbose=False)
-
-
-def greedy(llm, ids, most=32):
-    out = []
-    for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
-        if t == llm.token_eos() or len(out) >= most:
-            break
-        out.append(t)
-    return out
+from llamacpp import greedy, open_gguf  # noqa: E402 - tests/ is on the path above
 
 
 def files_of(res, types):
@@ -71,7 +54,7 @@ def demo_rows(root: Path, seed: int, types: list[str]) -> list[str]:
                    add_special_tokens=False)["input_ids"] for r in cmp["rows"]]
     answers, rows = {}, []
     for t, f in files_of(res, types).items():
-        llm = llama(f)
+        llm = open_gguf(f, logits_all=True)
         try:
             answers[t] = [tok.decode(greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
         finally:
@@ -100,7 +83,7 @@ def wide_rows(root: Path, types: list[str]) -> list[str]:
     ids = list(range(5, 60))
     scores, rows = {}, []
     for t, f in files_of(res, types).items():
-        llm = llama(f)
+        llm = open_gguf(f, logits_all=True)
         try:
             llm.reset()
             llm.eval(ids)

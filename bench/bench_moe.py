@@ -89,9 +89,13 @@ def main() -> None:
             print(rows[-1], flush=True)
     body = (f"`python bench/bench_moe.py --reps {a.reps} --steps {a.steps}` ({time.strftime('%Y-%m-%d')}, this "
             "machine's CPU): a random Qwen3-MoE (hidden 256, 4 layers, 32 experts 256 wide: 25.2M of its params in "
-            "experts, bf16 on disk) trained with only `model.quantize_experts` changed. A step with 4-bit experts "
-            "dequantizes every expert it reads (bitsandbytes' parametrization), so it costs more time; what it buys "
-            "is memory.\n\n| method | s/step, 4-bit over 16-bit experts (median, range) | peak RSS, 16-bit experts "
+            "experts, bf16 on disk) trained with only `model.quantize_experts` changed, 5 steps a run, the median "
+            "step after the first. A step with 4-bit experts dequantizes each expert weight it reads (bitsandbytes' "
+            "parametrization: the whole fused tensor of a layer, every forward and every recomputation); at this "
+            "size that cost is within this machine's noise, and the step's peak is the process and its "
+            "activations, not the experts (25.2M parameters: 100 MB in fp32, 14 MB in NF4). What 4-bit experts buy "
+            "is the load's memory (docs/memory.md: a 100M-expert model's load peak 759 -> 450 MB) and a flagship "
+            "on a 24 GB card; their step cost on a GPU is not measured yet.\n\n| method | s/step, 4-bit over 16-bit experts (median, range) | peak RSS, 16-bit experts "
             "(GiB) | peak RSS, 4-bit experts (GiB) |\n|---|---|---|---|\n" + "\n".join(rows))
     print(f"wrote {write_section(SECTION, body)}")
 

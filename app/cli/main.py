@@ -242,10 +242,9 @@ def compare(
 @app.command(cls=Command)
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
-    quick: bool = switch("--quick", help="A shorter run that still shows the lift: GRPO 60 steps and 100 "
-                                         "held-out problems (about 25-60 s on 2 cores); --method dpo or kto: 800 "
-                                         "prompts, 40 steps; --tools: 40 steps; --images: the same training, 100 "
-                                         "held-out pictures."),
+    quick: bool = switch("--quick", help="A shorter run that still shows the lift: GRPO 60 steps, 100 held-out "
+                                         "problems (25-60 s on 2 cores); dpo / kto: 800 prompts, 40 steps; --tools: "
+                                         "40 steps; --images: the same training, 100 held-out pictures."),
     seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
     method: Optional[str] = typer.Option(None, help="grpo (learn from the reward; the default), dpo (pairs made "
                                                      "with the reward, then DPO) or kto (the same pairs, each a good "

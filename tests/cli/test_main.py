@@ -290,7 +290,7 @@ def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path)
 def test_demo_help_says_what_quick_does_for_every_demo():
     r = cli_here("demo", "--help")
     text = " ".join(r.stdout.replace("│", " ").split())  # rich's help box, its lines joined
-    assert r.returncode == 0 and all(w in text for w in ("GRPO 60 steps", "dpo or kto", "--tools: 40 steps",
+    assert r.returncode == 0 and all(w in text for w in ("GRPO 60 steps", "dpo / kto", "--tools: 40 steps",
                                                          "--images: the same training"))
 
 

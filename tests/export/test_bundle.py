@@ -206,15 +206,6 @@ def demo_ggufs(demo_run, tmp_path_factory):
     return export_run(demo_run, tmp_path_factory.mktemp("ggufs") / "ollama", fmt="ollama", outtype="f16,q4_k_m,q8_0")
 
 
-def _greedy(llm, ids: list[int], most: int = 32) -> list[int]:
-    out = []
-    for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
-        if t == llm.token_eos() or len(out) >= most:
-            break
-        out.append(t)
-    return out
-
-
 @pytest.mark.slow
 def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, demo_ggufs, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
@@ -288,11 +279,11 @@ def test_demo_gguf_answers_like_transformers_in_llama_cpp(demo_run, demo_ggufs, 
 def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs):
     """Q4_K_M and Q8_0 in llama.cpp against the f16 file, greedy, on the run's held-out problems: the same answers on
     most rows and the same accuracy within a few rows (docs/export.md has the measured figures: bench/bench_gguf.py)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
+    from llamacpp import greedy, open_gguf
     from transformers import AutoTokenizer
 
     from app.demo.recipe import base_model_path
-    from app.export.gguf import native_stderr
     from app.model.generation import format_prompt
     from app.rewards import match
 
@@ -306,10 +297,9 @@ def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs)
                    add_special_tokens=False)["input_ids"] for row in cmp["rows"]]
     answers, right = {}, {}
     for t, name in files.items():
-        with native_stderr():
-            llm = llama_cpp.Llama(model_path=str(res.out / name), n_ctx=256, n_threads=2, verbose=False)
+        llm = open_gguf(res.out / name)
         try:
-            answers[t] = [tok.decode(_greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
+            answers[t] = [tok.decode(greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
         finally:
             llm.close()
         right[t] = sum(bool(match.correct(None, a, row["reference"])) for a, row in zip(answers[t], cmp["rows"]))

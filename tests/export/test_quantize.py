@@ -44,13 +44,10 @@ def wide_adapter(tmp_path_factory):
 
 
 def _scores(path, ids):
-    import llama_cpp
     import numpy as np
+    from llamacpp import open_gguf
 
-    from app.export.gguf import native_stderr
-
-    with native_stderr():
-        llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, logits_all=True, n_threads=2, verbose=False)
+    llm = open_gguf(path, n_ctx=128, logits_all=True)
     try:
         llm.reset()
         llm.eval(ids)

@@ -1,0 +1,23 @@
+"""A real llama.cpp (llama-cpp-python) as the GGUF tests and bench/bench_gguf.py drive it: a file opened without its
+notes on stderr, and greedy tokens after given ids."""
+
+from pathlib import Path
+
+
+def open_gguf(path: Path, **kw):
+    import llama_cpp
+
+    from app.export.gguf import native_stderr
+
+    with native_stderr():  # llama.cpp's context notes, printed even with verbose=False
+        return llama_cpp.Llama(model_path=str(path), n_threads=2, verbose=False, **{"n_ctx": 256, **kw})
+
+
+def greedy(llm, ids: list[int], most: int = 32) -> list[int]:
+    """llama.cpp's greedy tokens after ``ids``, up to the end-of-sequence token or ``most``."""
+    out = []
+    for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
+        if t == llm.token_eos() or len(out) >= most:
+            break
+        out.append(t)
+    return out
