@@ -95,8 +95,9 @@ def main() -> None:
             "size that cost is within this machine's noise, and the step's peak is the process and its "
             "activations, not the experts (25.2M parameters: 100 MB in fp32, 14 MB in NF4). What 4-bit experts buy "
             "is the load's memory (docs/memory.md: a 100M-expert model's load peak 759 -> 450 MB) and a flagship "
-            "on a 24 GB card; their step cost on a GPU is not measured yet.\n\n| method | s/step, 4-bit over 16-bit experts (median, range) | peak RSS, 16-bit experts "
-            "(GiB) | peak RSS, 4-bit experts (GiB) |\n|---|---|---|---|\n" + "\n".join(rows))
+            "on a 24 GB card; their step cost on a GPU is not measured yet.\n\n"
+            "| method | s/step, 4-bit over 16-bit experts (median, range) | peak RSS, 16-bit experts (GiB) "
+            "| peak RSS, 4-bit experts (GiB) |\n|---|---|---|---|\n" + "\n".join(rows))
     print(f"wrote {write_section(SECTION, body)}")
 
 
