@@ -59,6 +59,32 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     roles.add_column("role", style="bold")
     roles.add_column("field", style="cyan")
     roles.add_column("why")
+    for role, field, why in _role_rows(det, match):
+        roles.add_row(role, Text(field), Text(why))
+    console.print(roles)
+
+    samples = Table(title=f"{min(SAMPLES, len(rows))} sample rows as the model will see them", show_lines=True)
+    samples.add_column("#", justify="right")
+    samples.add_column("prompt")
+    samples.add_column("reference")
+    pairs = det.format == "preference"
+    if pairs:
+        samples.add_column("chosen")
+        samples.add_column("rejected")
+    for i, row in enumerate(rows[:SAMPLES]):
+        cells = [Text(_short(prompt_text(row, det))), Text(_short(reference_text(row, det)))]
+        if pairs:
+            pair = pair_of(row, det)
+            cells += [Text(_short(pair.chosen if pair else None)), Text(_short(pair.rejected if pair else None))]
+        samples.add_row(str(i), *cells)
+    console.print(samples)
+    more = " / --chosen-field NAME / --rejected-field NAME" if pairs else ""
+    console.print(f"[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME{more}.[/]")
+    return 0
+
+
+def _role_rows(det, match) -> list[tuple[str, str, str]]:
+    """The detected fields table's rows: (role, column, why), in the order the table shows them."""
     rows_ = [("format", det.format, det.reasons.get("format", ""))]
     if det.messages_field:
         rows_.append(("messages", det.messages_field, det.reasons.get("messages_field", "")))
@@ -85,30 +111,11 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
         ranker = det.preference_field
         rows_.append(("ranked by", ", ".join(ranker) if isinstance(ranker, list) else ranker,
                       det.reasons.get("preference_field", "")))
+    if det.desirable_field:
+        rows_.append(("label", det.desirable_field, det.reasons.get("desirable_field", "")))
     if det.image_field:
         lo, hi = det.images_per_row or (1, 1)
         count = f"{lo}" if lo == hi else f"{lo}-{hi}"
         rows_.append(("images", det.image_field, f"{det.reasons.get('image_field', '')}; {count} per row (training "
                                                  "needs a vision-language model: docs/datasets.md#images)"))
-    for role, field, why in rows_:
-        roles.add_row(role, Text(field), Text(why))
-    console.print(roles)
-
-    samples = Table(title=f"{min(SAMPLES, len(rows))} sample rows as the model will see them", show_lines=True)
-    samples.add_column("#", justify="right")
-    samples.add_column("prompt")
-    samples.add_column("reference")
-    pairs = det.format == "preference"
-    if pairs:
-        samples.add_column("chosen")
-        samples.add_column("rejected")
-    for i, row in enumerate(rows[:SAMPLES]):
-        cells = [Text(_short(prompt_text(row, det))), Text(_short(reference_text(row, det)))]
-        if pairs:
-            pair = pair_of(row, det)
-            cells += [Text(_short(pair.chosen if pair else None)), Text(_short(pair.rejected if pair else None))]
-        samples.add_row(str(i), *cells)
-    console.print(samples)
-    more = " / --chosen-field NAME / --rejected-field NAME" if pairs else ""
-    console.print(f"[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME{more}.[/]")
-    return 0
+    return rows_

@@ -15,7 +15,7 @@ import logging
 from app.data.detect import SOURCE, DataError, Detection
 from app.data.images import IMAGES
 from app.data.preference import answer_text, pair_of, require_labels, require_pairs, shared_prompt
-from app.data.profile import name_words, value_kind
+from app.data.profile import label_value, name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
 from app.data.vocabulary import CHOICE_WORDS, PASSAGE_WORDS
 
@@ -280,7 +280,7 @@ def to_dpo(ds, det, tokenizer, system_prompt: str | None):
 
 def _kto_row(row: dict, det: Detection, chat: bool, system_prompt: str | None) -> dict:
     out = _pair_row(row, det, chat, system_prompt)
-    return {**out, "label": row.get(det.desirable_field) is True}
+    return {**out, "label": label_value(row.get(det.desirable_field)) is True}
 
 
 def _both_sides(batch: dict) -> dict:

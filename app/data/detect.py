@@ -49,6 +49,9 @@ class Detection:
     # Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): the true/false column that says
     # whether a row's answer is one to learn; rows labelled false are answers to avoid, so they are left out.
     desirable_field: str | None = None
+    # A column named like a label whose values spell no good / bad label (its name and up to six values as written):
+    # what the refusal of a method that needs labels names. Not part of the inspect --json contract.
+    unread_labels: tuple | None = field(default=None, repr=False)
     # A mix (data.mix, app/data/mixing.py): per dataset its name, share, rows drawn of rows there, repeats, held-out
     # rows and the fields detected in it; its rows are in the run's columns, the dataset's name in 'source'.
     mix: list[dict] | None = None
@@ -59,7 +62,7 @@ class Detection:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.pop("solution_field")
+        d.pop("solution_field"), d.pop("unread_labels")
         if d["mix"] is None:  # one dataset (inspect's contract); a mix's plan --json has its parts
             d.pop("mix")
         if d["image_field"] is None:  # text data keeps inspect's contract; image data adds its two keys
@@ -78,7 +81,8 @@ class Detection:
         if self.context_fields:
             parts.append("context " + ", ".join(self.context_fields))
         if self.desirable_field:
-            parts.append(f"only rows whose {self.desirable_field} is true")
+            parts.append(f"label {self.desirable_field} (good / bad: KTO learns from both, the other methods and "
+                         "compare from the good rows only)")
         if self.image_field:
             lo, hi = self.images_per_row or (1, 1)
             parts.append(f"images {self.image_field} ({lo if lo == hi else f'{lo}-{hi}'} per row)")

@@ -249,13 +249,17 @@ DESIRABLE_WORDS = LABEL_WORDS | {"desirable", "good", "accepted", "preferred", "
 
 
 def with_desirable(det, d):
-    """Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): a true/false column beside
-    the answer says whether the answer is one to learn. The rows labelled false are answers to avoid, so they are
+    """Unpaired preference data (TRL's prompt / completion / label, as KTO trains on): a good / bad column beside
+    the answer (true / false, yes / no, 1 / 0, 👍 / 👎, ...: app.data.profile.label_value) says whether the answer is
+    one to learn. The rows labelled false are answers to avoid, so they are
     never a reference nor an SFT target: app.data.loading keeps only the rows labelled true."""
     if det.reference_field is None:
         return det
-    found = next((c for c, p in d.prof.items() if p.kind == "bool" and c != det.reference_field
+    found = next((c for c, p in d.prof.items() if (p.kind == "bool" or p.labels) and c != det.reference_field
                   and set(p.words) & DESIRABLE_WORDS), None)
+    if not found:  # a label-named column whose values spell no label: kept for the refusal's words
+        det.unread_labels = next(((c, p.values) for c, p in d.prof.items() if c != det.reference_field and p.values
+                                  and set(p.words) & DESIRABLE_WORDS), None)
     if found:
         det.desirable_field = found
         d.reasons["desirable_field"] = (f"'{found}' says whether each row's '{det.reference_field}' is an answer to "
@@ -343,9 +347,13 @@ def require_labels(det) -> None:
     completion / label), or preference pairs (each side an answer); one line naming the fix otherwise."""
     if det.format == "preference" or getattr(det, "desirable_field", None):
         return
-    raise UserError("method kto trains on answers labelled good or bad and this data has none (no true/false column "
-                    "beside its answers, nor preference pairs; qlora-app inspect shows its fields); pass rows with "
-                    "prompt / completion / label, or pairs (qlora-app pairs --dataset DATA --out FOLDER makes them)")
+    unread = getattr(det, "unread_labels", None)
+    found = (f"column '{unread[0]}' holds {', '.join(repr(v) for v in unread[1])}, which spell no good / bad label "
+             "(true / false, yes / no, 1 / 0, good / bad, 👍 / 👎 do)" if unread else
+             "no good / bad column beside its answers, nor preference pairs")
+    raise UserError(f"method kto trains on answers labelled good or bad and this data has none ({found}; qlora-app "
+                    "inspect shows its fields); pass rows with prompt / completion / label, or pairs (qlora-app pairs "
+                    "--dataset DATA --out FOLDER makes them)")
 
 
 def require_pairs(det) -> None:

@@ -52,6 +52,29 @@ def value_kind(v) -> str:
     return "other"
 
 
+# How people write a good / bad label (case and surrounding spaces aside): a column whose every value is one of these,
+# with both sides present, is a label column however it is spelled (KTO's unpaired data, a thumbs column).
+LABEL_SPELLINGS = {
+    True: {"true", "yes", "y", "t", "1", "good", "positive", "pos", "desirable", "accept", "accepted", "chosen",
+           "\U0001F44D", "+1", "up", "thumbs up", "\u2713", "\u2714"},
+    False: {"false", "no", "n", "f", "0", "bad", "negative", "neg", "undesirable", "reject", "rejected",
+            "\U0001F44E", "-1", "down", "thumbs down", "\u2717", "\u2718"},
+}
+
+
+def label_value(v) -> bool | None:
+    """True / False for a value spelled as a good / bad label (a bool, 1 / 0, "yes" / "no", 👍 / 👎, ...), else
+    None."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str):
+        s = v.strip().lower()
+        return True if s in LABEL_SPELLINGS[True] else False if s in LABEL_SPELLINGS[False] else None
+    return None
+
+
 @dataclass
 class Profile:
     name: str
@@ -63,6 +86,8 @@ class Profile:
     spaces: float  # fraction of text values with whitespace (prose vs codes / ids)
     has_assistant: bool = False  # for messages: does the conversation contain an answer turn?
     sample: list = field(default_factory=list, repr=False)  # a few non-empty values, for nested-key lookups
+    labels: bool = False  # every value spells a good / bad label and both appear (label_value)
+    values: tuple = ()  # a short column's distinct values as written (up to 6), for messages about it
 
     @property
     def categorical(self) -> bool:
@@ -92,7 +117,11 @@ def profile_column(name: str, values: list) -> Profile:
             str(next((m[k] for k in CONVERSATION_ROLE_KEYS if k in m), "")).lower()
             in ("assistant", "gpt", "bot", "model", "chatgpt", "ai")
             for v in non_empty if isinstance(v, (list, tuple)) for m in v if isinstance(m, dict))
-    return Profile(name, name_words(name), kind, share, avg_len, distinct, spaces, has_assistant, non_empty[:8])
+    read = [label_value(v) for v in non_empty]
+    labels = bool(read) and None not in read and len(set(read)) == 2
+    values = tuple(dict.fromkeys(texts))[:6] if len(set(texts)) <= 6 else ()
+    return Profile(name, name_words(name), kind, share, avg_len, distinct, spaces, has_assistant, non_empty[:8],
+                   labels, values)
 
 
 def spread_sample(ds, n: int) -> list[dict]:

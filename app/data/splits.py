@@ -15,7 +15,7 @@ from app.data.detect import DataError, detect_nested
 from app.data.images import attach_images, images_folder
 from app.data.loading import HELDOUT_SPLITS, resolve_dataset
 from app.data.mixing import mix_splits
-from app.data.profile import spread_sample
+from app.data.profile import label_value, spread_sample
 
 log = logging.getLogger("app.data")
 
@@ -44,7 +44,8 @@ def _desirable(ds, det):
     """Unpaired preference data: only the rows whose answer is one to learn (app.data.preference.with_desirable)."""
     if not det.desirable_field or det.desirable_field not in ds.column_names:
         return ds
-    kept = ds.filter(lambda v: v is True, input_columns=det.desirable_field, desc="keeping the answers to learn")
+    kept = ds.filter(lambda v: label_value(v) is True, input_columns=det.desirable_field,
+                     desc="keeping the answers to learn")
     if len(kept) == 0:
         raise DataError(f"no row has '{det.desirable_field}' true: there is no answer to learn; pass a file with good "
                         "answers, or pairs for DPO")

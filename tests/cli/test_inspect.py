@@ -120,3 +120,13 @@ def test_one_column_and_a_chat_prompt_read_right(tmp_path, capsys):
     run_inspect(str(chat), None, None, None, None, False, False)
     out = " ".join(capsys.readouterr().out.split())
     assert "prompt │ messages │ the turns before the last assistant turn" in out and "prompt │ - │" not in out
+
+
+def test_the_table_shows_the_label_column_however_it_is_spelled(tmp_path, capsys):
+    rows = [{"prompt": f"What is {i} + 1?", "completion": f"It is {i + 1 + i % 2}.", "label": "👍" if i % 2 == 0
+             else "👎"} for i in range(30)]
+    data = tmp_path / "thumbs.jsonl"
+    data.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows))
+    assert run_inspect(str(data), None, None, None, None, False, False) == 0
+    out = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    assert "label label" in out and "KTO" in out, out[-1500:]

@@ -259,3 +259,28 @@ def test_reference_found_by_its_values_in_any_language(tmp_path):
     assert _answer_values(profile_column("aufgabe", [r["aufgabe"] for r in marked])) is None
     ids = [{"nr": i, "frage": f"Wie viele Tage hat die Woche {i}?"} for i in range(1, 15)]
     assert detect_from_rows(ids, ["nr", "frage"]).reference_field is None
+
+
+@pytest.mark.parametrize("good, bad", [(True, False), ("yes", "no"), ("True", "False"), (1, 0), ("1", "0"),
+                                       ("\U0001F44D", "\U0001F44E"), ("Good", "bad"), ("accepted", "rejected")])
+def test_labels_as_people_write_them_mark_the_answers_to_learn(good, bad):
+    """A label column spelled any common way is the unpaired data's good / bad column (KTO's label)."""
+    from app.data.profile import label_value
+
+    rows = _rows(prompt=[_prose(i) for i in R], completion=[_prose(i + 50) for i in R],
+                 label=[good if i % 2 else bad for i in R])
+    det = _detect(rows)
+    assert det.desirable_field == "label", det.to_dict()
+    assert [label_value(r["label"]) for r in rows[:2]] == [False, True]
+    assert "label label (good / bad" in det.fields_line()
+
+
+def test_a_label_column_whose_values_spell_no_label_is_named_in_the_refusal():
+    from app.data.preference import require_labels
+    from app.errors import UserError
+
+    det = _detect(_rows(prompt=[_prose(i) for i in R], completion=[_prose(i + 50) for i in R],
+                        label=["maybe" if i % 2 else "sure" for i in R]))
+    assert det.desirable_field is None
+    with pytest.raises(UserError, match=r"column 'label' holds 'sure', 'maybe', which spell no good / bad label"):
+        require_labels(det)

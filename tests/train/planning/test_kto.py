@@ -17,15 +17,21 @@ def _write(path, rows):
     return path
 
 
-@pytest.fixture()
-def labelled(tmp_path):
+# How people write the label: a bool, words, numbers, thumbs
+SPELLINGS = {"bool": (True, False), "yes/no": ("yes", "no"), "true/false text": ("true", "false"), "1/0": (1, 0),
+             "thumbs": ("\U0001F44D", "\U0001F44E")}
+
+
+@pytest.fixture(params=sorted(SPELLINGS))
+def labelled(tmp_path, request):
+    good_word, bad_word = SPELLINGS[request.param]
     rows = []
     for a in range(16):
         for b in range(5):
             good = (a + b) % 3 != 0  # two good answers for each bad one
             ans = a + b if good else a + b + 1
             rows.append({"prompt": f"What is {a} + {b}?", "completion": f"{a} + {b} = {ans}. Final answer: {ans}",
-                         "label": good})
+                         "label": good_word if good else bad_word})
     return _write(tmp_path / "kto.jsonl", rows)
 
 
@@ -37,15 +43,19 @@ def test_unpaired_rows_keep_both_labels_for_kto_only(labelled):
     cfg = build_config({"method": "kto", "data": {"dataset": str(labelled)}})
     kept, heldout, det = build_splits(cfg.data, 42, local_only=True, labelled=True)
     only_good, _, _ = build_splits(cfg.data, 42, local_only=True)
-    assert det.desirable_field == "label" and set(kept["label"]) == {True, False}
-    assert set(only_good["label"]) == {True} and set(heldout["label"]) == {True}  # compared with good answers only
+    from app.data.profile import label_value
+
+    assert det.desirable_field == "label" and {label_value(v) for v in kept["label"]} == {True, False}
+    # SFT, GRPO and compare take the good answers only, however the label is spelled
+    assert {label_value(v) for v in only_good["label"]} == {True} == {label_value(v) for v in heldout["label"]}
+    assert len(only_good) + len(heldout) < len(kept) + len(heldout)
 
     class NoTemplate:
         chat_template = None
 
     rows = to_kto(kept, det, NoTemplate(), None)
     assert rows.column_names == ["prompt", "completion", "label"] and len(rows) == len(kept)
-    assert rows[0]["completion"].startswith("\n") and rows["label"] == kept["label"]
+    assert rows[0]["completion"].startswith("\n") and rows["label"] == [label_value(v) for v in kept["label"]]
 
 
 def test_pairs_become_their_two_sides(tmp_path):
@@ -74,12 +84,13 @@ def test_kto_without_good_and_bad_answers_is_one_line(tiny_model, math_jsonl, tm
     r = cli_here("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--output-dir",
              str(tmp_path / "runs"), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert ("has none (no true/false column" if case == "no labels" else "every training row is labelled good") \
+    assert ("has none (no good / bad column" if case == "no labels" else "every training row is labelled good") \
         in r.stderr
     assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("labelled", ["yes/no"], indirect=True)  # one run: a label spelled as words, end to end
 def test_kto_trains_from_an_unpaired_file(tiny_model, labelled, tmp_path):
     r = _cli("train", "--model", str(tiny_model), "--dataset", str(labelled), "--method", "kto", "--max-steps", "3",
              "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
