@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from pathlib import Path
 
 from app.config.build import load_yaml_file, validate
@@ -48,8 +49,16 @@ def load_preset(name: str) -> dict:
 
 
 def _description(path: Path) -> str:
-    lines = [ln for ln in path.read_text().splitlines()[:4] if ln.startswith("#")]
-    return lines[1].lstrip("# ").strip() if len(lines) > 1 else ""
+    """The description's first sentence, whole: the comment lines after the command line, joined, up to the first
+    '. ' (a description wraps over several lines; its first line alone ends mid-sentence)."""
+    comments = []
+    for ln in path.read_text().splitlines()[1:]:
+        if not ln.startswith("#"):
+            break
+        comments.append(ln.lstrip("#").strip())
+    text = " ".join(c for c in comments if c)
+    end = re.search(r"[.!?](\s|$)", text)
+    return text[:end.start() + 1] if end else text
 
 
 def list_presets() -> list[dict]:

@@ -199,6 +199,8 @@ def test_presets_list_keeps_every_preset_and_what_it_is_for_at_80_columns():
     flat = " ".join(r.stdout.replace("│", " ").split())
     for p in list_presets():
         assert p["name"] in flat and " ".join(p["description"].split()[:4]) in flat, p["name"]
+        # a description is its whole first sentence, not its first comment line cut mid-sentence
+        assert p["description"].endswith((".", "!", "?")) and " ".join(p["description"].split()[-3:]) in flat, p
 
 
 def test_prefetch_without_a_network_is_one_line(monkeypatch):
