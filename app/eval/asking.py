@@ -33,7 +33,6 @@ from app.tools.loop import run_tool_loop
 from app.tools.toolbox import load_toolbox
 
 NO_IMAGES = "this run's model reads no images (it was trained on text)"  # the one refusal of pictures
-PATHS = ("images", "tools", "text")
 
 
 def uses_tools(run_cfg) -> bool:
@@ -48,8 +47,8 @@ def tool_names(run_cfg) -> list[str] | None:
 
 
 def route(images: bool, processor, run_cfg, run_tools: bool = True, fix: str = "send text only") -> str:
-    """The path a request takes (one of PATHS), in the one order above; pictures for a model without a processor
-    are one line (``fix``: what the caller's user can do instead)."""
+    """The path a request takes ("images", "tools" or "text"), in the one order above; pictures for a model without
+    a processor are one line (``fix``: what the caller's user can do instead)."""
     if images:
         if processor is None:
             raise UserError(f"{NO_IMAGES}; {fix}")
@@ -136,12 +135,17 @@ class Asker:
         out: list[dict] = []
         for start in range(0, len(items), batch_size):
             part = slice(start, start + batch_size)
-            rollouts = run_tool_loop(model, tok, convs[part], tools[part], self.run_cfg.grpo.max_tool_calls,
-                                     max_new_tokens, lambda ids, n: generate_ids(model, tok, ids, n, temperature, seed))
+            rollouts = self._rollouts(convs[part], tools[part], max_new_tokens, temperature, seed)
             out += [r.as_output() for r in rollouts]
             if on_batch:
                 on_batch(len(rollouts))
         return out
+
+    def _rollouts(self, convs: list, tools: list, max_new_tokens: int, temperature: float, seed: int) -> list:
+        """The tool loop of training (app/tools/loop.py) over ``convs``, each with its own guarded ``tools``."""
+        model, tok = self.model, self.tok
+        return run_tool_loop(model, tok, convs, tools, self.run_cfg.grpo.max_tool_calls, max_new_tokens,
+                             lambda ids, n: generate_ids(model, tok, ids, n, temperature, seed))
 
     def one(self, ask: Ask, ids: list[int] | None, max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
             on_text: Callable[[str], None] | None = None, stop=None, tools: list | None = None) -> Answer:
@@ -154,9 +158,7 @@ class Asker:
                                         seed=seed)[0]["text"]
             return Answer(text)
         if path == "tools":
-            rollout = run_tool_loop(self.model, self.tok, [ask.messages], [tools], self.run_cfg.grpo.max_tool_calls,
-                                    max_new_tokens,
-                                    lambda i, n: generate_ids(self.model, self.tok, i, n, temperature, seed))[0]
+            rollout = self._rollouts([ask.messages], [tools], max_new_tokens, temperature, seed)[0]
             return Answer(rollout.text, rollout.turns)
         return Answer(generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop))
 

@@ -91,12 +91,11 @@ class Chat:
             raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
         if not message or not message.strip():
             raise UserError("the message is empty; type something to send")
-        ask = self.ask(side, message)
-        path = self.asker.path(bool(ask.images))
+        path = self.asker.path(bool(self.images))
         # a conversation that outgrew the context loses its oldest turns (pictures are never cut: their path asks
         # the whole conversation)
         ids = None if path == "images" else self._fit(side, message, max_new_tokens)
-        ask = self.ask(side, message)  # the history _fit kept
+        ask = self.ask(side, message)  # with the history _fit kept
         with self.pair.side(side):
             answer = self.asker.one(ask, ids, max_new_tokens, temperature, seed, on_text if path == "text" else None,
                                     stop, tools=self.tools(side) if path == "tools" else None)
