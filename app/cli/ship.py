@@ -148,17 +148,20 @@ def export(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
     out: Optional[Path] = typer.Option(None, help="Destination folder (new or empty; --force to write into a full "
                                                   "one). Default: RUN/exports/FORMAT."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf or ollama."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf, gguf-lora (the adapter "
+                                      "alone in llama.cpp's LoRA format, for the base's own GGUF) or ollama."),
     merge: bool = switch("--merge", help="Same as --format merged."),
-    outtype: str = typer.Option(
-        GGUF_DEFAULT, "--outtype", help="gguf / ollama: the GGUF's type, q4_k_m (the default: what Ollama and LM "
+    outtype: Optional[str] = typer.Option(
+        None, "--outtype", help=f"gguf / ollama: the GGUF's type, {GGUF_DEFAULT} (the default: what Ollama and LM "
         "Studio users run), q4_k_s, q5_k_m, q5_k_s, q6_k, q8_0, f16, bf16, f32 or a smaller k-quant; several at once "
-        "from one merge: q4_k_m,q8_0 (the first is the Modelfile's)."),
+        "from one merge: q4_k_m,q8_0 (the first is the Modelfile's). gguf-lora: f16 (the default), bf16, q8_0 or "
+        "f32."),
     dtype: Optional[str] = typer.Option(None, help="merged: bf16 (default), fp16 or fp32."),
     force: bool = switch("--force", help="Write into a non-empty --out (same names are replaced)."),
     local_only: bool = switch("--local-only"),
 ):
-    """Export the adapter, merged 16-bit weights, a GGUF (llama.cpp) or GGUF + Modelfile (Ollama), with a model card."""
+    """Export the adapter, merged 16-bit weights, a GGUF (llama.cpp), the adapter as a llama.cpp LoRA GGUF, or GGUF +
+    Modelfile (Ollama), with a model card."""
     apply_local_only(local_only)
     if merge and fmt not in (None, "merged"):
         raise UserError(f"--merge means --format merged; drop one of --merge and --format {fmt}")
@@ -177,8 +180,9 @@ def export(
 def push(
     run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
     repo: str = typer.Option(..., help="Hub repository id, e.g. you/my-model."),
-    fmt: str = typer.Option("adapter", "--format", help="adapter, merged or gguf."),
-    outtype: str = typer.Option(GGUF_DEFAULT, "--outtype", help="gguf: the GGUF's type(s), as export's --outtype."),
+    fmt: str = typer.Option("adapter", "--format", help="adapter, merged, gguf or gguf-lora."),
+    outtype: Optional[str] = typer.Option(None, "--outtype", help="gguf / gguf-lora: the GGUF's type(s), as export's "
+                                          "--outtype."),
     private: bool = switch("--private", help="Create the repository as private."),
     dry_run: bool = switch("--dry-run", help="List what would be uploaded; upload nothing."),
     local_only: bool = switch("--local-only"),

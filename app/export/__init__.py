@@ -1,6 +1,7 @@
 """Getting a trained adapter out: export (adapter, merged, GGUF, Ollama) with its model card, push to the hub, and
-prefetch for offline use. ``bundle`` does the exporting; ``gguf`` (the converter), ``quantize`` (llama.cpp's
-quantizer: Q4_K_M and the other types), ``template`` / ``card`` are its parts.
+prefetch for offline use. ``bundle`` does the exporting; ``gguf`` (the converter), ``lora_gguf`` (the adapter alone in
+llama.cpp's LoRA format), ``quantize`` (llama.cpp's quantizer: Q4_K_M and the other types), ``template`` / ``card``
+are its parts.
 
 Owns: every file format an adapter leaves in and its card. Must not train, nor write into the run folder
 beyond its own export folder.

@@ -2,7 +2,8 @@
 
 Formats: ``adapter`` (the PEFT folder), ``merged`` (the adapter merged into a 16-bit copy of the base, never into
 the 4-bit one: that would bake rounding error into every layer), ``gguf`` (the merged model converted by llama.cpp's
-converter: one .gguf file, plus the vision projector's for a vision-language model) and ``ollama`` (the GGUF plus
+converter: one .gguf file, plus the vision projector's for a vision-language model), ``gguf-lora`` (the adapter
+alone in llama.cpp's LoRA format, for the base's own GGUF: app/export/lora_gguf.py) and ``ollama`` (the GGUF plus
 a Modelfile).
 
 Everything is written into a hidden staging folder beside DIR and moved into DIR at the end, so a crash or a full
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from app.errors import UserError, write_failure
 from app.export import gguf as gguf_mod
+from app.export import lora_gguf
 from app.export import quantize as quant
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
@@ -32,7 +34,7 @@ from app.model.pair import find_target, merged_model
 from app.model.vision import load_processor
 from app.run import layout, lookup
 
-FORMATS = ("adapter", "merged", "gguf", "ollama")
+FORMATS = ("adapter", "merged", "gguf", "gguf-lora", "ollama")
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
 MODELFILE = "Modelfile"
 SENTENCEPIECE = "tokenizer.model"  # a SentencePiece model, as the hub ships it beside tokenizer.json
@@ -74,12 +76,13 @@ def default_out(adapter_dir: Path, run_dir: Path | None, fmt: str) -> Path:
     return adapter_dir.parent / f"{adapter_dir.name}-{fmt}"
 
 
-def export_run(run, out, fmt: str = "adapter", outtype: str = quant.DEFAULT, dtype: str | None = None,
+def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype: str | None = None,
                force: bool = False, local_only: bool = False) -> Exported:
-    """``outtype``: the GGUF types to write (gguf / ollama), one or several comma-separated (app/export/quantize.py)."""
+    """``outtype``: the GGUF types to write (gguf / ollama), one or several comma-separated (app/export/quantize.py;
+    default q4_k_m), or the adapter GGUF's one type (gguf-lora; default f16)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt} is not one of {', '.join(FORMATS)}")
-    outtypes = quant.parse_outtypes(outtype)
+    outtypes = quant.parse_outtypes(outtype or (lora_gguf.DEFAULT if fmt == "gguf-lora" else quant.DEFAULT))
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
     target = find_target(run)
@@ -87,9 +90,15 @@ def export_run(run, out, fmt: str = "adapter", outtype: str = quant.DEFAULT, dty
     run_dir = lookup.run_of_adapter(adapter_dir)
     out = Path(out) if out is not None else default_out(adapter_dir, run_dir, fmt)
     check_out(out, force)
-    if fmt in ("gguf", "ollama"):
+    if fmt in ("gguf", "ollama", "gguf-lora"):
         gguf_mod.converter()  # the extra is missing: one line before anything loads
         quant.check_quantizer(outtypes)
+    if fmt == "gguf-lora":
+        lora_gguf.check_type(outtypes)
+        if mc.images:
+            raise UserError("an adapter GGUF of a run on pictures is not made (llama.cpp reads pictures through the "
+                            "base's projector file, which this adapter's language side would have to match); export "
+                            "--format gguf for the merged model and its projector")
     result = Exported(out=out, fmt=fmt)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
@@ -124,6 +133,14 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         shutil.copytree(adapter_dir, stage, dirs_exist_ok=True)
     elif fmt == "merged":
         merge(adapter_dir, base, stage, dtype or "bf16", local_only, images=images)
+    elif fmt == "gguf-lora":
+        path = stage / f"{name}-lora-{outtypes[0]}.gguf"
+        pairs = lora_gguf.convert_adapter(adapter_dir, base, path, outtypes[0], name, local_only)
+        result.files["gguf-lora"] = path.name
+        result.notes.append(f"{path.name}: {path.stat().st_size / 1e6:,.1f} MB, {len(pairs.ab)} LoRA pairs; load it "
+                            f"beside a GGUF of the same base ({base}): llama-server -m BASE.gguf --lora {path.name}"
+                            + ("; its scale (rsLoRA or a per-module alpha) is written into the B matrices, so "
+                               "llama.cpp applies it at --lora's scale 1" if pairs.baked else ""))
     else:
         merged = stage / _MERGED_TMP
         tok = save_tokenizer(adapter_dir, base, merged, local_only)

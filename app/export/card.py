@@ -13,7 +13,7 @@ from app.run import benchmarks, integrity, layout, proof, store
 from app.run.layout import PREFERENCE_WORDS
 from app.run.summary import dataset_lines
 
-LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "ollama": "gguf"}
+LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "gguf-lora": "gguf", "ollama": "gguf"}
 
 
 def _pct(x) -> str:
@@ -163,8 +163,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
     from huggingface_hub import ModelCard, ModelCardData
 
     method = cfg.method if cfg else None
-    tags = ["qlora-app", "qlora", "lora"] + ([method] if method else []) + (["gguf"] if fmt in ("gguf", "ollama")
-                                                                           else [])
+    tags = ["qlora-app", "qlora", "lora"] + ([method] if method else []) + (["gguf"] if fmt in ("gguf", "ollama",
+                                                                                              "gguf-lora") else [])
     hub_data = [d for d in (cfg.data.datasets if cfg else []) if _hub_id(d)]
     reads_images = bool(cfg and cfg.model.images)
     data = ModelCardData(base_model=_hub_id(base_model), library_name=LIBRARY[fmt], tags=tags,
@@ -172,12 +172,14 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                          pipeline_tag="image-text-to-text" if reads_images else "text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
-            f"A LoRA {'adapter' if fmt == 'adapter' else 'fine-tune'} of {code_name(base_model)} trained with "
+            f"A LoRA {'adapter' if fmt in ('adapter', 'gguf-lora') else 'fine-tune'} of {code_name(base_model)} trained with "
             f"qlora-app ({(method or 'unknown method').upper()} on a "
             f"{'16-bit' if cfg and not cfg.model.load_in_4bit else '4-bit'} base)"
             + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")
             + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"
-               f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "") + ".", ""]
+               f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "")
+            + (": the adapter alone in llama.cpp's LoRA GGUF format, applied over a GGUF of the same base" if fmt ==
+               "gguf-lora" else "") + ".", ""]
     if cfg:
         st = (store.read_status(run) or {}) if run else {}
         if adapter_dir is not None and adapter_dir.parent.name == layout.CHECKPOINTS:  # a checkpoint: its own step
@@ -251,6 +253,11 @@ def _usage(fmt, files, ollama_name, images: bool = False) -> list[str]:
         return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
                 "model = AutoModelForCausalLM.from_pretrained(\"THIS_FOLDER\")",
                 "tokenizer = AutoTokenizer.from_pretrained(\"THIS_FOLDER\")", "```"]
+    if fmt == "gguf-lora":  # llama.cpp and Ollama apply it over the base's own GGUF, which is not in this folder
+        return ["llama.cpp, over a GGUF of the same base model (BASE.gguf: converted from it, any quantization):", "",
+                "```sh", f"llama-cli -m BASE.gguf --lora {files['gguf-lora']} -cnv",
+                f"llama-server -m BASE.gguf --lora {files['gguf-lora']}", "```", "", "Ollama (a Modelfile beside it):",
+                "", "```", "FROM BASE.gguf", f"ADAPTER ./{files['gguf-lora']}", "```"]
     if "mmproj" in files:  # the pictures go through the projector file: llama.cpp's multimodal tools take it
         lines = ["llama.cpp (the language model and its vision projector):", "", "```sh",
                  f"llama-mtmd-cli -m {files['gguf']} --mmproj {files['mmproj']} --image PICTURE.png -p \"...\"",

@@ -156,7 +156,7 @@ def pre_tokenizer(tok_dir: Path) -> str | None:
     try:
         from conversion.base import TextModel
 
-        with _converter_log(logging.CRITICAL):  # its "not recognized" banner is ours to say, in one line
+        with converter_log(logging.CRITICAL):  # its "not recognized" banner is ours to say, in one line
             return TextModel.get_vocab_base_pre(None, tok)  # uses self only for logging
     except NotImplementedError:
         name = known_pre_tokenizer(tj)
@@ -192,7 +192,7 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
     from conversion import ModelType
 
     # ERROR: an INFO line per tensor, and notes on keys it ignores ("Unknown RoPE type"), stay out
-    with _converter_log(logging.ERROR), torch.inference_mode():
+    with converter_log(logging.ERROR), torch.inference_mode():
         hparams = hub_hparams(ModelBase.load_hparams(merged_dir, False))
         kind = ModelType.MMPROJ if projector else ModelType.TEXT
         cls = _merged(get_model_class(get_model_architecture(hparams, kind), mmproj=projector))
@@ -258,7 +258,7 @@ def _hub_names(cls):
 
 
 @contextlib.contextmanager
-def _converter_log(level: int):
+def converter_log(level: int):
     """The converter's logger at ``level`` for a moment (it logs a line per tensor, and banners that are ours to
     say in one line)."""
     logs = [logging.getLogger(name) for name in ("hf-to-gguf", "gguf.gguf_writer")]  # the writer: "Duplicated key"

@@ -12,13 +12,12 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.export.bundle import export_run
-from app.export.quantize import DEFAULT
 
-PUSH_FORMATS = ("adapter", "merged", "gguf")
+PUSH_FORMATS = ("adapter", "merged", "gguf", "gguf-lora")
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 
 
-def push_run(run, repo: str, fmt: str = "adapter", outtype: str = DEFAULT, private: bool = False,
+def push_run(run, repo: str, fmt: str = "adapter", outtype: str | None = None, private: bool = False,
              dry_run: bool = False, local_only: bool = False) -> dict:
     """{repo, files: [(name, bytes)], url}: what was (or, with dry_run, would be) uploaded. A dry run needs no
     network and no token: it exports from local files and lists them."""
