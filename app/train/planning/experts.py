@@ -5,6 +5,10 @@ fit the GPU, decided by the fit check: app/train/planning/preflight.py), else 16
 experts; LoRA on the experts only when ``lora.target_experts`` asks (and then 16-bit: PEFT wraps the weights as
 loaded); the router's settings recorded as the run trains with them.
 
+The Unsloth backend loads through transformers' own 4-bit loader, which leaves fused experts 16-bit, and its MoE
+kernels read them so; only the hf backend quantizes them as they load. So a MoE run on Unsloth is planned with
+16-bit experts (``unsloth_experts``), and on ``runtime.backend=auto`` one whose experts may need 4-bit runs on hf.
+
 Owns ``plan_experts`` (called by app/train/planning/plan.make_plan) and the ``Experts`` facts status.json and the card
 read. Must not load weights.
 """
@@ -87,3 +91,27 @@ def as_decided(experts: Experts | None, cfg, fitted: bool, say) -> Experts | Non
     experts = replace(experts, quantized=mc.experts_in_4bit, why=why)
     say(experts.line())
     return experts
+
+
+def unsloth_experts(experts: Experts | None, cfg, backend: str, say) -> tuple[str, dict]:
+    """(backend, changes) for a MoE run the machine would give Unsloth: kept where its experts stay 16-bit anyway
+    (model.quantize_experts=false, or LoRA on them); on runtime.backend=auto the hf backend, which alone quantizes
+    them as they load (the fit check may need them 4-bit); on an explicit unsloth, the experts planned 16-bit as
+    Unsloth loads them (quantize_experts=true there is one line)."""
+    if experts is None or backend != "unsloth":
+        return backend, {}
+    mc = cfg.model
+    if mc.quantize_experts is False or cfg.lora.target_experts or not mc.load_in_4bit:
+        return backend, {}
+    if cfg.runtime.backend != "unsloth":
+        say("backend hf: only it quantizes a mixture-of-experts model's fused experts as they load (Unsloth loads "
+            "them 16-bit through transformers' 4-bit loader); model.quantize_experts=false keeps Unsloth with "
+            "16-bit experts")
+        return "hf", {}
+    if mc.quantize_experts:
+        raise UserError("model.quantize_experts=true needs runtime.backend=hf (or auto): Unsloth loads a "
+                        "mixture-of-experts model's fused experts 16-bit; use runtime.backend=hf, or "
+                        "model.quantize_experts=false to keep Unsloth")
+    say("the experts stay 16-bit on the Unsloth backend (it loads them through transformers' 4-bit loader, which "
+        "leaves fused experts as they are); runtime.backend=hf quantizes them as they load")
+    return backend, {"model.quantize_experts": False}

@@ -43,7 +43,7 @@ from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
 from app.tools.toolbox import load_toolbox
-from app.train.planning.experts import Experts, as_decided, plan_experts
+from app.train.planning.experts import Experts, as_decided, plan_experts, unsloth_experts
 from app.train.planning.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data, linear_kernels
 from app.train.planning.fsdp import check_fsdp
 from app.train.planning.images import Vision, check_image_rows, plan_images
@@ -304,6 +304,8 @@ def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend
         steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
         backend = "hf"
     experts = plan_experts(cfg, files, vision.kept_16bit if vision else ())
+    backend, changes = unsloth_experts(experts, cfg, backend, steps.say)
+    cfg = steps.apply(cfg, changes)  # experts on auto planned 16-bit: the fit check then never makes them 4-bit
     steps.settle()
     return cfg, vision, experts, backend
 

@@ -102,8 +102,8 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
             changes["grpo.generation_batch_size"] = smaller
             cfg, problem = with_values(cfg, {"grpo.generation_batch_size": smaller}), None
     if problem and cfg.runtime.fit_check:
-        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base)) + _experts_kept(cfg, base),
-                         est, gpu_gb)
+        raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base))
+                         + _experts_kept(cfg, base, env.backend), est, gpu_gb)
     copy_fits = False
     if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
         if cuda and env.vllm and cfg.grpo.use_vllm is None:
@@ -125,13 +125,15 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
                      experts_4bit=experts_4bit)
 
 
-def _experts_kept(cfg, base: Decisions) -> str:
+def _experts_kept(cfg, base: Decisions, backend: str = "hf") -> str:
     """What the refusal of a MoE run adds when its experts stay 16-bit: why, and what makes them 4-bit."""
     mc = cfg.model
     if base.census is None or mc.experts_in_4bit or not mc.load_in_4bit:
         return ""
     why = ("lora.target_experts keeps them so: PEFT wraps them as loaded; drop it and the plan quantizes them"
-           if cfg.lora.target_experts else "model.quantize_experts=false; leave it empty and the plan quantizes them")
+           if cfg.lora.target_experts else
+           "the Unsloth backend loads them so; runtime.backend=hf quantizes them as they load"
+           if backend == "unsloth" and cfg.runtime.backend == "unsloth" else "model.quantize_experts=false; leave it empty and the plan quantizes them")
     return f" (its experts are 16-bit: {why})"
 
 

@@ -142,10 +142,34 @@ FLAGSHIPS = {
                     "vocab_size": 201088, "max_position_embeddings": 131072, "sliding_window": 128,
                     "layer_types": ["sliding_attention", "full_attention"] * 12, "tie_word_embeddings": False,
                     "torch_dtype": "bfloat16", "router_aux_loss_coef": 0.9},
+    # Qwen3.5-35B-A3B: a vision-language checkpoint whose text model has 3 Gated DeltaNet (linear-attention) layers in
+    # every 4, 256 experts and a 248K vocabulary (Qwen/Qwen3.5-35B-A3B config.json, text and vision parts)
+    "qwen3.5-35b-a3b": {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+        "tie_word_embeddings": False, "image_token_id": 248056, "video_token_id": 248057,
+        "vision_start_token_id": 248053, "vision_end_token_id": 248054,
+        "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40,
+                        "layer_types": ["linear_attention"] * 3 + ["full_attention"] + (["linear_attention"] * 3 +
+                                                                                        ["full_attention"]) * 9,
+                        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                        "head_dim": 256, "num_attention_heads": 16, "num_key_value_heads": 2,
+                        "attn_output_gate": True, "num_experts": 256, "num_experts_per_tok": 8,
+                        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "vocab_size": 248320,
+                        "max_position_embeddings": 262144, "tie_word_embeddings": False, "mtp_num_hidden_layers": 1,
+                        "dtype": "bfloat16", "router_aux_loss_coef": 0.001, "rms_norm_eps": 1e-6,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+                                            "partial_rotary_factor": 0.25, "mrope_interleaved": True,
+                                            "mrope_section": [11, 11, 10]}},
+        "vision_config": {"model_type": "qwen3_5_moe_vision", "depth": 27, "hidden_size": 1152,
+                          "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 2048, "patch_size": 16,
+                          "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
+                          "num_position_embeddings": 2304, "hidden_act": "gelu_pytorch_tanh"}},
 }
 
 
-@pytest.mark.parametrize("name, low, high", [("qwen3-30b-a3b", 15, 20), ("gpt-oss-20b", 12, 16)])
+@pytest.mark.parametrize("name, low, high", [("qwen3-30b-a3b", 15, 20), ("gpt-oss-20b", 12, 16),
+                                             ("qwen3.5-35b-a3b", 18, 23)])
 def test_the_flagships_fit_a_24gb_card_with_their_experts_4bit(name, low, high, chat_jsonl, tmp_path):
     """Qwen3-30B-A3B (Unsloth publishes QLoRA in 17.5 GB) and gpt-oss-20b (14 GB): on auto the plan makes the
     experts 4-bit where 16-bit ones would not fit, says why, records it, and the estimate sits near the anchors'."""
@@ -162,8 +186,69 @@ def test_the_flagships_fit_a_24gb_card_with_their_experts_4bit(name, low, high, 
     assert any(a.startswith("model.quantize_experts") for a in plan["adjustments"]), plan["adjustments"]
     said = " ".join(" ".join(plan["notes"] + plan["adjustments"]).split())
     assert "more than this 24 GB GPU" in said and "auto: 16-bit they would not fit this GPU" in said
+    if name.startswith("qwen3.5"):  # its text model as trained: experts, linear-attention layers, the 248K vocabulary
+        assert 34.5e9 < est["params"] < 34.8e9 and est["expert_params"] == 40 * 256 * 3 * 2048 * 512
+        assert "30 linear-attention layers need flash-linear-attention and causal-conv1d" in said
     # LoRA on the experts keeps them 16-bit (PEFT wraps them as loaded): then no 24 GB card holds it, said so
     t = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--dry-run",
                  "--gpu-memory", "24", "--local-only", "--set", "lora.target_experts=true", cwd=tmp_path)
     said = " ".join((t.stdout + t.stderr).split())
     assert "16-bit" in said and "lora.target_experts" in said and ("too big" in said or t.returncode == 2), said[-800:]
+
+
+def _flagship(tmp_path, name):
+    model = tmp_path / name
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(json.dumps(FLAGSHIPS[name]))
+    return model
+
+
+@pytest.mark.parametrize("backend, quantize, planned, experts_4bit, verdict", [
+    ("auto", None, "hf", True, "fits"),  # only hf quantizes the experts as they load
+    ("auto", "false", "unsloth", False, "too big"),  # 16-bit experts asked: Unsloth kept
+    ("unsloth", None, "unsloth", False, "too big"),  # planned as Unsloth loads them
+])
+def test_the_unsloth_backend_is_planned_with_the_experts_it_loads(tmp_path, chat_jsonl, backend, quantize, planned,
+                                                                   experts_4bit, verdict):
+    """Unsloth loads a MoE through transformers' 4-bit loader, which leaves the fused experts 16-bit: a machine that
+    would give a MoE run Unsloth plans it so (or, on auto, runs it on hf, which quantizes them as they load)."""
+    from app.data.splits import build_splits
+    from app.errors import UserError
+    from app.train.planning.plan import decide_machine
+
+    sets = [f"runtime.backend={backend}"] + ([f"model.quantize_experts={quantize}"] if quantize else [])
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(_flagship(tmp_path, "qwen3-30b-a3b"))},
+                        "data": {"dataset": str(chat_jsonl)}, "runtime": {"local_only": True}}, sets=sets)
+    train, _, det = build_splits(cfg.data, 42, local_only=True)
+    hf = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"backend": "hf"})})
+    where, _ = decide_machine(hf, card_gb=24)  # the card's placement (Unsloth is not installed here)
+    if verdict == "too big":  # 16-bit experts: the fit check's one line says what makes them 4-bit
+        with pytest.raises(UserError, match=r"\(its experts are 16-bit: " + (
+                "the Unsloth backend loads them so; runtime.backend=hf quantizes them as they load" if backend ==
+                "unsloth" else "model.quantize_experts=false; leave it empty and the plan quantizes them") + r"\)$"):
+            make_plan(cfg, train, det, machine=(where, "unsloth"), offline=True)
+        cfg = cfg.model_copy(update={"runtime": cfg.runtime.model_copy(update={"fit_check": False})})
+    said_lines = []
+    plan = make_plan(cfg, train, det, machine=(where, "unsloth"), offline=True, note=said_lines.append)
+    assert plan.backend == planned and plan.experts.quantized is experts_4bit
+    assert plan.estimate["experts_4bit"] is experts_4bit and (plan.estimate["total_gb"] < 24) is (verdict == "fits")
+    said = " ".join(" ".join(said_lines).split())
+    if planned == "hf":
+        assert "backend hf: only it quantizes a mixture-of-experts model's fused experts as they load" in said
+    if backend == "unsloth":
+        assert any(a.key == "model.quantize_experts" and a.now == "false" for a in plan.adjustments), plan.adjustments
+        assert "runtime.backend=hf quantizes them as they load" in said
+
+
+def test_quantized_experts_asked_of_the_unsloth_backend_is_one_line(tmp_path, chat_jsonl):
+    from app.data.splits import build_splits
+    from app.errors import UserError
+    from app.train.planning.plan import decide_machine
+
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(_flagship(tmp_path, "gpt-oss-20b"))},
+                        "data": {"dataset": str(chat_jsonl)}, "runtime": {"local_only": True}},
+                       sets=["runtime.backend=unsloth", "model.quantize_experts=true"])
+    train, _, det = build_splits(cfg.data, 42, local_only=True)
+    with pytest.raises(UserError, match=r"model.quantize_experts=true needs runtime.backend=hf \(or auto\)"):
+        make_plan(cfg, train, det, machine=(decide_machine(cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
+            update={"backend": "hf"})}), card_gb=24)[0], "unsloth"), offline=True)
