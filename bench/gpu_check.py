@@ -6,6 +6,12 @@ goes, a GRPO step against plain TRL, the demo's lift and the test suite, in one 
     ... --skip demo,suite,trl                        leave parts out
     ... --runs 0.5b:grpo,0.5b:grpo:1.5b              only these rows of the memory table (the last: with a judge)
 
+A mixture of experts (``moe``): SFT on Qwen3-30B-A3B's layer shape with its experts quantized as they load, at two
+depths (2 and 4 of its 48 layers; a CPU-sized MoE at 1 and 2 in the quick mode), each run's measured peak against its
+own estimate; the two measured peaks give the cost of one layer, extrapolated linearly to the published depth and set
+beside the plan of the 48-layer model itself; the deeper run again with 16-bit experts, for what the quantized load
+saves (FULL only: in the quick mode it is the same path with another --set).
+
 Writes DIR/gpu_check.json and DIR/gpu_check.md. Everything offline: the shapes are built by bench/shapes.py (a BPE
 tokenizer trained on ../shared/data/gsm8k_train.jsonl, else on built-in arith rows), runs go through `qlora-app
 train` itself (timed by bench/steptimer.py), and the plain-TRL side is bench/plain_trl.py. Without a GPU the
@@ -34,10 +40,12 @@ from steptimer import summary  # noqa: E402
 # A run is (shape, method, judge shape or None).
 FULL = {"runs": [("0.5b", "sft", None), ("7b", "sft", None), ("0.5b", "grpo", None), ("7b", "grpo", None),
                  ("0.5b", "grpo", "1.5b")], "steps": 4, "batch": 8,
-        "generations": 8, "completion": 256, "probe": "7b", "decode": 64, "trl_shape": "0.5b", "trl_steps": 6}
+        "generations": 8, "completion": 256, "probe": "7b", "decode": 64, "trl_shape": "0.5b", "trl_steps": 6,
+        "moe": ("30b-a3b", (2, 4), True)}
 QUICK_ROWS = 400  # of GSM8K: real lengths, a CPU's budget
 QUICK = {"runs": [("tiny", "sft", None), ("tiny", "grpo", None), ("tiny", "grpo", "tiny")], "steps": 3, "batch": 4,
-         "generations": 4, "completion": 16, "probe": "tiny", "decode": 8, "trl_shape": "tiny", "trl_steps": 3}
+         "generations": 4, "completion": 16, "probe": "tiny", "decode": 8, "trl_shape": "tiny", "trl_steps": 3,
+         "moe": ("moe-tiny", (1, 2), False)}  # no 16-bit row: the same path, another --set
 
 
 def rows_file(tmp: Path, limit: int | None = None) -> Path:
@@ -71,17 +79,29 @@ def sets_for(mode: dict, method: str) -> list[str]:
     return out
 
 
-def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path, judge: Path | None = None) -> dict:
-    """The plan's estimate (dry run) and the run's measured peak and steady step time, through `qlora-app train`
-    (``judge``: a local judge model in the reward)."""
+def train_args(model: Path, rows: Path, method: str, mode: dict, out: Path, judge: Path | None = None,
+               sets: tuple = ()) -> list[str]:
     args = ["train", "--dataset", str(rows), "--model", str(model), "--method", method, "--local-only",
             "--max-steps", str(mode["steps"]), "--output-dir", str(out)] + (["--judge-model", str(judge)] if judge
                                                                              else [])
-    for s in sets_for(mode, method):
+    for s in [*sets_for(mode, method), *sets]:
         args += ["--set", s]
+    return args
+
+
+def dry_plan(args: list[str]) -> dict:
+    """`qlora-app train ARGS --dry-run --json`: the plan of a run (no weights read), or why it was refused."""
     dry = subprocess.run([sys.executable, "-m", "app.cli", *args, "--dry-run", "--json"], capture_output=True,
                          text=True, cwd=ROOT, env=bench_trl.ENV)
-    plan = json.loads(dry.stdout) if dry.returncode == 0 else {"refused": dry.stderr.strip()[-300:]}
+    return json.loads(dry.stdout) if dry.returncode == 0 else {"refused": dry.stderr.strip()[-300:]}
+
+
+def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path, judge: Path | None = None,
+              sets: tuple = ()) -> dict:
+    """The plan's estimate (dry run) and the run's measured peak and steady step time, through `qlora-app train`
+    (``judge``: a local judge model in the reward; ``sets``: more --set)."""
+    args = train_args(model, rows, method, mode, out, judge, sets)
+    plan = dry_plan(args)
     rec = bench_trl._run([sys.executable, str(HERE / "steptimer.py"), "--", *args, "--no-progress"],
                          out / "timing.json")
     from app.run import layout, lookup, store
@@ -96,6 +116,33 @@ def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path, judge
             "ratio": (plan["torch_peak_gb"] / st[layout.PEAK_RESERVED]) if plan.get("torch_peak_gb") and
             st.get(layout.PEAK_RESERVED) else None, "wall_s": round(rec["wall_s"], 1), "steady_s_per_step": steady,
             "status": st.get("status")}
+
+
+def moe_peak(rows: Path, mode: dict, out: Path) -> dict:
+    """The MoE rows (module docstring): each depth's run with the experts NF4 as they load, the deeper one with 16-bit
+    experts too, and the per-layer extrapolation to the published depth against the plan of the whole model."""
+    name, depths, sixteen = mode["moe"]
+    tok = out / "models" / "tokenizer"
+    runs, nf4 = {}, {}
+    for depth in depths:
+        model = shapes.write_shape(out / "models" / f"{name}@{depth}", f"{name}@{depth}", tok, weights=True)
+        for q in ("true", "false") if depth == depths[-1] and sixteen else ("true",):
+            key = f"{name}@{depth}:sft:experts-{'nf4' if q == 'true' else '16bit'}"
+            runs[key] = table_run(model, rows, "sft", mode, out / "runs" / key.replace(":", "-"),
+                                  sets=(f"model.quantize_experts={q}",))
+            if q == "true":
+                nf4[depth] = runs[key]
+    layers = shapes.MOE_LAYERS[name]
+    whole = shapes.write_shape(out / "models" / f"{name}@{layers}", f"{name}@{layers}", tok)  # config only
+    plan = dry_plan(train_args(whole, rows, "sft", mode, out / "runs" / "whole", sets=("model.quantize_experts=true",)))
+    (d1, r1), (d2, r2) = sorted(nf4.items())
+    per_layer = {k: (r2[k] - r1[k]) / (d2 - d1) if r1.get(k) and r2.get(k) else None
+                 for k in ("measured_gib", "estimate_torch_peak_gb")}
+    at_depth = r2["measured_gib"] + per_layer["measured_gib"] * (layers - d2) if per_layer["measured_gib"] else None
+    return {"runs": runs, "layers": layers, "measured_gib_per_layer": per_layer["measured_gib"],
+            "estimate_gb_per_layer": per_layer["estimate_torch_peak_gb"], "measured_gib_extrapolated": at_depth,
+            "plan_torch_peak_gb": plan.get("torch_peak_gb"), "device": r2.get("device"),
+            "ratio": plan["torch_peak_gb"] / at_depth if at_depth and plan.get("torch_peak_gb") else None}
 
 
 def generation_split(model: Path, rows: Path, mode: dict) -> dict:
@@ -188,6 +235,15 @@ def markdown(result: dict) -> str:
         ratio = f"{r['ratio']:.2f}" if r.get("ratio") and r.get("device") == "cuda" else "(CPU: RSS, not comparable)"
         lines.append(f"| {shape.split(':')[0]} | {r['method']} | {_f(r['estimate_torch_peak_gb'])} | "
                      f"{_f(r['measured_gib'])} | {ratio} | {_f(r['steady_s_per_step'], 3)} |")
+    m = result.get("moe")
+    if m:
+        lines += ["", "| MoE run | estimate torch peak GB | measured GiB | estimate / measured |", "|---|---|---|---|"]
+        for name, r in m["runs"].items():
+            lines.append(f"| {name} | {_f(r['estimate_torch_peak_gb'])} | {_f(r['measured_gib'])} | {_f(r['ratio'])} |")
+        lines.append(f"one layer: {_f(m['measured_gib_per_layer'], 3)} GiB measured, {_f(m['estimate_gb_per_layer'], 3)}"
+                     f" GB estimated; at the published {m['layers']} layers: {_f(m['measured_gib_extrapolated'])} GiB "
+                     f"extrapolated vs the plan's {_f(m['plan_torch_peak_gb'])} GB (ratio {_f(m['ratio'])})"
+                     + ("" if m.get("device") == "cuda" else " (CPU: RSS, not comparable)"))
     g = result.get("generation")
     if g:
         lines += ["", f"generation round ({g['sequences']} sequences, merged copy, compiled={g['compiled']}): weight "
@@ -218,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--quick", action="store_true", help="a tiny shape and few steps (the default without CUDA)")
-    ap.add_argument("--skip", default="", help="comma-separated: demo, suite, trl, generation")
+    ap.add_argument("--skip", default="", help="comma-separated: demo, suite, trl, generation, moe")
     ap.add_argument("--runs", default="", help="only these table runs, comma-separated as named in the table "
                                                "(0.5b:grpo, 0.5b:grpo:1.5b for the judged one, ...)")
     args = ap.parse_args(argv)
@@ -241,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         name = ":".join(x for x in (shape, method, judge) if x)
         result["table"][name] = table_run(models[shape], rows, method, mode, args.out / "runs" / name.replace(":", "-"),
                                           models[judge] if judge else None)
+    if "moe" not in skip:
+        result["moe"] = moe_peak(rows, mode, args.out)
     if "generation" not in skip:
         result["generation"] = generation_split(models[mode["probe"]], rows, mode)
     if "trl" not in skip:

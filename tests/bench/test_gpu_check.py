@@ -1,5 +1,6 @@
 """bench/gpu_check.py, the one command a lent GPU runs, in its quick mode on this CPU: it builds the shapes, runs the
-table's configs through `qlora-app train`, and reports estimate vs measured and the generation split."""
+table's configs through `qlora-app train`, and reports estimate vs measured, a mixture of experts at two depths
+extrapolated to its published one, and the generation split."""
 
 import json
 import subprocess
@@ -25,5 +26,11 @@ def test_quick_mode_runs_on_a_cpu_and_reports_every_part(tmp_path):
     assert judged["estimate_torch_peak_gb"] > result["table"]["tiny:grpo"]["estimate_torch_peak_gb"]
     g = result["generation"]
     assert g["sequences"] == 4 and g["refresh_ms"] > 0 and g["prefill_ms"] > 0 and g["decode_ms_per_step"] > 0
+    moe = result["moe"]  # NF4 experts at depths 1 and 2; the plan of the published depth beside them
+    assert set(moe["runs"]) == {"moe-tiny@1:sft:experts-nf4", "moe-tiny@2:sft:experts-nf4"}
+    for row in moe["runs"].values():
+        assert row["status"] == "finished" and row["estimate_torch_peak_gb"] > 0 and row["measured_gib"] > 0
+    assert moe["layers"] == 2 and moe["plan_torch_peak_gb"] > 0 and moe["measured_gib_extrapolated"] > 0
     md = (tmp_path / "gpu_check.md").read_text()
+    assert "| moe-tiny@2:sft:experts-nf4 |" in md and "at the published 2 layers" in md
     assert "| tiny | grpo |" in md and "(CPU: RSS, not comparable)" in md and "decode" in md and md in r.stdout
