@@ -240,8 +240,8 @@ def markdown(result: dict) -> str:
         lines += ["", "| MoE run | estimate torch peak GB | measured GiB | estimate / measured |", "|---|---|---|---|"]
         for name, r in m["runs"].items():
             lines.append(f"| {name} | {_f(r['estimate_torch_peak_gb'])} | {_f(r['measured_gib'])} | {_f(r['ratio'])} |")
-        lines.append(f"one layer: {_f(m['measured_gib_per_layer'], 3)} GiB measured, {_f(m['estimate_gb_per_layer'], 3)}"
-                     f" GB estimated; at the published {m['layers']} layers: {_f(m['measured_gib_extrapolated'])} GiB "
+        lines.append(f"one layer: {_f(m['measured_gib_per_layer'], 3)} GiB measured, "
+                     f"{_f(m['estimate_gb_per_layer'], 3)} GB estimated; at the published {m['layers']} layers: {_f(m['measured_gib_extrapolated'])} GiB "
                      f"extrapolated vs the plan's {_f(m['plan_torch_peak_gb'])} GB (ratio {_f(m['ratio'])})"
                      + ("" if m.get("device") == "cuda" else " (CPU: RSS, not comparable)"))
     g = result.get("generation")

@@ -22,6 +22,7 @@ from app.model.source import check_model_source, weights_problem
 from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
+from app.train.planning.adjustments import adjustment_lines
 from app.train.planning.memory import VERDICTS
 from app.train.planning.plan import card_verdicts, decide_machine, make_plan
 from app.train.planning.request import check_user_code
@@ -110,7 +111,7 @@ def plan_json(plan, shown: AppConfig, refused: UserError | None, notes: list[str
                compiled=f.compiled, generation_batch_size=f.completions_at_once,
                steps_per_generation=f.steps_per_generation, packing=plan.decisions().packing,
                offloading=f.offloading, liger=f.liger, world_size=plan.world_size,
-               adjustments=[a.line() for a in plan.adjustments], verdicts=cards,
+               adjustments=adjustment_lines(plan.adjustments), verdicts=cards,
                estimate={k: v for k, v in est.items() if k != "verdicts"})
     return out
 
@@ -163,6 +164,8 @@ def print_run_summary(d: Path, console, config_text: str | None = None) -> None:
         value = st.get(key)
         for line in value if isinstance(value, list) else [value] if value else []:
             t.add_row(label, escape(line), "")
+        if key == "adjustments" and value:  # each step's first clause here; config.yaml's header has the whole
+            t.add_row("", "(the whole reasons: config.yaml's header)", "")
     console.print(t)
     if st.get("adapter"):  # on its own line: the path to copy, never cut by the table's width
         console.print("adapter:", highlight=False)

@@ -172,7 +172,8 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                          pipeline_tag="image-text-to-text" if reads_images else "text-generation")
     name = run.name if run else out.name
     body = [f"# {name}", "",
-            f"A LoRA {'adapter' if fmt in ('adapter', 'gguf-lora') else 'fine-tune'} of {code_name(base_model)} trained with "
+            f"A LoRA {'adapter' if fmt in ('adapter', 'gguf-lora') else 'fine-tune'} of {code_name(base_model)} "
+            "trained with "
             f"qlora-app ({(method or 'unknown method').upper()} on a "
             f"{'16-bit' if cfg and not cfg.model.load_in_4bit else '4-bit'} base)"
             + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")

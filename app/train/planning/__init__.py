@@ -1,6 +1,7 @@
 """A run's plan: every decision made before the model loads, each recorded with its reason.
 
     plan.py         make_plan: the one place the decisions are made, in order (calls every module below)
+    adjustments.py  what the plan changed and why: applied per step, said a line per step
     request.py      the request's checks and the resume point;  reward_checks.py: the reward's checks and auto match
     memory.py       the memory estimate and the per-card verdicts;  preflight.py: the fit check and the changes that fit
     batching.py, context.py   GRPO's generation batch;  the model's context window and what is cut to it

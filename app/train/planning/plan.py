@@ -22,8 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.config.build import with_absolute_paths, with_values
-from app.config.keys import differences
+from app.config.build import with_absolute_paths
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data.convert import require_a_pair
@@ -43,6 +42,7 @@ from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
 from app.tools.toolbox import load_toolbox
+from app.train.planning.adjustments import Adjustment, Steps, adjustment_lines
 from app.train.planning.experts import Experts, as_decided, plan_experts, unsloth_experts
 from app.train.planning.fastpaths import FastPaths, decide, detect_env, fit_generation_to_data, linear_kernels
 from app.train.planning.fsdp import check_fsdp
@@ -52,19 +52,6 @@ from app.train.planning.precision import precision_lines
 from app.train.planning.preflight import fit_memory, token_lengths
 from app.train.planning.reward_checks import check_reward, judge_answers, reference_match
 from app.train.planning.rows import training_rows
-
-
-@dataclass(frozen=True)
-class Adjustment:
-    """A config value the plan changed, and why."""
-
-    key: str
-    was: str  # as YAML
-    now: str
-    reason: str
-
-    def line(self) -> str:
-        return f"{self.key}: {self.was} -> {self.now} ({self.reason})"
 
 
 @dataclass(frozen=True)
@@ -126,7 +113,7 @@ class RunPlan:
                  f"runs on {self.where.gpu or 'the CPU'}, {self.where.compute_dtype}, backend {self.backend}, "
                  f"{self.world_size} process(es)"]
         lines += [self.family.line()] if self.family and self.family.has_template else []  # else a note said it
-        lines += precision_lines(self) + [f"adjusted {a.line()}" for a in self.adjustments]
+        lines += precision_lines(self) + [f"adjusted {line}" for line in adjustment_lines(self.adjustments)]
         return "\n".join(lines)
 
     def status_fields(self) -> dict:
@@ -137,47 +124,17 @@ class RunPlan:
                     "for": self.where.gpu if self.where.cuda else "a GPU (bf16)"},
                 "fast_paths": self.fast.describe(),
                 "world_size": self.world_size, "backend": self.backend, "compute_dtype": self.where.compute_dtype,
-                "adjustments": [a.line() for a in self.adjustments],
+                "adjustments": adjustment_lines(self.adjustments, brief=True),  # config.yaml: the whole reasons
                 **({layout.VISION: self.vision.record()} if self.vision else {}),
                 **({layout.EXPERTS: self.experts.record()} if self.experts else {}),
                 **({"family": self.family.record()} if self.family else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
-        head = "".join(f"# {a.line()}\n" for a in self.adjustments)
+        head = "".join(f"# {line}\n" for line in adjustment_lines(self.adjustments))
         if head:
             head = "# qlora-app adjusted these values for this run (the values below are what trained):\n" + head
         return head + self.cfg.to_yaml()
-
-
-@dataclass
-class _Steps:
-    """Applies what each planning step decided, paired with the lines it said (the reasons)."""
-
-    note: Any = None
-    said: list[str] = field(default_factory=list)
-    adjustments: list[Adjustment] = field(default_factory=list)
-    _mark: int = 0
-
-    def say(self, line: str) -> None:
-        self.said.append(line)
-        if self.note:
-            self.note(line)
-
-    def settle(self) -> None:
-        """The lines said so far are news of their own, not reasons for the next change."""
-        self._mark = len(self.said)
-
-    def apply(self, cfg: AppConfig, changes: dict) -> AppConfig:
-        """``cfg`` with ``changes`` ({dotted key: value}) applied, each recorded with the lines said since the
-        last step as its reason."""
-        if not changes:
-            return cfg
-        after = with_values(cfg, changes)
-        reason = "; ".join(self.said[self._mark:]) or "fitted by the plan"
-        self._mark = len(self.said)
-        self.adjustments += [Adjustment(k, was, now, reason) for k, was, now in differences(cfg, after)]
-        return after
 
 
 def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | None:
@@ -222,7 +179,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     doctor); ``model_files``: the model's files as a plan of it read them already (card_verdicts plans one model
     for several cards: its config, tokenizer and shell are read once). Raises UserError for a run that cannot go
     ahead there."""
-    steps = _Steps(note)
+    steps = Steps(note)
     asked_system = cfg.data.system_prompt
     cfg = resolve(with_absolute_paths(cfg, base or Path.cwd()), num_rows=len(rows) if rows is not None else None)
     sampled = sampled_system_prompt(cfg.data.dataset) if asked_system is None else None
@@ -262,6 +219,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                                census=experts.census if experts else None, model_files=model_files))
     cfg = steps.apply(cfg, fit.changes)
     experts = as_decided(experts, cfg, fit.experts_4bit, steps.say)
+    steps.settle()  # the experts' line is news of its own, not a reason for a later change
 
     tok, context = model_files.tokenizer_and_context(cfg.model, offline or cfg.runtime.local_only, quiet=offline)
     check_image_rows(vision, lengths, context)  # rows with images are never cut: one that cannot fit is refused
@@ -270,6 +228,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     family = family_of(cfg.model, tok, model_files.config)
     if family and not family.has_template:
         steps.say(family.line())
+        steps.settle()
     if tools and tok is not None:
         problem = tool_template_problem(tok, cfg.model.name_or_path)
         if problem:
@@ -295,7 +254,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                    model_files=model_files).estimated()
 
 
-def _model_kind(cfg: AppConfig, det, rows, steps: _Steps, offline: bool, backend: str, files: ModelFiles):
+def _model_kind(cfg: AppConfig, det, rows, steps: Steps, offline: bool, backend: str, files: ModelFiles):
     """(cfg, Vision, Experts, backend): images load the model that reads them; experts are counted as they load."""
     vision, changes = plan_images(cfg, det, rows, steps.say, offline, files)
     cfg = steps.apply(cfg, changes)
@@ -344,7 +303,7 @@ def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
     packing = pick_packing(cfg.training.packing, attention, cfg.model.trust_remote_code, kept_apart)
     if kept_apart or cfg.training.packing is not None:
         return replace(plan, packing=packing).estimated()
-    steps = _Steps(note)
+    steps = Steps(note)
     steps.say(f"packing is off: {why}, so each example trains in its own padded row")
     off = steps.apply(cfg, {"training.packing": False})
     return replace(plan, cfg=off, packing=False, adjustments=plan.adjustments + tuple(steps.adjustments),
@@ -354,7 +313,7 @@ def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
 def replan(plan: RunPlan, changes: dict, reason: str) -> RunPlan:
     """The plan with ``changes`` applied mid-run (the out-of-memory ladder): the fast paths decided again on the
     changed config, the estimate made again, the change recorded as an adjustment with ``reason``."""
-    steps = _Steps(said=[reason])
+    steps = Steps(said=[reason])
     cfg = steps.apply(plan.cfg, changes)
     env = detect_env(plan.where.cuda, plan.backend)
     fast = decide(cfg, replace(env, vllm=plan.fast.vllm), plan.fast.offloading,

@@ -133,7 +133,8 @@ def _experts_kept(cfg, base: Decisions, backend: str = "hf") -> str:
     why = ("lora.target_experts keeps them so: PEFT wraps them as loaded; drop it and the plan quantizes them"
            if cfg.lora.target_experts else
            "the Unsloth backend loads them so; runtime.backend=hf quantizes them as they load"
-           if backend == "unsloth" and cfg.runtime.backend == "unsloth" else "model.quantize_experts=false; leave it empty and the plan quantizes them")
+           if backend == "unsloth" and cfg.runtime.backend == "unsloth"
+           else "model.quantize_experts=false; leave it empty and the plan quantizes them")
     return f" (its experts are 16-bit: {why})"
 
 

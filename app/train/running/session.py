@@ -332,7 +332,7 @@ class Session:
     def _replan(self, plan: RunPlan) -> None:
         """A decision taken after loading (SFT packing) changed the plan: config.yaml and status.json follow."""
         self.rec.config(plan.config_yaml())
-        self.record(None, adjustments=[a.line() for a in plan.adjustments])
+        self.record(None, adjustments=plan.status_fields()["adjustments"])
 
     def _sampler_changed(self, sampler, reason: str) -> None:
         """status.json's fast paths follow the sampler that samples: a fallback is recorded with its step."""

@@ -37,6 +37,14 @@ def test_the_plan_counts_image_tokens_and_the_vision_weights(tiny_vlm):
     plan = make_plan(cfg, train, det, offline=True)
     assert plan.cfg.model.images is True and plan.cfg.training.packing is False
     assert any(a.key == "model.images" and "images: column 'image'" in a.reason for a in plan.adjustments)
+    # one planning step set both keys: said once, whole in config.yaml, its first clause at the end of the run
+    [step] = [line for line in plan.config_yaml().splitlines() if "model.images" in line]
+    assert step.startswith("# model.images: null -> true, training.packing: null -> false (images: column 'image'")
+    assert step.count("images: column 'image'") == 1 and "packing would cut image tokens apart" in step
+    assert plan.config_yaml().count("images: column 'image'") == 1
+    [brief] = [line for line in plan.status_fields()["adjustments"] if "model.images" in line]
+    assert brief == ("model.images: null -> true, training.packing: null -> false (images: column 'image', 1 per "
+                     "row, 4 tokens each (the processor, for a 48x48 image))")
     v = plan.vision
     assert v.tokens_per_image == 4 and v.per_row == (1, 1) and v.tower_params > 0
     text_only = make_plan(cfg, train.remove_columns(["image", "images"]), _text_det(det), offline=True)

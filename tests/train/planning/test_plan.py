@@ -9,6 +9,7 @@ import yaml
 
 from app.config.build import build_config, validate
 from app.run import layout, store
+from app.train.planning.adjustments import adjustment_lines
 from app.train.planning.plan import make_plan
 
 
@@ -38,7 +39,7 @@ def test_the_plan_adjusts_once_and_records_why():
     text = plan.config_yaml()
     assert "# grpo.max_completion_length: 256 -> 128 (" in text
     assert yaml.safe_load(text)["grpo"]["max_completion_length"] == 128
-    assert plan.status_fields()["adjustments"] == [a.line() for a in plan.adjustments]
+    assert plan.status_fields()["adjustments"] == adjustment_lines(plan.adjustments, brief=True)
     # config.yaml re-plans to the same run: nothing left to adjust, the same fast paths and estimate
     again = make_plan(validate(yaml.safe_load(text)), *_rows(cfg))
     assert again.adjustments == () and again.cfg == plan.cfg
