@@ -179,6 +179,15 @@ HEADERS = {"name": "run", "pref_accuracy": "pref. acc."}  # preference accuracy:
 MEMORY_COLUMNS = ["name", "status", "device", "estimate", "measured", "ratio"]
 
 
+def _shown(value: str | None, file_folder: bool = False) -> str | None:
+    """A local path as `runs list` shows it: its last part tells runs apart (a hub id stays whole); a data file also
+    with its folder's name (a/data.json, b/data.json: the names people give data files repeat)."""
+    if not value or not Path(value).is_absolute():
+        return value
+    p = Path(value)
+    return f"{p.parent.name}/{p.name}" if file_folder and p.suffix and p.parent.name else p.name
+
+
 def print_runs(output_dir: Path, console, memory: bool = False) -> None:
     """`runs list`: a table of the runs in a folder (``memory``: each GPU run's estimated vs measured torch peak).
     Piped (not a terminal, no COLUMNS set), every column is printed: a script reading it gets what a wide terminal
@@ -205,9 +214,7 @@ def print_runs(output_dir: Path, console, memory: bool = False) -> None:
         s = summaries[d]
         st = store.read_status(d) or {}
         check = st.get("memory_check") or {}
-        # a local path's last part is what tells runs apart; a hub id stays whole
-        row = {**s, **{k: Path(s[k]).name if s.get(k) and Path(s[k]).is_absolute() else s.get(k)
-                       for k in ("model", "dataset")},
+        row = {**s, "model": _shown(s.get("model")), "dataset": _shown(s.get("dataset"), file_folder=True),
                "device": st.get(layout.PEAK_DEVICE), "estimate": check.get("estimate_torch_peak_gb"),
                "measured": check.get("measured_torch_peak_gib"), "ratio": check.get("ratio")}
         if memory and not check:

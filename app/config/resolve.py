@@ -18,6 +18,9 @@ DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5, "kto": 1e-5}
 DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16, "kto": 16}
 EFFECTIVE_BATCH_WARN = 32
+# KTO estimates its KL term within each step's batch: TRL's KTO guide asks a per-step batch of at least 4 and an
+# effective batch of 16 to 128, which LoRA Without Regret's "under 32" would contradict, so KTO is checked against it
+KTO_STEP_BATCH, KTO_EFFECTIVE = 4, (16, 128)
 
 # The prompt suffix that tells a model the answer format the shaped reward's format bonus looks for.
 DEFAULT_GRPO_SYSTEM_PROMPT = (
@@ -105,7 +108,12 @@ def warnings_for(cfg: AppConfig) -> list[str]:
     """Advice that does not stop a run (first what building the config decided: a preset's data keys left out)."""
     out = list(cfg._notes)
     eb = effective_batch(cfg, cfg.runtime.num_processes * cfg.runtime.nnodes)  # every process adds its batch
-    if eb >= EFFECTIVE_BATCH_WARN:
+    step = cfg.training.per_device_train_batch_size
+    if cfg.method == "kto" and (step < KTO_STEP_BATCH or not KTO_EFFECTIVE[0] <= eb <= KTO_EFFECTIVE[1]):
+        out.append(f"KTO with a per-step batch of {step} and an effective batch of {eb}: TRL's KTO guide asks at least "
+                   f"{KTO_STEP_BATCH} per step and {KTO_EFFECTIVE[0]}-{KTO_EFFECTIVE[1]} in all (KTO estimates its KL "
+                   "term within a step's batch); change per_device_train_batch_size or gradient_accumulation_steps")
+    elif cfg.method != "kto" and eb >= EFFECTIVE_BATCH_WARN:
         out.append(
             f"effective batch {eb} {'prompts' if cfg.method == 'grpo' else 'examples'} >= {EFFECTIVE_BATCH_WARN}: LoRA tolerates large batches worse than full "
             "fine-tuning (LoRA Without Regret); lower per_device_train_batch_size or gradient_accumulation_steps"

@@ -78,6 +78,18 @@ def test_warns_on_large_effective_batch():
     assert not warnings_for(resolve(AppConfig()))
 
 
+@pytest.mark.parametrize("step, accumulation, warned", [(32, 1, False), (4, 4, False), (16, 8, False), (2, 16, True),
+                                                        (4, 2, True), (32, 8, True)])
+def test_kto_batches_are_checked_against_trls_kto_guide(step, accumulation, warned):
+    """KTO needs the batch LoRA Without Regret's "under 32" would forbid (its KL term is estimated within a step's
+    batch): its own range, per step at least 4, 16-128 in all, and no effective-batch warning of the other kind
+    (the KTO demo's 32 warned about its own preset)."""
+    got = warnings_for(resolve(build_config(sets=["method=kto", f"per_device_train_batch_size={step}",
+                                                  f"gradient_accumulation_steps={accumulation}"])))
+    assert bool([w for w in got if "TRL's KTO guide asks at least 4 per step and 16-128" in w]) is warned, got
+    assert not [w for w in got if "LoRA tolerates large batches" in w]
+
+
 def test_yaml_round_trip():
     cfg = resolve(AppConfig(method="grpo"))
     import yaml
