@@ -21,8 +21,8 @@ from app.model.vision import load_processor, meta_model, skip_modules
 @contextlib.contextmanager
 def eval_keeping_4bit(model):
     """A training model in eval mode for a moment (no dropout, generate() uses its cache), its 4-bit layers left in
-    training mode: an eval forward without grad makes bitsandbytes repack their weights for its CPU kernel, which
-    changes later training numerics and breaks training a layer with a bias (seen with OPT). Restored on exit."""
+    training mode: with them, bitsandbytes never repacks their weights for its CPU kernel (one_cpu_path says why),
+    even on a model loaded some other way. Restored on exit."""
     from bitsandbytes.nn import Linear4bit
 
     training = model.training
@@ -110,7 +110,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         model.generation_config.pad_token_id = tok.pad_token_id
     if not for_training:
         model.eval()
-    keep_off_cpu_repack(model)
+    one_cpu_path(model)
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
@@ -127,30 +127,22 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     return model, tok, info
 
 
-# bitsandbytes' bf16 CPU kernel takes 4-bit weights repacked in blocks of this many output rows (block_n of its
-# _convert_weight_packed_for_cpu), each row whole quantization blocks long.
-CPU_REPACK_ROWS = 32
-
-
-def keep_off_cpu_repack(model) -> list[str]:
-    """The 4-bit layers bitsandbytes could not repack for its CPU kernel, kept on its generic path; returns their
-    paths. On a CPU with AVX512-BF16, a Linear4bit's first forward in eval mode without grad repacks its weights
-    (out_features in blocks of 32 rows, in_features in whole quantization blocks) and a layer of another shape fails
-    there: the proof, compare and chat of Qwen2-MoE or Qwen3.5-MoE (a one-output shared_expert_gate) stopped on
-    "N must be divisible by block_n". Those layers (a few gates; every projection of a real model repacks) compute
-    as they do on any other CPU. Nothing changes on a GPU, where the attribute is never read."""
+def one_cpu_path(model) -> int:
+    """Every 4-bit layer on bitsandbytes' generic path, never its AVX512-BF16 CPU kernel; returns how many layers.
+    On a CPU with AVX512-BF16, a Linear4bit's forward in eval mode without grad repacks its weights for that kernel,
+    which computes in bf16: the proof, compare and chat (eval mode) then read a model other than the one training
+    ran and the held-out points during training read (training mode, fp32 dequantize). The same adapter on the same
+    rows scored 19.4% during training and 29.0% in its proof (#59); a random adapter on the demo's base answers 1 of
+    64 prompts differently greedy. The kernel also fails on a layer it cannot repack (Qwen2-MoE's one-output
+    shared_expert_gate: "N must be divisible by block_n") and rewrites the weights in place, which breaks training
+    them later (OPT's biases). Measured on the demo's tiny base here, the generic path is the faster one too (64
+    prompts, 48 tokens: 1.1 s vs 4.0 s). Nothing changes on a GPU, where the attribute is never read."""
     from bitsandbytes.nn import Linear4bit
 
-    kept = []
-    for path, m in model.named_modules():
-        if not isinstance(m, Linear4bit):
-            continue
-        qs = getattr(m.weight, "quant_state", None)
-        block = getattr(qs, "blocksize", None) or 64
-        if m.out_features % CPU_REPACK_ROWS or m.in_features % block:  # (a whole block is an even length too)
-            m.support_avx512bf16_for_cpu = False  # read by Linear4bit.forward before it repacks
-            kept.append(path)
-    return kept
+    layers = [m for m in model.modules() if isinstance(m, Linear4bit)]
+    for m in layers:
+        m.support_avx512bf16_for_cpu = False  # read by Linear4bit.forward before it repacks
+    return len(layers)
 
 
 def _has_4bit_layers(model) -> bool:

@@ -53,6 +53,12 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     best_dir = d / layout.BEST_ADAPTER
     assert (best_dir / layout.ADAPTER_CONFIG).is_file()
     proof = (d / layout.COMPARE_JSON).read_text()  # the run's proof, of its final adapter
+    # the last point (at the last step) and the proof score the same adapter on the same 12 rows: the same figures
+    # (they read one numerics path: app.model.load.one_cpu_path; #59 had 19.4% vs 29.0%)
+    summary = json.loads(proof)["summary"]["adapter"]
+    assert points[-1]["step"] == 6 and summary["n_judged"] == 12
+    assert points[-1][layout.EVAL_ACCURACY] == pytest.approx(summary["accuracy"])
+    assert points[-1][layout.EVAL_REWARD] == pytest.approx(summary["mean_reward"], abs=1e-6)
     res = run_comparison(best_dir, num_samples=4, max_new_tokens=8, local_only=True)
     assert res.config["adapter"] == str(best_dir) and res.config["system_prompt"]  # the run's config was found
     assert (d / layout.COMPARE_JSON).read_text() == proof  # a compare of the best adapter is kept apart
