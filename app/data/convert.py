@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from app.data.detect import SOURCE, DataError, Detection
-from app.data.images import IMAGES
+from app.data.images import IMAGES, decoding, undecoded
 from app.data.preference import answer_text, pair_of, require_labels, require_pairs, shared_prompt
 from app.data.profile import label_value, name_words, value_kind
 from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
@@ -140,8 +140,8 @@ def _has_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _non_empty(row: dict, column: str) -> bool:
-    v = row[column]
+def _non_empty(v) -> bool:
+    """Whether a row's value of the column (its input_columns) holds text: a conversation ending in content."""
     if isinstance(v, list):
         return bool(v) and bool(v[-1]["content"].strip())
     return bool(v and str(v).strip())
@@ -149,7 +149,8 @@ def _non_empty(row: dict, column: str) -> bool:
 
 def _drop_empty(ds, column: str, what: str):
     before = len(ds)
-    ds = ds.filter(_non_empty, fn_kwargs={"column": column}, desc=f"dropping rows without {what}")
+    ds = ds.filter(_non_empty, input_columns=[column],
+                   desc=f"dropping rows without {what}")  # that column alone: no picture decoded to drop a row
     if len(ds) < before:
         log.warning("dropped %d of %d rows with an empty %s", before - len(ds), before, what)
     if len(ds) == 0:
@@ -193,7 +194,8 @@ def _apply(ds, fn, det: Detection, tokenizer, system_prompt: str | None, desc: s
     made = ("prompt", "reference")
     # the rows' images (app/data/images.py) always travel with them: TRL reads them from this column
     drop = [c for c in ds.column_names if c in made or (not keep and c not in also and c != IMAGES)]
-    return ds.map(fn, fn_kwargs=kwargs, remove_columns=drop, desc=desc)
+    # the pictures pass through as stored, never decoded here (app.data.images.undecoded says why)
+    return decoding(undecoded(ds).map(fn, fn_kwargs=kwargs, remove_columns=drop, desc=desc))
 
 
 def to_grpo(ds, det: Detection, tokenizer, system_prompt: str | None, keep_columns: bool = False):

@@ -221,6 +221,65 @@ def attach_images(ds, det, base: Path | None, local_only: bool = False, split: s
     return ds.cast_column(IMAGES, List(Image()))
 
 
+def undecoded(ds):
+    """``ds`` with its ``images`` column as the stored bytes ({"bytes", "path"} per image), never decoded: what the
+    conversions and the plan's checks read (a row's text, how many pictures it has, their sizes). A map over rows
+    with decoded pictures holds each at its full size (a 3000x3000 photo: 27 MB) until its writer batch is encoded
+    back, which filled the host RAM with a few thousand phone photos. Data without pictures comes back as it was."""
+    from datasets import Image, List
+
+    if ds is None or IMAGES not in getattr(ds, "column_names", ()) or not _is_image_list(ds.features[IMAGES]):
+        return ds
+    return ds.cast_column(IMAGES, List(Image(decode=False)))
+
+
+def decoding(ds):
+    """``ds`` with its ``images`` column decoding again (TRL's collator takes pictures, decoded a batch at a time)."""
+    from datasets import Image, List
+
+    if ds is None or IMAGES not in getattr(ds, "column_names", ()) or not _is_image_list(ds.features[IMAGES]):
+        return ds
+    return ds.cast_column(IMAGES, List(Image()))
+
+
+def _is_image_list(feature) -> bool:
+    from datasets import Image
+
+    inner = getattr(feature, "feature", None)
+    return isinstance(inner, Image)
+
+
+def stored_bytes(ds) -> tuple[int, int]:
+    """(pictures, their bytes as stored) of a dataset's ``images`` column, read from its Arrow table a thousand rows
+    at a time (no row built, nothing decoded); (0, 0) without pictures. A picture kept as a path counts as its
+    file's size."""
+    import pyarrow.compute as pc
+
+    if ds is None or IMAGES not in getattr(ds, "column_names", ()):
+        return 0, 0
+    count = total = 0
+    for table in ds.select_columns([IMAGES]).with_format("arrow").iter(batch_size=1000):
+        cells = pc.list_flatten(table.column(IMAGES))
+        sizes = pc.binary_length(pc.struct_field(cells, "bytes")).to_pylist()
+        paths = pc.struct_field(cells, "path").to_pylist()
+        count += len(sizes)
+        total += sum(n if n is not None else (Path(p).stat().st_size if p and Path(p).is_file() else 0)
+                     for n, p in zip(sizes, paths))
+    return count, total
+
+
+def stored_sizes(cells: list) -> list[tuple[int, int]]:
+    """(height, width) of a row's undecoded image cells, read from each file's header (nothing decoded)."""
+    from PIL import Image
+
+    out = []
+    for c in cells or []:
+        data = c.get("bytes") if isinstance(c, dict) else None
+        with (Image.open(io.BytesIO(data)) if data is not None else Image.open(c["path"])) as img:
+            out.append((img.height, img.width))
+    return out
+
+
 def decoded(cells: list) -> list:
     """A row's ``images`` cells as PIL images (``Dataset.to_list`` leaves Image cells as {"bytes", "path"})."""
     from PIL import Image

@@ -41,7 +41,7 @@ def test_bad_requests_are_one_line_and_keep_what_exists(bare_run, tmp_path):
     with pytest.raises(UserError, match="is not empty; pass a new or empty --out folder, or --force"):
         export_run(bare_run, full)
     assert (full / "keep.txt").read_text() == "mine" and len(list(full.iterdir())) == 1
-    with pytest.raises(UserError, match="--format tgz is not one of adapter, merged, gguf, ollama"):
+    with pytest.raises(UserError, match="--format tgz is not one of adapter, merged, gguf, gguf-lora, ollama"):
         export_run(bare_run, tmp_path / "x", fmt="tgz")
     with pytest.raises(UserError, match="--outtype q4 is not one of q4_k_m, "):
         export_run(bare_run, tmp_path / "x", fmt="gguf", outtype="q4")

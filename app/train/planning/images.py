@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.data.images import stored_bytes, stored_sizes, undecoded
 from app.errors import UserError
 from app.model.vision import load_processor, reads_images, tower_params, vision_paths
 
@@ -27,11 +28,12 @@ class Vision:
     tokens_from: str  # where that number came from
     tower_params: int | None  # the vision side's parameters (16-bit); None: not measured (files not on disk)
     kept_16bit: tuple[str, ...] = ()  # its module paths
+    host: str = ""  # what the pictures take in host RAM
 
     def record(self) -> dict:
         """What status.json keeps (the card reads it)."""
         return {"column": self.column, "per_row": list(self.per_row), "tokens_per_image": self.tokens_per_image,
-                "tower_params": self.tower_params, "kept_16bit": list(self.kept_16bit)}
+                "tower_params": self.tower_params, "kept_16bit": list(self.kept_16bit), "host_memory": self.host}
 
     def line(self) -> str:
         lo, hi = self.per_row
@@ -40,7 +42,8 @@ class Vision:
                  "16-bit and frozen" if self.tower_params is not None else "the vision side stays 16-bit and frozen")
         return (f"images: column '{self.column}', {rows} per row, {self.tokens_per_image} tokens each "
                 f"({self.tokens_from}); {tower}; LoRA on the language model's linear layers; rows are never cut "
-                "(an image's tokens stay whole: a row longer than the context is refused)")
+                "(an image's tokens stay whole: a row longer than the context is refused)"
+                + (f"; {self.host}" if self.host else ""))
 
 
 def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | None, dict]:
@@ -81,8 +84,10 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
                 raise UserError(f"the processor of '{mc.name_or_path}' cannot be loaded here ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:160]}); install what it names, or pick another "
                                 "vision-language model") from None
-    tokens, source = image_tokens(processor, config, rows)
-    vision = Vision(det.image_field, per_row, tokens, source, tower, paths)
+    sizes = _sizes(rows)
+    tokens, source = image_tokens(processor, config, sizes)
+    vision = Vision(det.image_field, per_row, tokens, source, tower, paths,
+                    host_memory(rows, sizes, per_row[1] * cfg.training.per_device_train_batch_size))
     say(vision.line())
     changes = {} if mc.images else {"model.images": True}
     if cfg.method == "sft" and cfg.training.packing is not False:
@@ -91,11 +96,24 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
     return vision, changes
 
 
-def image_tokens(processor, config: dict | None, rows) -> tuple[int, str]:
+def host_memory(rows, sizes: list[tuple[int, int]], at_once: int) -> str:
+    """The pictures in host RAM: as stored (bytes, for the whole run), and decoded ``at_once`` (a batch's pictures,
+    at the largest size sampled), which is all that is ever decoded together."""
+    count, stored = stored_bytes(rows)
+    if not count:
+        return ""
+    h, w = max(sizes, key=lambda s: s[0] * s[1]) if sizes else (0, 0)
+    one = h * w * 3  # RGB, a byte a channel
+    largest = f" (the largest sampled, {w}x{h}, is {one / 1e6:,.1f} MB decoded; {min(at_once, count)} at a time: up " \
+              f"to {min(at_once, count) * one / 1e6:,.0f} MB)" if one else ""
+    return (f"{count} training picture(s), {stored / 1e6:,.1f} MB as stored, held as stored and decoded a batch at a "
+            f"time{largest}")
+
+
+def image_tokens(processor, config: dict | None, sizes: list[tuple[int, int]]) -> tuple[int, str]:
     """(tokens one image takes in the prompt, where the number came from): the processor asked about the largest
     image of the first rows (a processor that tiles or resizes by pixels says its own count), else the model's
     files, else ASSUMED_TOKENS."""
-    sizes = _sizes(rows)
     if processor is not None and sizes and hasattr(processor, "_get_num_multimodal_tokens"):
         try:
             counted = processor._get_num_multimodal_tokens(image_sizes=[max(sizes)]).num_image_tokens
@@ -114,8 +132,8 @@ def _sizes(rows, n: int = 32) -> list[tuple[int, int]]:
     if rows is None or "images" not in getattr(rows, "column_names", ()):
         return []
     out = []
-    for imgs in rows.select(range(min(n, len(rows))))["images"]:
-        out += [(img.height, img.width) for img in imgs or []]
+    for cells in undecoded(rows.select(range(min(n, len(rows)))))["images"]:
+        out += stored_sizes(cells)  # from the files' headers: no picture decoded to learn its size
     return out
 
 

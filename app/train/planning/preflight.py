@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from app.config.build import with_values
 from app.config.schema import PREFERENCE_METHODS
 from app.data.convert import completion_text, prompt_text
+from app.data.images import undecoded
 from app.data.preference import pair_of
 from app.errors import UserError
 from app.train.planning.batching import steps_per_generation
@@ -38,6 +39,7 @@ def token_lengths(cfg, rows, det, tok, extra_text: str = "", vision=None) -> lis
     if rows is None or det is None or not len(rows):
         return None
     n = min(len(rows), LENGTH_SAMPLE)
+    rows = undecoded(rows)  # a row's text and how many pictures it has: none of them decoded
     texts = []
     for i in range(n):
         row = rows[i]
