@@ -36,7 +36,8 @@ def test_runs_from_data_files_of_one_name_are_told_apart(tmp_path, capsys):
                                        f"data: {{dataset: {tmp_path}/{folder}/data.json}}\n")
         store.write_status(d, layout.FINISHED, step=1)
     hub = newrun.new_run_dir(tmp_path / "runs", "20261127-120009-sft-gsm8k")
-    (hub / layout.CONFIG).write_text("method: sft\nmodel: {name_or_path: Qwen/Qwen3-0.6B}\ndata: {dataset: openai/gsm8k}\n")
+    (hub / layout.CONFIG).write_text("method: sft\nmodel: {name_or_path: Qwen/Qwen3-0.6B}\n"
+                                     "data: {dataset: openai/gsm8k}\n")
     store.write_status(hub, layout.FINISHED, step=1)
     console = Console(record=True, width=250)
     print_runs(tmp_path / "runs", console)

@@ -237,21 +237,27 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     if tok is not None and rows is not None:
         cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps)
 
-    linear = linear_attention_layers(model_files.config)
+    cfg, fast = _fast_paths(cfg, fit, linear_attention_layers(model_files.config), train_ds, world, steps)
+    return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
+                   lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
+                   notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
+                   lengths=lengths, tools=tools, vision=vision, experts=experts, family=family,
+                   model_files=model_files).estimated()
+
+
+def _fast_paths(cfg: AppConfig, fit, linear: int, train_ds, world: int, steps: Steps) -> tuple[AppConfig, FastPaths]:
+    """(cfg, FastPaths): the GPU fast paths for what fits, the linear-attention kernels said, and GRPO's generation
+    batch fitted to the data (recorded as the explicit size it now is, so a re-run samples the same)."""
     fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits, linear_layers=linear)
     kernels_line = linear_kernels(linear, fit.env)[1]
     if kernels_line:
         steps.say(kernels_line)
     if cfg.method == "grpo" and train_ds is not None:
         fitted = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
-        if fitted != fast:  # recorded as the explicit size it now is, so a re-run samples the same
+        if fitted != fast:
             cfg = steps.apply(cfg, {"grpo.generation_batch_size": fitted.completions_at_once})
             fast = decide(cfg, fit.env, fit.needs_room, copy_fits=fit.copy_fits, linear_layers=linear)
-    return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
-                   lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
-                   notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
-                   lengths=lengths, tools=tools, vision=vision, experts=experts, family=family,
-                   model_files=model_files).estimated()
+    return cfg, fast
 
 
 def _model_kind(cfg: AppConfig, det, rows, steps: Steps, offline: bool, backend: str, files: ModelFiles):
