@@ -10,6 +10,7 @@ import json
 import sys
 
 from app.data.convert import prompt_text, reference_text
+from app.data.images import images_folder, sample_problems
 from app.data.preference import pair_of
 from app.data.preview import inspect_detection
 from app.rewards.match import choose_for as choose_match
@@ -40,11 +41,15 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only,
                                               **pair_fields)
     match = reference_match(rows, det)
+    pictures = (sample_problems(rows, det.image_field, images_folder(dataset), local_only)
+                if det.image_field else None)  # read as a run reads them: what train would refuse, said here
+    code = 2 if pictures and pictures[1] else 0
     if as_json:
-        out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {})}
+        out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {}),
+               **({"images_checked": {"pictures": pictures[0], "problems": pictures[1]}} if pictures else {})}
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
         sys.stdout.flush()
-        return 0
+        return code
 
     from rich.console import Console
     from rich.markup import escape
@@ -59,7 +64,7 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     roles.add_column("role", style="bold")
     roles.add_column("field", style="cyan")
     roles.add_column("why")
-    for role, field, why in _role_rows(det, match):
+    for role, field, why in _role_rows(det, match, pictures):
         roles.add_row(role, Text(field), Text(why))
     console.print(roles)
 
@@ -80,10 +85,14 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     console.print(samples)
     more = " / --chosen-field NAME / --rejected-field NAME" if pairs else ""
     console.print(f"[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME{more}.[/]")
-    return 0
+    if code:
+        first, rest = pictures[1][0], len(pictures[1]) - 1
+        console.print(f"[red]train would refuse this data:[/] {escape(first)}"
+                      + (f" ({rest} more of the sampled rows too)" if rest else ""), highlight=False)
+    return code
 
 
-def _role_rows(det, match) -> list[tuple[str, str, str]]:
+def _role_rows(det, match, pictures=None) -> list[tuple[str, str, str]]:
     """The detected fields table's rows: (role, column, why), in the order the table shows them."""
     rows_ = [("format", det.format, det.reasons.get("format", ""))]
     if det.messages_field:
@@ -116,6 +125,9 @@ def _role_rows(det, match) -> list[tuple[str, str, str]]:
     if det.image_field:
         lo, hi = det.images_per_row or (1, 1)
         count = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        rows_.append(("images", det.image_field, f"{det.reasons.get('image_field', '')}; {count} per row (training "
-                                                 "needs a vision-language model: docs/datasets.md#images)"))
+        read = (f"; {pictures[0]} picture(s) of the first sampled rows read as a run reads them: "
+                + (f"{len(pictures[1])} row(s) a run would refuse (below)" if pictures[1] else "all readable")
+                if pictures else "")
+        rows_.append(("images", det.image_field, f"{det.reasons.get('image_field', '')}; {count} per row{read} "
+                                                 "(training needs a vision-language model: docs/datasets.md#images)"))
     return rows_

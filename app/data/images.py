@@ -89,7 +89,7 @@ def find_image_field(rows: list[dict], columns: list[str]) -> tuple[str | None, 
         if (share >= 0.5 or (named and share > 0)) and share > best_share:
             best, best_share = c, share
     if best is not None:
-        return best, f"{best_share:.0%} of the sampled cells are images (files, bytes or image cells)"
+        return best, f"{best_share:.0%} of the sampled cells name images (files, bytes, URLs or image cells)"
     for c in columns:  # a column meant for images that holds none: said, never trained as text without its pictures
         words = set(name_words(c))
         if words & IMAGE_WORDS and words <= IMAGE_NAME_WORDS and rows:
@@ -160,9 +160,10 @@ def checked_image(src, base: Path | None, local_only: bool) -> bytes:
 
 
 def _shown(src) -> str:
+    """An image source as a message names it: a path or URL as written, anything held in memory as image bytes."""
     if isinstance(src, dict):
         src = src.get("path") or "image bytes"
-    if isinstance(src, (bytes, bytearray)) or type(src).__module__.startswith("PIL."):
+    if not isinstance(src, (str, Path)):  # bytes, a PIL image, a file object: never its repr
         return "image bytes"
     s = str(src)
     return s[:40] + "..." if s.startswith("data:") else s
@@ -189,6 +190,20 @@ def _row_images(row: dict, idx: int, field: str, text_fields: tuple, base, local
                                          for m in v):
             made[c] = [_unmarked(m) for m in v]
     return made
+
+
+def sample_problems(rows: list[dict], field: str, base: Path | None, local_only: bool,
+                    limit: int = 16) -> tuple[int, list[str]]:
+    """(pictures read, problems) of the first ``limit`` sampled rows, each picture read and decoded as a run reads
+    it: every problem is the line `train` would refuse the data with (a missing file, an unreadable one, a URL with
+    downloads off, a row without a picture). What `inspect` checks, where a newcomer checks data."""
+    checked, problems = 0, []
+    for i, row in enumerate(rows[:limit]):
+        try:
+            checked += len(_row_images(row, i, field, (), base, local_only, "")[IMAGES])
+        except DataError as e:
+            problems.append(str(e))
+    return checked, problems
 
 
 def _unmarked(m):

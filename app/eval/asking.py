@@ -33,6 +33,8 @@ from app.tools.loop import run_tool_loop
 from app.tools.toolbox import load_toolbox
 
 NO_IMAGES = "this run's model reads no images (it was trained on text)"  # the one refusal of pictures
+# said (not refused) where a run trained on pictures is asked without one: it answers, from the text alone
+NO_PICTURE = "this run was trained on pictures and is asked without one: it answers from the text alone"
 
 
 def uses_tools(run_cfg) -> bool:
@@ -117,6 +119,11 @@ class Asker:
 
     def path(self, images: bool) -> str:
         return route(images, self.processor, self.run_cfg, self.run_tools, self.fix)
+
+    def missing_picture(self, images: bool) -> str | None:
+        """NO_PICTURE for a run trained on pictures asked without one (chat, the API server say it), else None."""
+        trained = self.run_cfg is not None and bool(self.run_cfg.model.images)
+        return NO_PICTURE if trained and not images else None
 
     def answers(self, items: list[dict], max_new_tokens: int, temperature: float = 0.0, batch_size: int = 16,
                 seed: int = 0, on_batch: Callable[[int], None] | None = None,

@@ -52,6 +52,10 @@ class Chat:
             self.asker.path(True)  # a model that reads none: the one refusal
         self.images = list(images or [])
 
+    def picture_note(self) -> str | None:
+        """What to say when a run trained on pictures is chatted with without one (app.eval.asking.NO_PICTURE)."""
+        return self.asker.missing_picture(bool(self.images))
+
     def tools(self, side: str) -> list:
         """A tool run's guarded tools for ``side`` (an environment: one instance per side and conversation)."""
         if side not in self._tools:

@@ -47,6 +47,12 @@ table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
 _TOKEN = re.compile(r"\S+\s*|\s+")
 
 
+def reward_text(value: float) -> str:
+    """A reward as compare shows it, to 3 places; a reward that rounds to zero is 0.000, never -0.000."""
+    text = f"{value:.3f}"
+    return "0.000" if text == "-0.000" else text
+
+
 def _tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
@@ -160,7 +166,7 @@ def _row(i: int, r) -> str:
     same = '<span class="same">(identical outputs)</span>' if r.base.text == r.adapter.text else ""
     ref = f'<div class="ref">reference: {escape(r.reference)}</div>' if r.reference is not None else ""
     sides = "".join(
-        f'<div class="side" data-side="{name}"><h3>{name} · reward {c.reward:.3f} {_verdict(c.correct)}</h3>'
+        f'<div class="side" data-side="{name}"><h3>{name} · reward {reward_text(c.reward)} {_verdict(c.correct)}</h3>'
         f'{_calls_html(c)}<div class="out">{body}</div></div>'
         for name, c, body in (("base", r.base, left), ("adapter", r.adapter, right)))
     pictures = "".join(f'<img class="pic" src="{escape(u)}" alt="image {k}">'
@@ -218,7 +224,7 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
             cell = Text("".join(line + "\n" for line in call_lines(cell_.turns or [])), style="cyan")
             cell.append(_clip(cell_.text, clip) or "(empty)", style="default")
             style = {True: "green", False: "red"}.get(cell_.correct, "dim")
-            cell.append(f"\nreward {cell_.reward:.3f} {_mark(cell_.correct)}", style=style)
+            cell.append(f"\nreward {reward_text(cell_.reward)} {_mark(cell_.correct)}", style=style)
             cells.append(cell)
         t.add_row(str(i), Text(_clip(r.prompt, clip)), Text(_clip(r.reference or "–", clip)), *cells)
     console.print(t)

@@ -41,7 +41,7 @@ def model_on_disk(name: str) -> bool:
 def unavailable_model_hint(name: str) -> str:
     """What to do about a hub model this machine cannot fetch."""
     return (f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use "
-            "--model arith-base (the tiny model shipped for offline use)")
+            "--model arith-base (the tiny model shipped for offline use; shapes-vlm-base for data with pictures)")
 
 
 def model_load_error(name: str, e: Exception) -> UserError:

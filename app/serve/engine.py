@@ -10,6 +10,7 @@ whose client went away stops at its next token.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -24,6 +25,8 @@ from app.model.placement import context_length
 from app.model.templates import ensure_tool_parser, tool_template_problem
 from app.run.lookup import adapter_name
 from app.tools.loop import read_turn
+
+log = logging.getLogger("qlora_app")
 
 BASE_SUFFIX = "-base"  # the base's model name: the run's name with this suffix
 
@@ -166,6 +169,9 @@ class Engine:
             waited = time.monotonic() - t0
             # pictures: the conversation asked whole with them (one piece when streamed); text: the prompt's ids
             ask = Ask.of(messages or [], self.system, images)
+            note = self.asker.missing_picture(bool(images))
+            if note:  # the client gets the answer it asked for; whoever runs the server reads why it may be off
+                log.warning("%s: %s", name, note)
             streamed = on_text or watch.stops
             with self.pair.side(side):
                 out = self.asker.one(ask, ids, max_tokens, temperature, seed, piece if streamed else None,

@@ -105,7 +105,7 @@ def images(body: dict, local_only: bool) -> list:
             try:
                 out.append(decoded([{"bytes": checked_image(url, None, local_only)}])[0])
             except (ValueError, OSError) as e:
-                raise BadRequest(f"the image {e}", param) from None
+                raise BadRequest(f"this image_url {e}", param) from None
     return out
 
 

@@ -72,7 +72,8 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
             session.system = system
             session.reset()
         holder.stop.clear()
-        shown = {s: "" for s in WHO[who]}
+        note = session.picture_note()  # a run trained on pictures, asked without one: said above each answer
+        shown = {s: f"({note}: upload a picture to ask about it)\n" if note else "" for s in WHO[who]}
         for side in WHO[who]:
             pieces: queue.Queue = queue.Queue()
             out: dict = {}

@@ -130,3 +130,32 @@ def test_the_table_shows_the_label_column_however_it_is_spelled(tmp_path, capsys
     assert run_inspect(str(data), None, None, None, None, False, False) == 0
     out = " ".join(capsys.readouterr().out.replace("│", " ").split())
     assert "label label" in out and "KTO" in out, out[-1500:]
+
+
+def test_image_data_is_read_as_a_run_reads_it(tmp_path, capsys, monkeypatch):
+    """inspect checks the sampled rows' pictures where a newcomer checks data: a missing file, a broken one, a URL
+    with downloads off and a row without a picture are each the line train would refuse with (exit 2); readable
+    pictures say so (exit 0)."""
+    from PIL import Image
+
+    monkeypatch.setenv("COLUMNS", "600")  # the table's cells on one line each
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "red.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG not really")
+    good = [{"image": "red.png", "question": f"colour {i}?", "answer": "red"} for i in range(4)]
+    (tmp_path / "good.jsonl").write_text("\n".join(json.dumps(r) for r in good))
+    assert run_inspect(str(tmp_path / "good.jsonl"), None, None, None, None, True, False) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "4 picture(s) of the first sampled rows read as a run reads them: all readable" in out
+    assert "name images" in out and "would refuse" not in out
+    cases = {"missing.png": "not found (looked for", "broken.png": "is not a readable image",
+             "https://example.com/a.png": "is a URL and downloads are off (--local-only)", "": "has no image in"}
+    for i, (bad, said) in enumerate(cases.items()):
+        rows = good[:3] + [{"image": bad or None, "question": "colour?", "answer": "red"}]
+        (tmp_path / f"bad{i}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+        assert run_inspect(str(tmp_path / f"bad{i}.jsonl"), None, None, None, None, True, False) == 2, bad
+        out = " ".join(capsys.readouterr().out.split())
+        assert "1 row(s) a run would refuse (below)" in out and "train would refuse this data: row 4" in out
+        assert said in out, (bad, out[-600:])
+        assert run_inspect(str(tmp_path / f"bad{i}.jsonl"), None, None, None, None, True, True) == 2
+        checked = json.loads(capsys.readouterr().out)["images_checked"]
+        assert checked["pictures"] == 3 and len(checked["problems"]) == 1 and said in checked["problems"][0]

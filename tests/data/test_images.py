@@ -129,3 +129,33 @@ def test_a_column_named_for_images_that_holds_none_is_one_line(tmp_path):
             for i, c in enumerate(COLORS * 5)]
     _, _, det = build_splits(_data(_jsonl(tmp_path / "c.jsonl", rows)), seed=1)
     assert det.image_field is None
+
+
+def test_a_picture_held_in_memory_is_named_as_image_bytes_never_by_its_repr():
+    from app.data.images import _shown
+
+    for src in (io.BytesIO(b"\x89PNG"), b"\x89PNG", Image.new("RGB", (2, 2)), {"bytes": b"x", "path": None}):
+        assert _shown(src) == "image bytes"
+    assert _shown("pics/a.png") == "pics/a.png" and _shown({"path": "b.jpg"}) == "b.jpg"
+
+
+def test_pictures_pass_through_the_conversions_as_stored(tmp_path):
+    """The conversions map over the stored bytes (undecoded) and hand TRL a decoding column again; their sizes
+    and how many there are come from the files' headers and the Arrow table."""
+    from datasets import Image as ImageFeature
+
+    from app.data.images import decoding, stored_bytes, stored_sizes, undecoded
+
+    Image.new("RGB", (30, 20), "red").save(tmp_path / "a.png")
+    rows = [{"image": "a.png", "question": f"q{i}?", "answer": "red"} for i in range(6)]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    from app.config.schema import DataConfig
+
+    train, _, _ = build_splits(DataConfig(dataset=str(tmp_path / "d.jsonl"), heldout_size=2), 1, local_only=True)
+    raw = undecoded(train)
+    assert isinstance(raw[0][IMAGES][0], dict) and raw[0][IMAGES][0]["bytes"][:4] == b"\x89PNG"
+    assert stored_sizes(raw[0][IMAGES]) == [(20, 30)]
+    assert stored_bytes(train) == (len(train), len(train) * len((tmp_path / "a.png").read_bytes()))
+    back = decoding(raw)
+    assert back.features[IMAGES].feature == ImageFeature() and back[0][IMAGES][0].size == (30, 20)
+    assert undecoded(train.remove_columns([IMAGES])).column_names == [c for c in train.column_names if c != IMAGES]

@@ -44,6 +44,12 @@ def test_chat_about_a_picture_and_a_bad_picture_in_one_line(images_demo, tmp_pat
     assert r.returncode == 0, r.stderr[-2000:]
     replies = json.loads(r.stdout)
     assert replies["adapter"] == "blue" and replies["base"] in COLORS
+    assert "trained on pictures" not in r.stderr
+    # asked without a picture, a run trained on them answers, and says so (on stderr: --json stays one object)
+    blind = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "What color is the square?", "--json",
+                            "--local-only"], capture_output=True, text=True, timeout=300)
+    assert blind.returncode == 0 and isinstance(json.loads(blind.stdout)["adapter"], str), blind.stderr[-2000:]
+    assert "this run was trained on pictures and is asked without one" in " ".join(blind.stderr.split())
     (tmp_path / "broken.png").write_bytes(b"not an image")
     bad = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "hi", "--image",
                           str(tmp_path / "broken.png")], capture_output=True, text=True, timeout=300)
