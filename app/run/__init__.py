@@ -13,5 +13,6 @@
     curves.py     the curves figure (curves.png and the UI's live view)
     counts.py     a run's counts: reward failures, tool calls, judgements, handed to all that counts as one object
     diagnosis.py  why a run's reward is flat, read from the logged steps (live, and by `doctor RUN`)
+    watch.py      the live run's diagnosis, and the withdrawal of a warning the run's learning contradicts
 
 Owns: every file a run folder holds. Must not train, load models or import the trainers."""

@@ -27,7 +27,9 @@ numbers, and what to change:
 
 A run that is learning contradicts the checks that say it cannot: when a task component rose by ``TASK_RISE`` of
 its range from the first steps to the last, or the later half of the held-out evaluations averages
-``HELD_OUT_LEARNING`` above the first, flat_groups, saturated, frozen and gamed stay silent (measured: the tools
+``HELD_OUT_LEARNING`` above the first, flat_groups, saturated, frozen and gamed stay silent, and one of them said
+before the run learned is withdrawn (``withdraw``: its words kept, with when and why; the proof's lift withdraws it
+too, at the end) (measured: the tools
 demo's format component sits at its maximum while its reference rises; docs/performance.md has the classifier's
 table, `python bench/bench_diagnosis.py`).
 
@@ -142,7 +144,7 @@ def is_step(record: dict) -> bool:
     return any(k in record for k in ("loss", "reward", layout.ADAPTER_UPDATE))
 
 
-def _marked(record: dict, before: int) -> dict:
+def marked_line(record: dict, before: int) -> dict:
     """A training step's line marked with the steps it stands for: those since ``before``, the previous line's."""
     return {**record, STEPS: max(1, int(record.get("step", before + 1)) - before)}
 
@@ -152,7 +154,7 @@ def step_lines(records: list[dict]) -> list[dict]:
     out, before = [], 0
     for r in records:
         if is_step(r):
-            out.append(_marked(r, before))
+            out.append(marked_line(r, before))
             before = max(before, int(r.get("step", before + 1)))
     return out
 
@@ -173,16 +175,16 @@ def diagnose(records: list[dict], facts: Facts) -> list[Finding]:
     """Every finding the logged steps ``records`` (metrics.jsonl lines, in step order) show for a run of ``facts``;
     [] when fewer than WINDOW steps are logged or nothing persisted."""
     train = step_lines(records)
-    return _diagnose(window(train, WINDOW // 2, last=False), window(train, WINDOW, last=True), steps_of(train),
-                     _series(records, layout.EVAL_ACCURACY), facts, _judge_totals(records))
+    return check_window(window(train, WINDOW // 2, last=False), window(train, WINDOW, last=True), steps_of(train),
+                     _series(records, layout.EVAL_ACCURACY), facts, judge_totals(records))
 
 
-def _judge_totals(lines: list[dict]) -> tuple[float, float]:
+def judge_totals(lines: list[dict]) -> tuple[float, float]:
     """(judgements, failed ones) the lines count (judge/calls, judge/failures)."""
     return (sum(_series(lines, layout.JUDGE_PREFIX + "calls")), sum(_series(lines, layout.JUDGE_PREFIX + "failures")))
 
 
-def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float], facts: Facts,
+def check_window(early: list[dict], last: list[dict], steps: int, held: list[float], facts: Facts,
               judged: tuple[float, float] = (0, 0)) -> list[Finding]:
     """The checks on the lines of the first WINDOW/2 steps, those of the last WINDOW, how many steps there were, the
     held-out accuracies and the judge's (judgements, failures) so far."""
@@ -206,12 +208,20 @@ def _diagnose(early: list[dict], last: list[dict], steps: int, held: list[float]
 
 def _learning(early, last, held, f: Facts) -> bool:
     """Whether the run shows it learns: a task component rose by TASK_RISE of its range, or held-out accuracy rose."""
+    return learning_why(early, last, held, f) is not None
+
+
+def learning_why(early, last, held, f: Facts) -> str | None:
+    """What shows the run learns (a task component that rose by TASK_RISE of its range, or held-out accuracy whose
+    later evaluations average HELD_OUT_LEARNING above the first), in words; None when nothing does."""
     for name in _task_components(f):
         first, late = step_mean(early, _component(name)), step_mean(last, _component(name))
         if first is not None and late is not None and late - first >= TASK_RISE * _range(name):
-            return True
+            return f"{name} rose from {first:.2f} to {late:.2f}"
     later = held[1:][len(held[1:]) // 2:]  # the second half of the evaluations after the first: not one lucky point
-    return bool(later) and fmean(later) >= held[0] + HELD_OUT_LEARNING
+    if later and fmean(later) >= held[0] + HELD_OUT_LEARNING:
+        return f"held-out accuracy rose from {held[0]:.1%} to {fmean(later):.1%} (its later evaluations)"
+    return None
 
 
 def _judge_failing(judged: tuple[float, float], last: list[dict]):
@@ -351,38 +361,3 @@ def _frozen(last, early, held, f: Facts):
 
 # The checks that say a run cannot learn: a run that shows it learns contradicts them (gamed: the task rose).
 _CONTRADICTED = (_flat_groups, _saturated, _frozen, _gamed)
-
-
-class Watch:
-    """A live run's diagnosis: ``add(record)`` after each logged line returns what is new (each kind is said once per
-    run; a resumed run keeps what it said). Keeps only what the checks read: the lines of the first WINDOW/2 steps,
-    those of the last WINDOW, the held-out accuracies, the judge's totals."""
-
-    def __init__(self, facts: Facts, said: list[dict] | None = None):
-        self.facts = facts
-        self.early: list[dict] = []
-        self.last: list[dict] = []
-        self.steps = 0
-        self.before = 0  # the step of the last training line
-        self.held: list[float] = []
-        self.judged = (0.0, 0.0)
-        self.found: list[dict] = list(said or [])
-
-    def add(self, record: dict) -> list[dict]:
-        if isinstance(record.get(layout.EVAL_ACCURACY), (int, float)):
-            self.held.append(record[layout.EVAL_ACCURACY])
-        calls, failures = _judge_totals([record])  # a count may come on a line of its own (the run's end)
-        self.judged = (self.judged[0] + calls, self.judged[1] + failures)
-        if is_step(record):
-            line = _marked(record, self.before)
-            self.before = max(self.before, int(record.get("step", self.before + 1)))
-            self.steps += line[STEPS]
-            self.early = window(self.early + [line], WINDOW // 2, last=False)
-            self.last = window(self.last + [line])
-        elif not calls:
-            return []  # a held-out evaluation's line: kept for the next step's checks
-        known = {d["kind"] for d in self.found}
-        new = [d.to_dict() for d in _diagnose(self.early, self.last, self.steps, self.held, self.facts, self.judged)
-               if d.kind not in known]
-        self.found += new
-        return new

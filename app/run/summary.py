@@ -72,7 +72,8 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "calls": calls_brief(st),
         # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
         "diagnosis": [d.get("message", "") for d in st.get(layout.DIAGNOSIS) or []],
-        "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or []) or None,
+        "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or [] if not d.get("withdrawn"))
+        or None,  # a withdrawn warning keeps its words above, with why; the runs list names only those that hold
         "resumable": resumable,
         # what to type next for a run that stopped before its end
         "resume_command": (f"qlora-app train --resume {d}" if resumable and status in

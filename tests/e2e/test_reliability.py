@@ -191,7 +191,8 @@ class _State:
 
 def test_nan_loss_stops_without_saving_and_flat_groups_warn(tmp_path):
     from app.run.counts import RunCounts
-    from app.run.diagnosis import WINDOW, Facts, Watch
+    from app.run.diagnosis import WINDOW, Facts
+    from app.run.watch import Watch
     from app.train.running.callbacks import Reporting, RunDirCallback, StopFlag
 
     warnings = []

@@ -13,7 +13,8 @@ import pytest
 from repo_paths import ROOT
 
 from app.run import layout, store
-from app.run.diagnosis import WINDOW, Facts, Watch, diagnose
+from app.run.diagnosis import WINDOW, Facts, diagnose
+from app.run.watch import Watch
 
 GRPO = Facts("grpo", {"length": 0.25, "format": 0.5, "reference": 2.0, "boilerplate": 1.0}, 1e-5, 4, 1.0, 256,
              "numeric")

@@ -50,10 +50,11 @@ from app.model.unsloth_backend import import_first
 from app.run import integrity, layout, store
 from app.run.counts import RunCounts
 from app.run.curves import save_curves
-from app.run.diagnosis import Facts, Watch
+from app.run.diagnosis import Facts
 from app.run.faults import nonfinite_message
 from app.run.record import RunRecord
 from app.run.summary import comparison_text, memory_check, peak_memory_text
+from app.run.watch import Watch
 from app.train.methods.checkpoints import save_adapter
 from app.train.planning.oom import Faults, free_memory, is_oom, memory_word, next_attempt
 from app.train.planning.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
@@ -280,6 +281,11 @@ class Session:
                                         batch_size=PROOF_BATCH, seed=cfg.training.seed,
                                         local_only=cfg.runtime.local_only, record="proof")
                 log.info("held-out proof: %s", comparison_text(result.to_dict()))
+                said = self.counts.diagnosis.proved(result.summary.base.accuracy, result.summary.adapter.accuracy)
+                for notice in said:
+                    self.note(notice["message"])
+                if said:
+                    self.record(None, **{layout.DIAGNOSIS: self.counts.diagnosis.found})
             except Exception as e:  # noqa: BLE001 - the trained adapter stands without its proof
                 self.warn(f"no held-out proof was made ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                             f"qlora-app compare --adapter {self.dir} --num-samples {rows} makes one")
