@@ -140,7 +140,9 @@ def _read(src, base: Path | None, local_only: bool) -> bytes:
             return r.read()
     p = Path(s).expanduser()
     if not p.is_absolute() and base is not None:
-        p = base / p
+        # beside the data file by its path; else by its name alone (a data file uploaded with its pictures: the
+        # UI keeps them in one folder, whatever folders the rows name)
+        p = base / p if (base / p).is_file() or not (base / p.name).is_file() else base / p.name
     if not p.is_file():
         raise ValueError(f"not found (looked for {p})")
     return p.read_bytes()

@@ -24,7 +24,9 @@ from app.tools.loop import call_lines
 class Chat:
     """One loaded model and a history per side. ``reply`` streams through ``on_text`` and honours ``stop``."""
 
-    def __init__(self, run, local_only: bool = False, model: str | None = None):
+    def __init__(self, run, local_only: bool = False, model: str | None = None,
+                 fix: str = "drop --image, or chat with a run trained on images"):
+        """``fix``: what the refusal of pictures for a text run tells the user to do (the CLI's words or the UI's)."""
         self.pair = open_pair(run, model, local_only)
         target = self.pair.target
         self.adapter_dir, self.base_name = target.adapter_dir, target.base.name_or_path
@@ -32,8 +34,7 @@ class Chat:
         self.default_system = target.system_prompt
         self.system = self.default_system
         self.model, self.tok = self.pair.model, self.pair.tok
-        self.asker = Asker(self.model, self.tok, self.pair.processor, self.run_cfg,
-                           fix="drop --image, or chat with a run trained on images")
+        self.asker = Asker(self.model, self.tok, self.pair.processor, self.run_cfg, fix=fix)
         self.context = context_length(self.model.config)
         self.history: dict[str, list[dict]] = {s: [] for s in SIDES}
         self._tools: dict[str, list] = {}

@@ -50,7 +50,8 @@ class ChatHolder:
         if self.session is None or self.name != name:
             self.session = None  # free the previous model before loading the next
             use_free_cores()  # a UI action is a command of this process: the cores a training job leaves free
-            self.session = Chat(lookup.require_run_dir(run_path(runs_dir, name)), local_only=bool(local_only))
+            self.session = Chat(lookup.require_run_dir(run_path(runs_dir, name)), local_only=bool(local_only),
+                                fix="remove the picture, or pick a run trained on pictures")
             self.name = name
         return self.session
 
@@ -63,7 +64,10 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
            local_only, image: str | None = None):
     """Yields {side: text so far} while each side answers in turn (adapter first). ``image``: an uploaded picture
     (a file path) the conversation is about, for a run trained on images."""
-    picture = [open_image(image)] if image else []  # a broken file: one line before the model loads
+    try:  # a broken file: one line before the model loads, naming the picture as the user named it
+        picture = [open_image(image)] if image else []
+    except UserError as e:
+        raise UserError(str(e).replace(str(image), Path(image).name)) from None
     with holder.lock:
         session = holder.get(jobs, runs_dir, name, local_only)
         session.set_images(picture)

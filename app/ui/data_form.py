@@ -12,7 +12,7 @@ from pathlib import Path
 
 from app.config.flags import split_datasets
 from app.data import prompt_text, reference_text, resolve_dataset
-from app.data.images import IMAGES, attach_images, decoded, images_folder, thumbnails
+from app.data.images import IMAGE_SUFFIXES, IMAGES, attach_images, decoded, images_folder, thumbnails
 from app.data.preference import pair_of
 from app.data.splits import detect_dataset
 from app.errors import UserError
@@ -25,21 +25,45 @@ ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "r
          "preference_field")
 
 
-def save_upload(tmp_path: str | None, runs_dir: str | Path) -> str:
-    """Copy a Gradio upload (a temp file that is cleaned up later) into <runs>/_uploads/ so the training
-    subprocess and later resumes can read it. The name carries a content hash: nothing is overwritten."""
-    if not tmp_path:
+def save_upload(tmp_paths: str | list[str] | None, runs_dir: str | Path) -> str:
+    """Copy a Gradio upload (temp files that are cleaned up later) into <runs>/_uploads/ so the training subprocess
+    and later resumes can read it; returns the data file's path there. One data file, with its pictures when it
+    has any: they go in one folder beside it (a row's picture is read beside the data file, by its path or by its
+    name alone: app/data/images.py). Names carry a content hash: nothing is overwritten."""
+    paths = [Path(p) for p in ([tmp_paths] if isinstance(tmp_paths, (str, Path)) else tmp_paths or []) if p]
+    if not paths:
         raise UserError("no file uploaded")
-    src = Path(tmp_path)
-    if src.suffix.lower() not in UPLOAD_TYPES:
-        raise UserError(f"'{src.name}' is not a dataset file; upload one of {', '.join(UPLOAD_TYPES)}")
-    digest = hashlib.sha256(src.read_bytes()).hexdigest()[:10]
-    dest_dir = Path(runs_dir) / UPLOAD_DIR
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    dest = dest_dir / f"{src.stem}-{digest}{src.suffix.lower()}"
-    if not dest.exists():
-        shutil.copyfile(src, dest)
+    data = [p for p in paths if p.suffix.lower() in UPLOAD_TYPES]
+    pictures = [p for p in paths if p.suffix.lower() in IMAGE_SUFFIXES]
+    other = [p for p in paths if p not in data and p not in pictures]
+    if other or len(data) != 1:
+        named = other[0].name if other else ", ".join(p.name for p in data) or "only pictures"
+        raise UserError(f"upload one dataset file ({', '.join(UPLOAD_TYPES)}), with its pictures if it has any; "
+                        f"got {named}")
+    src = data[0]
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in [src, *pictures])).hexdigest()[:10]
+    root = Path(runs_dir) / UPLOAD_DIR
+    folder = root / f"{src.stem}-{digest}" if pictures else root
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / (src.name if pictures else f"{src.stem}-{digest}{src.suffix.lower()}")
+    for f, to in [(src, dest), *((p, folder / p.name) for p in pictures)]:
+        if not to.exists():
+            shutil.copyfile(f, to)
     return str(dest.resolve())
+
+
+def fresh_overrides(dataset: str | None, preset: str | None, values: list, local_only: bool = False) -> list:
+    """The column overrides ``values`` (FIELD_OVERRIDES order) as Detect uses them: one still holding the preset's
+    own column while the dataset is another than the preset's is dropped (AUTO), as a change of dataset drops it.
+    Detect clicked right after typing a path could otherwise run before that change and try the preset's column
+    on the new file."""
+    starting = column_overrides(dataset, preset, local_only)
+    try:
+        preset_values = widget_values(form_defaults(preset, local_only))
+    except UserError:
+        return list(values)
+    return [AUTO if start == AUTO and widget_value(v) is not None and v == preset_values.get(n) else v
+            for n, v, start in zip(FIELD_OVERRIDES, values, starting)]
 
 
 def column_overrides(dataset: str | None, preset: str | None, local_only: bool = False) -> list[str]:

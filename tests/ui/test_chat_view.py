@@ -32,8 +32,12 @@ def test_an_uploaded_picture_reaches_both_sides(images_demo, tmp_path):
     assert shown["adapter"] == alone.reply("adapter", "What color is the square?", max_new_tokens=6)
     assert shown["base"] in COLORS and shown["adapter"] in COLORS
     (tmp_path / "bad.png").write_text("no picture")
-    with pytest.raises(UserError, match="not a readable image"):
+    with pytest.raises(UserError, match="not a readable image") as bad:
         list(cv.stream(holder, jobs, str(out), label, "", "hi", "adapter", 0.0, 4, True, str(tmp_path / "bad.png")))
+    assert "image 'bad.png'" in str(bad.value) and str(tmp_path) not in str(bad.value)  # its name, not a temp path
+    # asked without a picture, the run trained on pictures answers and says so above each answer
+    *_, blind = cv.stream(holder, jobs, str(out), label, "", "What color is the square?", "adapter", 0.0, 4, True)
+    assert blind["adapter"].startswith("(this run was trained on pictures and is asked without one")
 
 
 class _NoJob:

@@ -144,9 +144,48 @@ def test_save_upload(tmp_path):
     assert p2 != p1 and p1.read_text() != p2.read_text()  # new content never overwrites the old upload
     bad = tmp_path / "notes.txt"
     bad.write_text("x")
-    with pytest.raises(UserError, match="not a dataset file"):
+    with pytest.raises(UserError, match="upload one dataset file .*got notes.txt"):
         df.save_upload(str(bad), runs)
     assert lookup.list_runs(runs) == []  # the upload folder is not a run
+
+
+def test_a_data_file_uploaded_with_its_pictures_finds_them(tmp_path):
+    """The UI's upload takes the data file with its pictures: they are kept in one folder beside it, and the rows'
+    picture paths (pics/0.png) are found there by name; Detect shows them. Anything but one data file (and
+    pictures) is one line."""
+    from PIL import Image
+
+    rows = [{"image": f"pics/{i}.png", "question": "colour?", "answer": "red"} for i in range(3)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    for i in range(3):  # as Gradio hands them: each file in a temp folder of its own, the folders lost
+        (tmp_path / f"up{i}").mkdir()
+        Image.new("RGB", (8, 8), "red").save(tmp_path / f"up{i}" / f"{i}.png")
+    runs = tmp_path / "runs"
+    saved = Path(df.save_upload([str(tmp_path / "data.jsonl"), *(str(tmp_path / f"up{i}" / f"{i}.png")
+                                                                 for i in range(3))], runs))
+    assert saved.name == "data.jsonl" and sorted(p.name for p in saved.parent.iterdir()) == [
+        "0.png", "1.png", "2.png", "data.jsonl"]
+    res = df.detect(str(saved), local_only=True)
+    assert res["detection"]["image_field"] == "image" and len(res["thumbnails"]) == 3
+    for bad, said in ((["a.txt"], "got a.txt"), ([], "no file uploaded"),
+                      ([str(tmp_path / "up0" / "0.png")], "got only pictures")):
+        if bad and bad[0] == "a.txt":
+            (tmp_path / "a.txt").write_text("x")
+            bad = [str(tmp_path / "a.txt")]
+        with pytest.raises(UserError, match=said):
+            df.save_upload(bad, runs)
+
+
+def test_detect_right_after_a_new_path_drops_the_presets_columns():
+    """Detect clicked before the dataset's change event cleared the preset's column overrides: the preset's own
+    columns on another dataset are dropped, a column the user picked is kept, the preset's own dataset keeps them."""
+    picked = ["question", "answer", h.AUTO, h.AUTO]  # demo-grpo's, still in the dropdowns
+    other = str(SCHEMAS / "hh_rlhf.jsonl")
+    assert df.fresh_overrides(other, "demo-grpo", picked) == [h.AUTO] * 4
+    assert df.fresh_overrides(other, "demo-grpo", ["chosen", h.AUTO, h.AUTO, h.AUTO]) == ["chosen"] + [h.AUTO] * 3
+    assert df.fresh_overrides("arith", "demo-grpo", picked) == picked
+    res = df.detect(other, None, *df.fresh_overrides(other, "demo-grpo", picked)[:2], local_only=True)
+    assert res["detection"]["format"] == "preference"  # before: "column 'question' not found"
 
 
 def test_detect_fields_and_override(math_jsonl):

@@ -1,5 +1,6 @@
 """The Chat tab: talk to a run's adapter and its base side by side, streamed, with Stop (app.ui.chat_view)."""
 
+from app.data.images import IMAGE_SUFFIXES
 from app.errors import UserError
 from app.ui import chat_view as cv
 from app.ui.widgets import Context, err
@@ -19,8 +20,10 @@ def build(ctx: Context, tab) -> None:
     with gr.Row():
         system = gr.Textbox(label="System prompt (the run's; editing it starts a new conversation)", lines=1,
                             elem_id="chat-system", scale=4)
-        image = gr.Image(type="filepath", label="Image (a run trained on images)", elem_id="chat-image", height=120,
-                         scale=1)
+        # a File, not an Image: Gradio would decode the picture itself, and a broken one failed inside Gradio (a
+        # toast, every box "Error"); here it is read as chat reads it, and a broken one is one line
+        image = gr.File(label="Picture (a run trained on pictures)", file_types=list(IMAGE_SUFFIXES),
+                        type="filepath", elem_id="chat-image", height=120, scale=1)
     with gr.Row():
         adapter_box = gr.Chatbot([], label="adapter", elem_id="chat-adapter", height=360)
         base_box = gr.Chatbot([], label="base (adapter off)", elem_id="chat-base", height=360)

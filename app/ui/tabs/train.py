@@ -5,6 +5,7 @@ from app.config.flags import WIDGETS
 from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.config.reward_components import BY_NAME
 from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS, REFERENCE_MATCHES
+from app.data.images import IMAGE_SUFFIXES
 from app.errors import UserError
 from app.tools.builtin import BUILTIN_TOOLS
 from app.ui import data_form as df
@@ -50,8 +51,9 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                                          elem_id="dataset-config",
                                          placeholder="e.g. main", info=_info("dataset_config"))
     parts = {}
-    parts["upload"] = gr.File(label="…or upload a dataset file", file_types=list(df.UPLOAD_TYPES), height=120,
-                     elem_id="upload")
+    parts["upload"] = gr.File(label="…or upload a dataset file (with its pictures, if it has any)",
+                              file_types=[*df.UPLOAD_TYPES, *IMAGE_SUFFIXES], file_count="multiple", height=120,
+                              elem_id="upload")
     parts["detect_btn"] = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
     parts["detect_md"] = gr.Markdown(elem_id="detect-md")
     parts["samples"] = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True,
@@ -256,7 +258,8 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
     _wire_reward(w)
     _wire_method_boxes(w, parts)
 
-    def on_detect(dataset, config_name, lo, pf, rf, cf, xf):
+    def on_detect(dataset, config_name, lo, preset, *picked):
+        pf, rf, cf, xf = df.fresh_overrides(dataset, preset, list(picked), lo)
         try:
             res = df.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf)
         except Exception as e:  # noqa: BLE001
@@ -269,9 +272,9 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
         n = len(table["headers"])
         widths = ["40%"] + [f"{60 // (n - 1)}%"] * (n - 1) if n > 1 else None
         return ([df.detection_markdown(res), gr.update(value=table, visible=True, column_widths=widths)]
-                + [gr.update(choices=cols) for _ in overrides] + [""])
+                + [gr.update(choices=cols, value=v) for v in (pf, rf, cf, xf)] + [""])
 
-    detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], *overrides],
+    detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], w["preset"], *overrides],
                      [detect_md, samples, *overrides, panel["message"]])
 
 
