@@ -11,7 +11,7 @@ from rich.progress import Progress
 
 from app.errors import UserError
 from app.eval.compare import run_comparison
-from app.eval.render import page_html, print_result
+from app.eval.render import page_html, pictureless, print_result
 from app.host.threads import use_free_cores
 from app.run import layout
 
@@ -58,6 +58,8 @@ def run_compare_cli(adapter, json_out=None, html_out=None, console=None, **reque
         console.print(f"kept in {escape(result.config['kept_in'])} (an ad-hoc comparison; the run's proof, "
                       f"{layout.COMPARE_JSON}, is the one training ended with and stays as it is)", highlight=False,
                       soft_wrap=True)
+    if pictureless(result):
+        console.print(f"[yellow]{escape(pictureless(result))}[/]", highlight=False)
     cut = result.config.get("prompts_cut")
     if cut:
         console.print(f"[yellow]note:[/] {cut} prompt(s) were longer than the model's context leaves beside "

@@ -154,7 +154,9 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               "greedy": temperature == 0, "batch_size": batch_size, "seed": seed, "local_only": local_only,
               "tools": tool_names(run_cfg),
               # prompts longer than the model's context beside max_new_tokens: both sides saw only their end
-              "prompts_cut": sum(o["prompt_cut"] for o in base_out)}
+              "prompts_cut": sum(o["prompt_cut"] for o in base_out),
+              # a run trained on pictures asked rows without one (typed prompts): it answered from the text alone
+              "pictureless": asker.missing_picture(False) and sum(not it.get("images") for it in items)}
     # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)
     config["heldout_rows"] = sum(it["source"] == "heldout" for it in items)
     result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)

@@ -143,7 +143,14 @@ def summary_markdown(c: Comparison) -> str:
     pref = preference_text(c.preference)
     per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
     return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
-            + (f"\n\nper dataset:{per}" if per else ""))
+            + (f"\n\nper dataset:{per}" if per else "") + (f"\n\n{pictureless(c)}" if pictureless(c) else ""))
+
+
+def pictureless(c: Comparison) -> str | None:
+    """The note for a run trained on pictures compared on rows without one (typed prompts), else None."""
+    n = c.config.get("pictureless")
+    return f"note: {n} row(s) had no picture, and this run was trained on pictures: they were answered from the " \
+           "text alone" if n else None
 
 
 def _verdict(correct) -> str:

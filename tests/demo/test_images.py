@@ -50,6 +50,10 @@ def test_chat_about_a_picture_and_a_bad_picture_in_one_line(images_demo, tmp_pat
                             "--local-only"], capture_output=True, text=True, timeout=300)
     assert blind.returncode == 0 and isinstance(json.loads(blind.stdout)["adapter"], str), blind.stderr[-2000:]
     assert "this run was trained on pictures and is asked without one" in " ".join(blind.stderr.split())
+    typed = subprocess.run([sys.executable, "-m", "app.cli", "compare", run, "--prompt", "What color is the square?",
+                            "--num-samples", "0", "--local-only"], capture_output=True, text=True, timeout=300)
+    assert typed.returncode == 0, typed.stderr[-2000:]
+    assert "1 row(s) had no picture, and this run was trained on pictures" in " ".join(typed.stdout.split())
     (tmp_path / "broken.png").write_bytes(b"not an image")
     bad = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "hi", "--image",
                           str(tmp_path / "broken.png")], capture_output=True, text=True, timeout=300)
