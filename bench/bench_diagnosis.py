@@ -1,6 +1,7 @@
 """The diagnosis as a classifier: silent on healthy runs, right on runs built to fail.
 
     python bench/bench_diagnosis.py [--out DIR] [--seeds 1,2,3,4,5] [--only grpo,tools,dpo,failures] [--table-only]
+                                    [--modes quick,full]
 
 1. Collects: every demo (`qlora-app demo`, `--tools`, `--method dpo`), full and `--quick`, on each seed, and the
    runs built to fail (the demo's GRPO recipe made to show one signal each: a constant custom reward, a reference
@@ -83,7 +84,7 @@ def _keep(run_root: Path, dest: Path, seconds: float, extra: dict) -> None:
     (dest / "bench.json").write_text(json.dumps({"seconds": round(seconds, 1), **extra}))
 
 
-def collect(out: Path, seeds: list[int], only: set[str]) -> None:
+def collect(out: Path, seeds: list[int], only: set[str], modes: set[str] = frozenset({"quick", "full"})) -> None:
     work = Path(tempfile.mkdtemp(prefix="diag-"))
     jobs = []
     if "failures" in only:
@@ -92,7 +93,7 @@ def collect(out: Path, seeds: list[int], only: set[str]) -> None:
                          {"expect": kind}))
     for demo, flags in DEMOS.items():
         if demo in only:
-            for quick in (True, False):
+            for quick in [q for q in (True, False) if ("quick" if q else "full") in modes]:
                 for seed in seeds:
                     name = f"{demo}-{'quick' if quick else 'full'}-{seed}"
                     jobs.append((name, ["demo", *flags, "--seed", str(seed), *(["--quick"] if quick else [])],
@@ -128,7 +129,8 @@ def read_again(d: Path) -> tuple[list[str], int, list[str]]:
 
     records = store.read_metrics(d)
     found = diagnose(records, Facts.of(validate(load_yaml_file(d / layout.CONFIG))))
-    live = [x["kind"] for x in (store.read_status(d) or {}).get(layout.DIAGNOSIS) or []]
+    # what the run said live and still held at its end (a warning its learning contradicted is withdrawn: watch.py)
+    live = [x["kind"] for x in (store.read_status(d) or {}).get(layout.DIAGNOSIS) or [] if not x.get("withdrawn")]
     return [f.kind for f in found], steps_of(step_lines(records)), live
 
 
@@ -152,6 +154,8 @@ def table(out: Path) -> str:
         groups.setdefault((r[1]["demo"], "quick" if r[1]["quick"] else "full"), []).append(r)
     for (demo, mode), rows in groups.items():
         said = "; ".join(f"seed {r[1]['seed']}: {', '.join(r[2])}" for r in rows if r[2]) or "nothing"
+        held = "; ".join(f"seed {r[1]['seed']}: {', '.join(r[4])}" for r in rows if r[4])
+        said += f" (standing at the run's end, said live: {held})" if held else ""
         lifts = [r[5] for r in rows if r[5] is not None]
         lift = f"{fmean(lifts):+.1f} ± {pstdev(lifts):.1f}" if lifts else "-"
         lines.append(f"| {demo} | {mode} | {len(rows)} | {rows[0][3]} | {said} | {lift} |")
@@ -169,10 +173,11 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3,4,5")
     ap.add_argument("--only", default="grpo,tools,dpo,failures")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--modes", default="quick,full", help="the demos' modes to collect: quick, full or both")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if not a.table_only:
-        collect(a.out, [int(s) for s in a.seeds.split(",")], set(a.only.split(",")))
+        collect(a.out, [int(s) for s in a.seeds.split(",")], set(a.only.split(",")), set(a.modes.split(",")))
     body = table(a.out)
     print(body)
     print(write_section("diagnosis", body))
