@@ -77,7 +77,8 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
             session.reset()
         holder.stop.clear()
         note = session.picture_note()  # a run trained on pictures, asked without one: said above each answer
-        shown = {s: f"({note}: upload a picture to ask about it)\n" if note else "" for s in WHO[who]}
+        head = f"({note}: upload a picture to ask about it)\n" if note else ""
+        shown = {s: head for s in WHO[who]}
         for side in WHO[who]:
             pieces: queue.Queue = queue.Queue()
             out: dict = {}
@@ -104,7 +105,7 @@ def stream(holder: ChatHolder, jobs, runs_dir, name, system, message, who, tempe
                 raise
             if "error" in out:
                 raise out["error"]
-            shown[side] = session.shown(side, out["text"])  # a tool run keeps its calls above the answer
+            shown[side] = head + session.shown(side, out["text"])  # a tool run keeps its calls above the answer
             yield dict(shown)
             if holder.stop.is_set():
                 return

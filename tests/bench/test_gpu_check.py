@@ -1,6 +1,6 @@
 """bench/gpu_check.py, the one command a lent GPU runs, in its quick mode on this CPU: it builds the shapes, runs the
-table's configs through `qlora-app train`, and reports estimate vs measured, a mixture of experts at two depths
-extrapolated to its published one, and the generation split."""
+table's configs through `qlora-app train`, and reports estimate vs measured and the generation split (its mixture
+of experts: test_gpu_check_moe.py, a module of its own so the two share the suite's workers)."""
 
 import json
 import subprocess
@@ -13,7 +13,7 @@ from repo_paths import ROOT
 @pytest.mark.slow
 def test_quick_mode_runs_on_a_cpu_and_reports_every_part(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--out", str(tmp_path), "--quick",
-                        "--skip", "demo,suite,trl"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                        "--skip", "demo,suite,trl,moe"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads((tmp_path / "gpu_check.json").read_text())
     assert result["mode"] == "quick" and set(result["table"]) == {"tiny:sft", "tiny:grpo", "tiny:grpo:tiny"}
@@ -26,11 +26,6 @@ def test_quick_mode_runs_on_a_cpu_and_reports_every_part(tmp_path):
     assert judged["estimate_torch_peak_gb"] > result["table"]["tiny:grpo"]["estimate_torch_peak_gb"]
     g = result["generation"]
     assert g["sequences"] == 4 and g["refresh_ms"] > 0 and g["prefill_ms"] > 0 and g["decode_ms_per_step"] > 0
-    moe = result["moe"]  # NF4 experts at depths 1 and 2; the plan of the published depth beside them
-    assert set(moe["runs"]) == {"moe-tiny@1:sft:experts-nf4", "moe-tiny@2:sft:experts-nf4"}
-    for row in moe["runs"].values():
-        assert row["status"] == "finished" and row["estimate_torch_peak_gb"] > 0 and row["measured_gib"] > 0
-    assert moe["layers"] == 2 and moe["plan_torch_peak_gb"] > 0 and moe["measured_gib_extrapolated"] > 0
     md = (tmp_path / "gpu_check.md").read_text()
-    assert "| moe-tiny@2:sft:experts-nf4 |" in md and "at the published 2 layers" in md
+    assert "MoE run" not in md
     assert "| tiny | grpo |" in md and "(CPU: RSS, not comparable)" in md and "decode" in md and md in r.stdout
