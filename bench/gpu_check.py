@@ -97,17 +97,19 @@ def dry_plan(args: list[str]) -> dict:
 
 
 def table_run(model: Path, rows: Path, method: str, mode: dict, out: Path, judge: Path | None = None,
-              sets: tuple = ()) -> dict:
+              sets: tuple = (), dry: bool = True) -> dict:
     """The plan's estimate (dry run) and the run's measured peak and steady step time, through `qlora-app train`
-    (``judge``: a local judge model in the reward; ``sets``: more --set)."""
+    (``judge``: a local judge model in the reward; ``sets``: more --set; ``dry``: False takes the estimate the run
+    recorded of its own plan, the same plan, without a dry run's process)."""
     args = train_args(model, rows, method, mode, out, judge, sets)
-    plan = dry_plan(args)
+    plan = dry_plan(args) if dry else {}
     rec = bench_trl._run([sys.executable, str(HERE / "steptimer.py"), "--", *args, "--no-progress"],
                          out / "timing.json")
     from app.run import layout, lookup, store
 
     (run,) = lookup.list_runs(out)
     st = store.read_status(run) or {}
+    plan = plan or dict(st.get("memory_estimate") or {})
     steady = summary(rec)["s_per_step"] if len(rec["steps"]) > 2 else None
     return {"method": method + (f" + judge {judge.name}" if judge else ""),
             "estimate_torch_peak_gb": plan.get("torch_peak_gb"),
@@ -129,7 +131,7 @@ def moe_peak(rows: Path, mode: dict, out: Path) -> dict:
         for q in ("true", "false") if depth == depths[-1] and sixteen else ("true",):
             key = f"{name}@{depth}:sft:experts-{'nf4' if q == 'true' else '16bit'}"
             runs[key] = table_run(model, rows, "sft", mode, out / "runs" / key.replace(":", "-"),
-                                  sets=(f"model.quantize_experts={q}",))
+                                  sets=(f"model.quantize_experts={q}",), dry=False)
             if q == "true":
                 nf4[depth] = runs[key]
     layers = shapes.MOE_LAYERS[name]
