@@ -1,5 +1,5 @@
 """A real llama.cpp (llama-cpp-python) as the GGUF tests and bench/bench_gguf.py drive it: a file opened without its
-notes on stderr, and greedy tokens after given ids."""
+notes on stderr, greedy tokens after given ids, and the logits at each of given ids."""
 
 from pathlib import Path
 
@@ -21,3 +21,16 @@ def greedy(llm, ids: list[int], most: int = 32) -> list[int]:
             break
         out.append(t)
     return out
+
+
+def scores(path: Path, ids: list[int], **kw):
+    """llama.cpp's logits at each position of ``ids`` (a numpy array, a row per id); ``kw``: open_gguf's (lora_path)."""
+    import numpy as np
+
+    llm = open_gguf(path, n_ctx=128, logits_all=True, **kw)
+    try:
+        llm.reset()
+        llm.eval(ids)
+        return np.array(llm.scores[:len(ids)])
+    finally:
+        llm.close()

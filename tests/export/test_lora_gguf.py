@@ -35,23 +35,11 @@ def bases(tmp_path_factory):
     return {arch: tiny.build_from_config(arch, root / arch, root / "tok", **shape) for arch in ("llama", "qwen2")}
 
 
-def _scores(path, ids, **kw):
-    import numpy as np
-    from llamacpp import open_gguf
-
-    llm = open_gguf(path, n_ctx=128, logits_all=True, **kw)
-    try:
-        llm.reset()
-        llm.eval(ids)
-        return np.array(llm.scores[:len(ids)])
-    finally:
-        llm.close()
-
-
 @pytest.mark.parametrize("arch,lora", [("llama", {}), ("qwen2", {"use_rslora": True})])
 def test_the_bases_gguf_with_the_adapter_file_answers_as_the_merged_gguf(bases, tmp_path, arch, lora):
     pytest.importorskip("llama_cpp")
     import numpy as np
+    from llamacpp import scores
 
     from app.export import gguf as gguf_mod
     from app.export.bundle import export_run
@@ -69,9 +57,9 @@ def test_the_bases_gguf_with_the_adapter_file_answers_as_the_merged_gguf(bases, 
     base_file = gguf_mod.convert(bases[arch], tmp_path / "base.gguf", "f32", gguf_mod.pre_tokenizer(bases[arch]), "b")
     assert lora_file.stat().st_size < 0.2 * base_file.stat().st_size
     ids = list(range(5, 40))
-    ref = _scores(merged.out / merged.files["gguf"], ids)
-    alone = np.abs(_scores(base_file, ids) - ref).max()
-    applied = np.abs(_scores(base_file, ids, lora_path=str(lora_file)) - ref).max()
+    ref = scores(merged.out / merged.files["gguf"], ids)
+    alone = np.abs(scores(base_file, ids) - ref).max()
+    applied = np.abs(scores(base_file, ids, lora_path=str(lora_file)) - ref).max()
     assert alone > 0.3 and applied < 0.02 * alone, (alone, applied)  # measured: 0.90 / 0.0015 and 0.96 / 0.005
 
 

@@ -43,22 +43,10 @@ def wide_adapter(tmp_path_factory):
     return make_adapter(base, root / "adapter")
 
 
-def _scores(path, ids):
-    import numpy as np
-    from llamacpp import open_gguf
-
-    llm = open_gguf(path, n_ctx=128, logits_all=True)
-    try:
-        llm.reset()
-        llm.eval(ids)
-        return np.array(llm.scores[:len(ids)])
-    finally:
-        llm.close()
-
-
 def test_q4_k_m_by_default_with_real_k_quants_that_read_like_the_f16_file(wide_adapter, tmp_path):
     pytest.importorskip("llama_cpp")
     import numpy as np
+    from llamacpp import scores
 
     from app.export.bundle import export_run
 
@@ -74,9 +62,9 @@ def test_q4_k_m_by_default_with_real_k_quants_that_read_like_the_f16_file(wide_a
     sizes = {t: f.stat().st_size for t, f in files.items()}
     assert sizes["q4_k_m"] < 0.5 * sizes["f16"] and sizes["q4_k_m"] < sizes["q8_0"] < 0.6 * sizes["f16"], sizes
     ids = list(range(5, 60))
-    ref = _scores(files["f16"], ids)
+    ref = scores(files["f16"], ids)
     for t, least in (("q8_0", 0.995), ("q4_k_m", 0.95)):  # measured: 0.9997 and 0.978
-        got = _scores(files[t], ids)
+        got = scores(files[t], ids)
         cos = float(np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(got, ref)]))
         assert cos > least, (t, cos)
 
