@@ -53,6 +53,7 @@ def check_type(outtypes: list[str]) -> str:
 
 def read_pairs(adapter_dir: Path) -> Pairs:
     """The adapter's pairs, or one line naming what llama.cpp's LoRA format cannot carry and the fix."""
+    from peft.utils.other import get_pattern_key
     from safetensors.torch import load_file
 
     cfg = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
@@ -72,8 +73,8 @@ def read_pairs(adapter_dir: Path) -> Pairs:
             raise UserError(f"the adapter holds {key!r}, not a LoRA A or B matrix (an embedding, a bias or a fully "
                             f"trained weight), which llama.cpp's adapter files cannot carry: {_MERGED}")
         halves.setdefault(m["path"] + ".weight", {})[m["half"]] = tensor
-    alpha, r = float(cfg.get("lora_alpha", 8)), int(cfg.get("r", 8))
-    rslora, alphas, ranks = bool(cfg.get("use_rslora")), cfg.get("alpha_pattern") or {}, cfg.get("rank_pattern") or {}
+    alpha = float(cfg.get("lora_alpha", 8))
+    rslora, alphas = bool(cfg.get("use_rslora")), cfg.get("alpha_pattern") or {}
     baked = rslora or bool(alphas)  # llama.cpp applies one alpha over each tensor's own rank: plain LoRA only
     ab = {}
     for name, h in halves.items():
@@ -81,22 +82,12 @@ def read_pairs(adapter_dir: Path) -> Pairs:
             raise UserError(f"the adapter's {name} has only lora_{''.join(h)}; the file is incomplete: export the "
                             "adapter again from its run")
         a, b = h["A"].float(), h["B"].float()
-        if baked:
-            module = name.removesuffix(".weight")
-            a_m = float(_pattern(alphas, module, alpha))
-            r_m = int(_pattern(ranks, module, r))
-            b = b * (a_m / (math.sqrt(r_m) if rslora else r_m))
+        if baked:  # the module's own alpha by PEFT's matching rule; its rank is its A's rows (rank_pattern's too)
+            a_m = float(alphas.get(get_pattern_key(alphas, name.removesuffix(".weight")), alpha))
+            rank = a.shape[0]
+            b = b * (a_m / (math.sqrt(rank) if rslora else rank))
         ab[name] = (a, b)
     return Pairs(ab=ab, alpha=0.0 if baked else alpha, baked=baked)
-
-
-def _pattern(pattern: dict, module: str, default):
-    """PEFT's per-module override: the pattern key the module's name ends with (its own matching rule), else the
-    default."""
-    for key, value in pattern.items():
-        if module == key or module.endswith("." + key) or re.fullmatch(rf"(.*\.)?{key}", module):
-            return value
-    return default
 
 
 def base_hparams(base: str, local_only: bool) -> tuple[dict, Path]:
