@@ -63,9 +63,9 @@ def chat(
     if system is not None:
         session.system = system or None
     session.set_images(pictures)
-    if session.picture_note():  # on stderr: a --json reply on stdout stays one object
-        err_console.print(f"note: {session.picture_note()} (--image PICTURE gives it one)", style="yellow",
-                          highlight=False)
+    note = session.picture_note()
+    if note:  # on stderr: a --json reply on stdout stays one object
+        err_console.print(f"note: {note} (--image PICTURE gives it one)", style="yellow", highlight=False)
     gen = dict(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     if message is not None:
         replies = {s: session.reply(s, message, **gen, on_text=None if as_json or both else _echo) for s in sides}

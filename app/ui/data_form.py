@@ -57,25 +57,30 @@ def fresh_overrides(dataset: str | None, preset: str | None, values: list, local
     own column while the dataset is another than the preset's is dropped (AUTO), as a change of dataset drops it.
     Detect clicked right after typing a path could otherwise run before that change and try the preset's column
     on the new file."""
-    starting = column_overrides(dataset, preset, local_only)
-    try:
-        preset_values = widget_values(form_defaults(preset, local_only))
-    except UserError:
+    d = _preset_values(preset, local_only)
+    if _same_dataset(dataset, d):
         return list(values)
-    return [AUTO if start == AUTO and widget_value(v) is not None and v == preset_values.get(n) else v
-            for n, v, start in zip(FIELD_OVERRIDES, values, starting)]
+    return [AUTO if widget_value(v) is not None and v == d.get(n) else v for n, v in zip(FIELD_OVERRIDES, values)]
 
 
 def column_overrides(dataset: str | None, preset: str | None, local_only: bool = False) -> list[str]:
     """The column overrides (FIELD_OVERRIDES order) a dataset starts with: an override names a column of the dataset
     it was picked for, so another dataset (typed, pasted or uploaded) starts from auto-detection, while the preset's
     own dataset keeps the preset's columns."""
+    d = _preset_values(preset, local_only)
+    return [d[n] if _same_dataset(dataset, d) else AUTO for n in FIELD_OVERRIDES]
+
+
+def _preset_values(preset: str | None, local_only: bool) -> dict:
+    """The form's values of ``preset`` (none for no or a broken preset: nothing to keep)."""
     try:
-        d = widget_values(form_defaults(preset, local_only))
-    except UserError:  # no or a broken preset: nothing to keep
-        d = {}
-    same = widget_value(dataset) is not None and widget_value(dataset) == widget_value(d.get("dataset"))
-    return [d[n] if same else AUTO for n in FIELD_OVERRIDES]
+        return widget_values(form_defaults(preset, local_only))
+    except UserError:
+        return {}
+
+
+def _same_dataset(dataset: str | None, preset_values: dict) -> bool:
+    return widget_value(dataset) is not None and widget_value(dataset) == widget_value(preset_values.get("dataset"))
 
 
 def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
