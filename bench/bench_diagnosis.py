@@ -1,16 +1,17 @@
 """The diagnosis as a classifier: silent on healthy runs, right on runs built to fail.
 
-    python bench/bench_diagnosis.py [--out DIR] [--seeds 1,2,3,4,5] [--only grpo,tools,dpo,failures] [--table-only]
-                                    [--modes quick,full]
+    python bench/bench_diagnosis.py [--out DIR] [--seeds 1,2,3,4,5] [--only grpo,tools,dpo,kto,images,failures]
+                                    [--table-only] [--modes quick,full] [--section diagnosis]
 
-1. Collects: every demo (`qlora-app demo`, `--tools`, `--method dpo`), full and `--quick`, on each seed, and the
+1. Collects: every demo (`qlora-app demo`, `--tools`, `--method dpo`, `--method kto`, `--images`), full and
+   `--quick`, on each seed, and the
    runs built to fail (the demo's GRPO recipe made to show one signal each: a constant custom reward, a reference
    nothing can write, cut completions, a component that can be gamed, a frozen learning rate, groups sampled cold).
    Each run is the CLI a user types, in a process of its own; its metrics.jsonl, config.yaml, status.json and the
    demo's comparison are kept under DIR/<name>/.
 2. Reads each kept run again with the diagnosis as it is now (`app.run.diagnosis.diagnose`, what `qlora-app doctor
    RUN` says), so a change to the checks is measured on the same runs without training them again (--table-only).
-Rewrites the `## diagnosis` section of docs/performance.md: a false alarm is any finding on a healthy run, a miss
+Rewrites the `## diagnosis` section (or the one --section names, so a measurement on new seeds sits beside it) of docs/performance.md: a false alarm is any finding on a healthy run, a miss
 is a built failure whose kind was not said. CPU, offline.
 """
 
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
 
-DEMOS = {"grpo": [], "tools": ["--tools"], "dpo": ["--method", "dpo"]}
+DEMOS = {"grpo": [], "tools": ["--tools"], "dpo": ["--method", "dpo"], "kto": ["--method", "kto"],
+         "images": ["--images"]}
 CONSTANT_REWARD = "def always_one(completions, **kwargs):\n    return [1.0] * len(completions)\n"
 # The demo's GRPO recipe, shortened and logged every step, as the slow tests build it.
 BUILT = ["--preset", "demo-grpo", "--max-steps", "30", "--set", "logging_steps=1", "--set", "save_steps=1000",
@@ -141,12 +143,14 @@ def table(out: Path) -> str:
         said, steps, live = read_again(d)
         (built if "expect" in meta else healthy).append((d.name, meta, said, steps, live, _lift(d)))
     alarms = sum(bool(r[2]) for r in healthy)
-    seeds = ", ".join(sorted({str(r[1]["seed"]) for r in healthy}))
+    seeds = ", ".join(str(x) for x in sorted({r[1]["seed"] for r in healthy}))
+    demos = ", ".join(sorted({r[1]["demo"] for r in healthy}))
+    modes = " and ".join(sorted({"`--quick`" if r[1]["quick"] else "full" for r in healthy}))
     lines = [f"Measured by `python bench/bench_diagnosis.py` on this machine (2 CPU cores, no GPU, offline), "
              f"{date.today().isoformat()}. Each run is the command a user types; the kept metrics are read again by "
              "the diagnosis as it is now (what `qlora-app doctor RUN` says; checks count training steps, a logged "
              "line standing for the steps since the one before).", "",
-             f"**Healthy runs** (every demo, full and `--quick`, seeds {seeds}): "
+             f"**Healthy runs** (demos {demos}; {modes}; seeds {seeds}): "
              f"**{alarms} false alarms in {len(healthy)} runs**.", "",
              "| demo | mode | runs | steps each | said | lift, points (mean ± sd) |", "|---|---|---:|---:|---|---:|"]
     groups: dict[tuple, list] = {}
@@ -159,6 +163,8 @@ def table(out: Path) -> str:
         lifts = [r[5] for r in rows if r[5] is not None]
         lift = f"{fmean(lifts):+.1f} ± {pstdev(lifts):.1f}" if lifts else "-"
         lines.append(f"| {demo} | {mode} | {len(rows)} | {rows[0][3]} | {said} | {lift} |")
+    if not built:
+        return "\n".join(lines)
     caught = sum(r[1]["expect"] in r[2] for r in built)
     lines += ["", f"**Runs built to fail** (the demo's GRPO recipe, 30-40 steps logged every step, one fault each): "
               f"**{caught} of {len(built)} caught**.", "", "| run | must say | said |", "|---|---|---|"]
@@ -171,16 +177,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "qlora-diagnosis-runs")
     ap.add_argument("--seeds", default="1,2,3,4,5")
-    ap.add_argument("--only", default="grpo,tools,dpo,failures")
+    ap.add_argument("--only", default="grpo,tools,dpo,kto,images,failures")
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--modes", default="quick,full", help="the demos' modes to collect: quick, full or both")
+    ap.add_argument("--section", default="diagnosis", help="the section of docs/performance.md to write")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if not a.table_only:
         collect(a.out, [int(s) for s in a.seeds.split(",")], set(a.only.split(",")), set(a.modes.split(",")))
     body = table(a.out)
     print(body)
-    print(write_section("diagnosis", body))
+    print(write_section(a.section, body))
 
 
 if __name__ == "__main__":
