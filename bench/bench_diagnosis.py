@@ -136,6 +136,12 @@ def read_again(d: Path) -> tuple[list[str], int, list[str]]:
     return [f.kind for f in found], steps_of(step_lines(records)), live
 
 
+def store_status(d: Path) -> dict:
+    from app.run import store
+
+    return store.read_status(d) or {}
+
+
 def table(out: Path) -> str:
     healthy, built = [], []
     for d in sorted(p for p in out.iterdir() if (p / "bench.json").exists()):
@@ -143,6 +149,7 @@ def table(out: Path) -> str:
         said, steps, live = read_again(d)
         (built if "expect" in meta else healthy).append((d.name, meta, said, steps, live, _lift(d)))
     alarms = sum(bool(r[2]) for r in healthy)
+    withdrawn = sum(1 for r in healthy for x in (store_status(out / r[0]).get("diagnosis") or []) if x.get("withdrawn"))
     seeds = ", ".join(str(x) for x in sorted({r[1]["seed"] for r in healthy}))
     demos = ", ".join(sorted({r[1]["demo"] for r in healthy}))
     modes = " and ".join(sorted({"`--quick`" if r[1]["quick"] else "full" for r in healthy}))
@@ -151,7 +158,8 @@ def table(out: Path) -> str:
              "the diagnosis as it is now (what `qlora-app doctor RUN` says; checks count training steps, a logged "
              "line standing for the steps since the one before).", "",
              f"**Healthy runs** (demos {demos}; {modes}; seeds {seeds}): "
-             f"**{alarms} false alarms in {len(healthy)} runs**.", "",
+             f"**{alarms} false alarms in {len(healthy)} runs**; {withdrawn} warning(s) said live and withdrawn "
+             "when the run's learning contradicted them.", "",
              "| demo | mode | runs | steps each | said | lift, points (mean ± sd) |", "|---|---|---:|---:|---|---:|"]
     groups: dict[tuple, list] = {}
     for r in healthy:
