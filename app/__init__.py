@@ -1,5 +1,5 @@
-"""qlora-app: QLoRA fine-tuning (GRPO, SFT, DPO and KTO; ORPO experimental) on one consumer GPU, with a CLI
-and a local UI.
+"""qlora-app: QLoRA fine-tuning (GRPO, SFT, DPO, KTO and distillation; ORPO experimental) on one consumer GPU,
+with a CLI and a local UI.
 
 The packages are the layers, lowest first (tests/structure/test_architecture.py enforces it: a module imports its own
 layer and the ones below, never one above; docs/architecture.md draws it):

@@ -103,8 +103,9 @@ def build_from_config(model_type: str, out: Path, tok_dir: Path, **config) -> Pa
 
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    cfg = AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-                               eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id, **config)
+    config = {"vocab_size": len(tok), **config}  # a head padded past the tokenizer: a larger vocab_size given
+    cfg = AutoConfig.for_model(model_type, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                               bos_token_id=tok.bos_token_id, **config)
     model = AutoModelForCausalLM.from_config(cfg)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id

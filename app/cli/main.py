@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from app.cli import evaluate, pairs, ship
+from app.cli import evaluate, options, pairs, ship
 from app.cli.compare import DEFAULT_SAMPLES, one_target, run_compare_cli
 from app.cli.doctor import report, report_run
 from app.cli.inspect import run_inspect
@@ -116,21 +116,21 @@ def train(
     chat_template: Optional[str] = typer.Option(None, "--chat-template", help="A chat template TRL ships, by name "
                                                                               "(qwen2_5, qwen3, llama3_1, ...)."),
     reference_match: Optional[str] = typer.Option(None, help="auto, exact, numeric, math or overlap (ROUGE-L)."),
-    judge_url: Optional[str] = typer.Option(None, help="A judge in the reward: an OpenAI-compatible endpoint."),
-    judge_model: Optional[str] = typer.Option(None, help="The judge: its name at --judge-url, else a local model."),
-    judge_rubric: Optional[str] = typer.Option(None, help="The judge's rubric file ({prompt} {completion} ...)."),
+    judge_url: Optional[str] = options.JUDGE_URL,
+    judge_model: Optional[str] = options.JUDGE_MODEL,
+    judge_rubric: Optional[str] = options.JUDGE_RUBRIC,
+    teacher: Optional[str] = options.TEACHER,
     set_: Optional[List[str]] = SetOpt,
     dry_run: bool = switch("--dry-run", help="Print the resolved config and exit; loads no weights."),
     explain: bool = switch("--explain", help="With --dry-run: every key, its value and what it does; --explain "
                                              "lora (or grpo.loss) shows only the matching keys."),
     explain_only: str = typer.Option("", "--explain-only", hidden=True),  # `--explain KEYS` arrives as this
     no_progress: bool = switch("--no-progress", help="No progress bar (for logs and subprocesses)."),
-    num_processes: Optional[int] = typer.Option(None, "--num-processes",
-                                                help="Processes on this machine (one per GPU); >1 runs torchrun DDP."),
-    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Machines taking part (multi-node)."),
-    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
-    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine."),
-    master_port: Optional[int] = typer.Option(None, "--master-port", help="Free TCP port on the master machine."),
+    num_processes: Optional[int] = options.NUM_PROCESSES,
+    nnodes: Optional[int] = options.NNODES,
+    node_rank: Optional[int] = options.NODE_RANK,
+    master_addr: Optional[str] = options.MASTER_ADDR,
+    master_port: Optional[int] = options.MASTER_PORT,
     no_fit_check: bool = switch("--no-fit-check",
                                       help="Train even when the memory estimate says the run cannot fit the GPU."),
     gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", metavar="GB",
@@ -242,20 +242,16 @@ def compare(
 @app.command(cls=Command)
 def demo(
     output_dir: Path = typer.Option(Path("demo-runs"), help="Where the run and compare.json go."),
-    quick: bool = switch("--quick", help="A shorter run that still shows the lift: GRPO 60 steps, 100 held-out "
-                                         "problems (25-60 s on 2 cores); dpo / kto: 800 prompts, 40 steps; --tools: "
-                                         "40 steps; --images: the same training, 100 held-out pictures."),
+    quick: bool = options.DEMO_QUICK,
     seed: int = typer.Option(42, help="One seed for training, sampling and evaluation."),
-    method: Optional[str] = typer.Option(None, help="grpo (learn from the reward; the default), dpo (pairs made "
-                                                     "with the reward, then DPO) or kto (the same pairs, each a good "
-                                                     "and a bad answer, then KTO); with --images: sft (default) or "
-                                                     "grpo."),
+    method: Optional[str] = options.DEMO_METHOD,
     tools: bool = switch("--tools", help="GRPO with the built-in calculator tool: a tiny tool-calling model learns "
                                          "to call it right on two-digit word problems (arith-calc)."),
     images: bool = switch("--images", help="SFT of a tiny vision-language model (4-bit) on built-in images: it "
                                            "learns to name the colour of a shape."),
 ):
-    """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO) on built-in arithmetic, then base vs adapter."""
+    """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO, KTO, distillation) on built-in arithmetic, then
+    base vs adapter."""
     apply_local_only(True)  # the demo never needs the network, and must not try
     use_free_cores(note=lambda ln: console.print(f"[yellow]note:[/] {escape(ln)}"))  # pairs, proofs: free cores
     try:

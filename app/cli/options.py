@@ -1,4 +1,5 @@
-"""Option shapes shared by the command modules, and the one reshaping of argv (`train --explain KEYS`)."""
+"""Option shapes shared by the command modules, `train`'s longer options, and the one reshaping of argv (`train
+--explain KEYS`)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,26 @@ def explain_value(argv: list[str]) -> list[str]:
         if a == "--explain" and not out[i + 1].startswith("-"):
             out[i + 1:i + 2] = ["--explain-only", out[i + 1]]
     return out
+
+
+# `train`'s options of a reward judge, a distillation teacher and a multi-process launch
+JUDGE_URL = typer.Option(None, help="A judge in the reward: an OpenAI-compatible endpoint.")
+JUDGE_MODEL = typer.Option(None, help="The judge: its name at --judge-url, else a local model.")
+JUDGE_RUBRIC = typer.Option(None, help="The judge's rubric file ({prompt} {completion} ...).")
+TEACHER = typer.Option(None, help="--method distill: the teacher, a model id or folder, or a qlora-app run (its base "
+                                  "with its adapter).")
+NUM_PROCESSES = typer.Option(None, "--num-processes", help="Processes on this machine (one per GPU); >1 runs torchrun "
+                                                           "DDP.")
+NNODES = typer.Option(None, "--nnodes", help="Machines taking part (multi-node).")
+NODE_RANK = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1.")
+MASTER_ADDR = typer.Option(None, "--master-addr", help="Address of the node-rank 0 machine.")
+MASTER_PORT = typer.Option(None, "--master-port", help="Free TCP port on the master machine.")
+
+# `demo`'s longer options
+DEMO_QUICK = switch("--quick", help="A shorter run that still shows the lift: GRPO 60 steps, 100 held-out problems "
+                                    "(25-60 s on 2 cores); dpo / kto: 800 prompts, 40 steps; distill: 40 steps; "
+                                    "--tools: 40 steps; --images: the same training, 100 held-out pictures.")
+DEMO_METHOD = typer.Option(None, help="grpo (learn from the reward; the default), dpo (pairs made with the reward, "
+                                      "then DPO), kto (the same pairs, each a good and a bad answer, then KTO) or distill "
+                                      "(a larger teacher's next-token distributions, on-policy); with --images: sft "
+                                      "(default) or grpo.")

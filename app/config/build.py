@@ -157,9 +157,9 @@ def _drop_none(d: dict) -> dict:
 
 
 def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
-    """The config with every local path it holds (model, dataset, init_from, custom reward files, the JSON Schema, the
-    judge's rubric and local model, tool files, the environment's file, output_dir) made absolute against ``base``,
-    the folder the user typed them in. A value that does not name an existing path under ``base`` (a hub id, a
+    """The config with every local path it holds (model, dataset, init_from, the teacher, custom reward files, the
+    JSON Schema, the judge's rubric and local model, tool files, the environment's file, output_dir) made absolute
+    against ``base``, the folder the user typed them in. A value that does not name an existing path under ``base`` (a hub id, a
     built-in dataset name) is left as typed."""
     base = Path(base)
 
@@ -177,6 +177,7 @@ def with_absolute_paths(cfg: AppConfig, base: str | Path) -> AppConfig:
     for part in c.data.mix:
         part.dataset = absolute(part.dataset)
     c.lora.init_from = absolute(c.lora.init_from)
+    c.distill.teacher = absolute(c.distill.teacher)  # a model folder or a run's (a bare run name stays: runs/NAME)
     c.reward.json_schema = absolute(c.reward.json_schema)
     c.reward.judge.rubric = absolute(c.reward.judge.rubric)
     if not c.reward.judge.url:  # a local judge model's folder (with a URL, judge.model is the endpoint's name)

@@ -112,7 +112,7 @@ def unknown_key_message(dotted: str) -> str:
 
 
 # The section a bare key of a method's own means: `--set beta=0.04` is grpo.beta in a GRPO run, dpo.beta in a DPO one.
-METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo", "kto": "kto"}
+METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo", "kto": "kto", "distill": "distill"}
 
 
 def resolve_set_key(key: str, method: str | None = None) -> str:
@@ -125,6 +125,8 @@ def resolve_set_key(key: str, method: str | None = None) -> str:
         return key
     if "." not in key:
         matches = [k for k in keys if k.rsplit(".", 1)[-1] == key]
+        if method != "distill" and len(matches) > 1:  # distill's keys take TRL's names, GRPO's: theirs elsewhere
+            matches = [k for k in matches if not k.startswith("distill.")]
         if len(matches) == 1:
             return matches[0]
         own = [k for k in matches if k.split(".")[0] == METHOD_SECTIONS.get(method or "")]

@@ -1,5 +1,6 @@
 """The sections only one method reads: GRPO's (its losses, sampling and tool rounds), the tools a GRPO run may call,
-and DPO's (its losses). Re-exported by app/config/schema.py, where ``AppConfig`` holds them.
+DPO's (its losses), KTO's and distillation's (its teacher and divergence). Re-exported by app/config/schema.py,
+where ``AppConfig`` holds them.
 
 Only pydantic at module level: the CLI loads this for ``--help``.
 """
@@ -154,3 +155,26 @@ class DPOSection(StrictModel):
             raise ValueError(f"dpo.loss_weights has {len(self.loss_weights)} weight(s) for {len(self.loss_type)} "
                              f"loss(es) ({', '.join(self.loss_type)}); give one weight per loss")
         return self
+
+
+class DistillSection(StrictModel):
+    """Distillation (method distill, TRL's DistillationTrainer): the student (the run's model with its LoRA) writes
+    its own answers and learns the teacher's next-token distribution on every token of them (on-policy, GKD's
+    lmbda = 1; TRL's stable trainer has no off-policy share), or SFT on answers the teacher wrote once
+    (off_policy: the cheap variant)."""
+
+    teacher: str | None = _d(None, "the model that knows the task: a model id or folder (loaded 4-bit unless "
+                                   "distill.teacher_4bit=false), or a qlora-app run folder (its base with its "
+                                   "adapter, inference only); it must share the student's vocabulary")
+    teacher_4bit: bool = _d(True, "load a model teacher in 4-bit NF4 (a run teacher loads as its run did); false: "
+                                  "16-bit, about 4x its memory")
+    mode: Literal["on_policy", "off_policy"] = _d(
+        "on_policy", "on_policy: the student samples, the teacher scores every token (TRL's DistillationTrainer); "
+                     "off_policy: the teacher answers each prompt once, greedily, then SFT on its answers")
+    beta: float = _d(1.0, "the divergence (TRL's generalized JSD): 0 = forward KL (cover everything the teacher "
+                          "might say), 1 = reverse KL (the on-policy distillation default: commit to the teacher's "
+                          "best answer), 0.5 = JSD", ge=0, le=1)
+    temperature: float = _d(1.0, "sampling temperature of the student's answers and of both distributions in the "
+                                 "loss (TRL's)", gt=0)
+    max_completion_length: int = _d(256, "tokens an answer may take, the student's samples and the teacher's "
+                                         "written answers alike", gt=0)

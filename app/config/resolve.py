@@ -15,8 +15,10 @@ DEFAULT_SFT_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 
 # "LoRA Without Regret": LoRA wants ~10x the full fine-tuning learning rate; RL needs very little capacity. DPO: 10x
 # TRL's full fine-tuning default (1e-6); its pairs carry about as little information per step as RL's rewards.
-DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5, "kto": 1e-5}
-DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16, "kto": 16}
+# Distillation: a target on every token of every answer, as SFT's, but on the student's own samples: SFT's LoRA rate
+# halved (the answers move with the adapter), rank as RL's small one (it learns one behaviour: the teacher's).
+DEFAULT_LR = {"sft": 2e-4, "grpo": 3e-5, "dpo": 1e-5, "orpo": 1e-5, "kto": 1e-5, "distill": 1e-4}
+DEFAULT_RANK = {"grpo": 16, "dpo": 16, "orpo": 16, "kto": 16, "distill": 16}
 EFFECTIVE_BATCH_WARN = 32
 # KTO estimates its KL term within each step's batch: TRL's KTO guide asks a per-step batch of at least 4 and an
 # effective batch of 16 to 128, which LoRA Without Regret's "under 32" would contradict, so KTO is checked against it
@@ -62,6 +64,8 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
     j = c.reward.judge
     if j.model in BUILTIN_MODELS and not j.url:  # a shipped tiny model as a local judge, by the same names
         j.model = str(builtin_model_path(j.model))
+    if c.distill.teacher in BUILTIN_MODELS:  # and as a teacher (arith-teacher: the distillation demo's)
+        c.distill.teacher = str(builtin_model_path(c.distill.teacher))
     if c.lora.r is None:
         c.lora.r = DEFAULT_RANK[c.method] if c.method in DEFAULT_RANK else sft_rank_for_size(num_rows)
     if c.lora.alpha is None:
@@ -76,7 +80,7 @@ def resolve(cfg: AppConfig, num_rows: int | None = None) -> AppConfig:
             t.gradient_accumulation_steps = 2
         if c.data.system_prompt is None:
             c.data.system_prompt = DEFAULT_GRPO_SYSTEM_PROMPT
-    elif c.method in PREFERENCE_METHODS or c.method == "kto":  # pairs (two sequences) or KTO's answer + KL answer
+    elif c.method in (*PREFERENCE_METHODS, "kto", "distill"):  # pairs, KTO's answer + KL answer, or two models
         if t.per_device_train_batch_size is None:
             t.per_device_train_batch_size = 4
         if t.gradient_accumulation_steps is None:

@@ -23,6 +23,7 @@ from app.config.fields import AutoBool, StrictModel, _d
 from app.config.method_sections import (  # noqa: F401 - re-exported: the sections live with their method
     DPO_LOSS_TYPES,
     LOSS_TYPES,
+    DistillSection,
     DPOSection,
     GRPOConfig,
     KTOSection,
@@ -166,17 +167,19 @@ class RuntimeConfig(StrictModel):
 # The methods and what each learns from (the UI's radio, the CLI's help, the config's check).
 METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", "dpo": "learn from preference pairs",
            "kto": "learn from answers labelled good or bad, one per row, or both sides of preference pairs (KTO)",
-           "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)"}
+           "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)",
+           "distill": "learn from a stronger teacher model's next-token distributions on prompts (distillation)"}
 EXPERIMENTAL_METHODS = ("orpo",)
 # How help and descriptions name the methods: "GRPO, SFT and DPO; ORPO experimental".
-_STABLE = [m.upper() for m in METHODS if m not in EXPERIMENTAL_METHODS]
+METHOD_WORDS = {m: "distillation" if m == "distill" else m.upper() for m in METHODS}  # how prose names each
+_STABLE = [METHOD_WORDS[m] for m in METHODS if m not in EXPERIMENTAL_METHODS]
 METHODS_IN_WORDS = (", ".join(_STABLE[:-1]) + " and " + _STABLE[-1]
-                    + "".join(f"; {m.upper()} experimental" for m in EXPERIMENTAL_METHODS))
+                    + "".join(f"; {METHOD_WORDS[m]} experimental" for m in EXPERIMENTAL_METHODS))
 PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/preference.py)
 
 
 class AppConfig(StrictModel):
-    method: Literal["grpo", "sft", "dpo", "kto", "orpo"] = _d("grpo", "; ".join(f"{k}: {v}"
+    method: Literal["grpo", "sft", "dpo", "kto", "orpo", "distill"] = _d("grpo", "; ".join(f"{k}: {v}"
                                                                           for k, v in METHODS.items()))
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
@@ -185,6 +188,7 @@ class AppConfig(StrictModel):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     dpo: DPOSection = Field(default_factory=DPOSection)
     kto: KTOSection = Field(default_factory=KTOSection)
+    distill: DistillSection = Field(default_factory=DistillSection)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)

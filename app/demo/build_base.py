@@ -44,17 +44,18 @@ MODEL_SHAPE = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, 
                    num_key_value_heads=4, max_position_embeddings=256)
 
 
-def flawed_solution(row: dict, rng: random.Random) -> str:
+def flawed_solution(row: dict, rng: random.Random, right: float = 0.3) -> str:
     """A base-model style answer: the reference's own wording and correct arithmetic, but usually for the wrong
-    operation. Sharing the wording with the reference solutions means GRPO only has to fix the choice of
-    operation, which a small LoRA can do in minutes; a new wording would not fit."""
+    operation (``right``: the share with the right one; the two mistakes share the rest 3:2). Sharing the wording
+    with the reference solutions means GRPO only has to fix the choice of operation, which a small LoRA can do in
+    minutes; a new wording would not fit."""
     m = _EQ.search(row["answer"])
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
     lead = row["answer"][: m.start()]  # "Tom has 7 apples and buys 5 more. "
     r = rng.random()
-    if r < 0.3:  # right operation: keeps some correct samples in the base's distribution (GRPO's signal)
+    if r < right:  # right operation: keeps some correct samples in the base's distribution (GRPO's signal)
         use = op
-    elif r < 0.75:  # the typical mistake: the other operation
+    elif r < right + 0.6 * (1 - right):  # the typical mistake: the other operation
         use = "-" if op == "+" else "+"
     else:  # the other typical mistake: repeat a number from the question
         return f"{lead}So the answer is {rng.choice([a, b])}."
@@ -63,8 +64,9 @@ def flawed_solution(row: dict, rng: random.Random) -> str:
     return f"{lead}{x} {use} {y} = {c}. So the answer is {c}."
 
 
-def build_corpus(n_chats: int = 6000, fact_repeats: int = 3, seed: int = PRETRAIN_SEED) -> list:
-    """Documents: ('text', str) for arithmetic fact blocks, ('chat', messages) for problem transcripts."""
+def build_corpus(n_chats: int = 6000, fact_repeats: int = 3, seed: int = PRETRAIN_SEED, right: float = 0.3) -> list:
+    """Documents: ('text', str) for arithmetic fact blocks, ('chat', messages) for problem transcripts whose answers
+    take the right operation with probability ``right`` (flawed_solution)."""
     rng = random.Random(seed)
     _, test = split_rows()
     facts = [f"{a} + {b} = {a + b}." for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
@@ -75,7 +77,7 @@ def build_corpus(n_chats: int = 6000, fact_repeats: int = 3, seed: int = PRETRAI
         docs += [("text", "\n".join(facts[i:i + 8])) for i in range(0, len(facts), 8)]
     for row in generate_arith(n_chats, seed, exclude={r["question"] for r in test}):
         msgs = [{"role": "user", "content": row["question"]},
-                {"role": "assistant", "content": flawed_solution(row, rng)}]
+                {"role": "assistant", "content": flawed_solution(row, rng, right)}]
         if rng.random() < 0.6:
             msgs.insert(0, {"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
         docs.append(("chat", msgs))

@@ -1,8 +1,9 @@
-"""Which demo a `qlora-app demo` request runs: GRPO (plain or with tools), DPO or KTO, or the image demo; a combination
-that has no demo is one line."""
+"""Which demo a `qlora-app demo` request runs: GRPO (plain or with tools), DPO or KTO, distillation, or the image
+demo; a combination that has no demo is one line."""
 
 from __future__ import annotations
 
+from app.demo.distill import run_distill_demo
 from app.demo.dpo import run_dpo_demo
 from app.demo.images import run_images_demo
 from app.demo.run import run_demo
@@ -18,10 +19,12 @@ def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | N
                             "with --method grpo; drop --tools / pass --method sft or grpo")
         return run_images_demo(output_dir, quick=quick, console=console, seed=seed, method=method or "sft")
     method = method or "grpo"
-    if method not in ("grpo", "dpo", "kto"):
-        raise UserError(f"--method {method} has no demo; pass grpo, dpo or kto (or --images for sft)")
+    if method not in ("grpo", "dpo", "kto", "distill"):
+        raise UserError(f"--method {method} has no demo; pass grpo, dpo, kto or distill (or --images for sft)")
     if tools and method != "grpo":
         raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
+    if method == "distill":
+        return run_distill_demo(output_dir, quick=quick, console=console, seed=seed)
     if method in ("dpo", "kto"):  # the same pairs; KTO learns from each as a good and a bad answer
         return run_dpo_demo(output_dir, quick=quick, console=console, seed=seed, method=method)
     return run_demo(output_dir, quick=quick, console=console, seed=seed, tools=tools)

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.config.builtin import BUILTIN_MODEL, TOOLS_MODEL, VISION_MODEL, builtin_model_path, cache_dir
+from app.config.builtin import BUILTIN_MODEL, TEACHER_MODEL, TOOLS_MODEL, VISION_MODEL, builtin_model_path, cache_dir
 from app.config.presets import load_preset
 from app.demo.build_base import build
+from app.demo.build_teacher import build as build_teacher
 from app.demo.build_tools_base import build as build_tools_base
 from app.demo.build_vision_base import build as build_vision_base
 
-BUILDERS = {BUILTIN_MODEL: build, TOOLS_MODEL: build_tools_base, VISION_MODEL: build_vision_base}
+BUILDERS = {BUILTIN_MODEL: build, TOOLS_MODEL: build_tools_base, VISION_MODEL: build_vision_base,
+            TEACHER_MODEL: build_teacher}
 
 EVAL_SIZE = 200  # held-out problems scored greedily for base vs adapter (the test split, all of it)
 
@@ -34,11 +36,14 @@ def base_model_path(build_if_missing: bool = True, name: str = BUILTIN_MODEL) ->
     """The shipped tiny base model ``name``; if the package was installed without it, build it once into the user
     cache.
 
-    Building takes ~3 (arith-base), ~5 (arith-tools-base) or ~0.5 (shapes-vlm-base) minutes on 2 CPU cores. It is written to a temporary
+    Building takes ~3 (arith-base), ~5 (arith-tools-base), ~0.5 (shapes-vlm-base) or ~8 (arith-teacher) minutes on
+    2 CPU cores. It is written to a temporary
     sibling and renamed, so an interrupted build never leaves a half-written model that a later run would trust."""
     found = builtin_model_path(name)
     if (found / "model.safetensors").is_file() or not build_if_missing:
         return found
+    if name == TEACHER_MODEL:  # the teacher is trained on the student's tokenizer
+        base_model_path(name=BUILTIN_MODEL)
     cached = cache_dir(name)
     tmp = cached.with_name(cached.name + f".tmp-{os.getpid()}")
     BUILDERS[name](tmp, log_every=0)

@@ -6,6 +6,7 @@
     asking.py   the one way to ask a model (compare, the held-out points, chat, serve, the preference log-probs):
                 a request (``Ask``) and one dispatcher (``Asker``): pictures, a tool run's tool loop, or text
     chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
+    divergence.py   a distillation student's KL from its teacher on its held-out answers
     render.py   terminal table, --html page, the UI's summary and rows
     pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs
     harness.py  `qlora-app eval`: lm-evaluation-harness on the base and the adapter (lm_tasks/: the shipped tasks)

@@ -81,12 +81,20 @@ def _num(v, pct: bool = False, digits: int = 3) -> str:
     return f"{100 * v:.1f}%" if pct else f"{v:.{digits}f}"
 
 
-def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
-    """(metric, base, adapter, delta) display strings; the terminal, the page and the UI show the same rows."""
-    out = []
-    base, ad = s.base, s.adapter
+def summary_columns(s: Summary) -> tuple[str, ...]:
+    """The summary table's columns: a distillation run's has its teacher's last."""
+    return ("metric", "base", "adapter", "Δ") + (("teacher",) if s.teacher else ())
 
-    def row(name: str, b, a, pct: bool = False, digits: int = 3) -> None:
+
+def summary_rows(s: Summary) -> list[tuple[str, ...]]:
+    """(metric, base, adapter, delta[, teacher]) display strings; the terminal, the page and the UI show the same
+    rows."""
+    out = []
+    base, ad, te = s.base, s.adapter, s.teacher
+
+    def row(name: str, key: str, pct: bool = False, digits: int = 3, comp: str | None = None) -> None:
+        b, a, t = ((getattr(x, key) if comp is None else getattr(x, key).get(comp)) if x else None
+                   for x in (base, ad, te))
         d = None if a is None or b is None else a - b
         if d is None:
             delta = _num(d)
@@ -94,20 +102,30 @@ def summary_rows(s: Summary) -> list[tuple[str, str, str, str]]:
             delta = f"{100 * d:+.1f} pts"
         else:
             delta = ("+" if d > 0 else "") + _num(d, digits=digits)
-        out.append((name, _num(b, pct, digits), _num(a, pct, digits), delta))
+        out.append((name, _num(b, pct, digits), _num(a, pct, digits), delta) + ((_num(t, pct, digits),) if te else ()))
 
     if base.n_judged:
         how = f"; correct = {s.correct_when.split(': ', 1)[-1]}" if s.correct_when else ""
-        row(f"accuracy ({base.n_judged} with reference{how})", base.accuracy, ad.accuracy, pct=True)
-    row("mean reward", base.mean_reward, ad.mean_reward)
+        row(f"accuracy ({base.n_judged} with reference{how})", "accuracy", pct=True)
+    row("mean reward", "mean_reward")
     for comp in base.components:
-        row(f"  reward/{comp}", base.components[comp], ad.components.get(comp))
-    row("mean length (chars)", base.mean_length, ad.mean_length, digits=1)
-    row("boilerplate rate", base.boilerplate_rate, ad.boilerplate_rate, pct=True)
+        row(f"  reward/{comp}", "components", comp=comp)
+    row("mean length (chars)", "mean_length", digits=1)
+    row("boilerplate rate", "boilerplate_rate", pct=True)
     if base.tool_success is not None or ad.tool_success is not None:  # a tool run
-        row("tool calls succeeded", base.tool_success, ad.tool_success, pct=True)
-        row("tool calls per answer", base.tool_calls, ad.tool_calls, digits=2)
+        row("tool calls succeeded", "tool_success", pct=True)
+        row("tool calls per answer", "tool_calls", digits=2)
     return out
+
+
+def teacher_line(s: Summary) -> str | None:
+    """A distillation run's: how much of the teacher's lead over the base the adapter closed, else None."""
+    if s.teacher is None:
+        return None
+    by = "accuracy" if s.base.accuracy is not None and s.teacher.accuracy is not None else "mean reward"
+    if s.closed is None:
+        return f"teacher: no lead over the base in {by} on these rows, so none to close"
+    return f"the adapter closed {s.closed:.0%} of the teacher's lead over the base in {by}"
 
 
 def summary_title(s) -> str:
@@ -128,9 +146,10 @@ def wins_line(s: Summary) -> str:
 
 def _summary(s: Summary) -> str:
     cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
+    head = "".join(f"<th>{c}</th>" for c in summary_columns(s))
+    closed = f"<p>{escape(teacher_line(s))}</p>" if s.teacher else ""
     return (f"<p>{escape(summary_title(s))}</p>"
-            '<table class="summary"><tr><th>metric</th><th>base</th><th>adapter</th><th>Δ</th></tr>' + cells
-            + "</table>"
+            f'<table class="summary"><tr>{head}</tr>' + cells + "</table>" + closed
             + f'<div class="wtl">adapter vs base: <span class="win">{s.wins} wins</span>, '
               f'<span class="tie">{s.ties} ties</span>, <span class="loss">{s.losses} losses</span> ({WINS_RULE})'
               "</div>")
@@ -138,8 +157,11 @@ def _summary(s: Summary) -> str:
 
 def summary_markdown(c: Comparison) -> str:
     """The UI's summary: the same rows as the terminal and the page, as a Markdown table."""
-    lines = [f"**{summary_title(c.summary)}**", "", "| metric | base | adapter | Δ |", "|---|---:|---:|---:|"]
+    cols = summary_columns(c.summary)
+    lines = [f"**{summary_title(c.summary)}**", "", "| " + " | ".join(cols) + " |",
+             "|---" + "|---:" * (len(cols) - 1) + "|"]
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
+    lines += ["", teacher_line(c.summary)] if c.summary.teacher else []
     pref = preference_text(c.preference)
     per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
     return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
@@ -238,12 +260,14 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
 
     s = c.summary
     st = Table(title=summary_title(s), show_header=True)
-    for col in ("metric", "base", "adapter", "Δ"):
+    for col in summary_columns(s):
         st.add_column(col, justify="left" if col == "metric" else "right")
 
     for r in summary_rows(s):
         st.add_row(*r)
     console.print(st)
+    if s.teacher:
+        console.print(teacher_line(s), markup=False, highlight=False)
     console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")
     pref = preference_text(c.preference)
     if pref:

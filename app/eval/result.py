@@ -45,6 +45,7 @@ class Row:
     adapter: Cell
     dataset: str | None = None  # a mix's held-out row: the name of the dataset it is from (data.mix)
     images: list[str] | None = None  # a row with pictures: small copies as data URLs (the page and the UI show them)
+    teacher: Cell | None = None  # a distillation run: its teacher's answer to the same prompt
 
     @property
     def delta(self) -> float:
@@ -91,6 +92,10 @@ class Summary:
     by_dataset: dict[str, dict] | None = None
     # what "correct" means in the accuracy: the run's reference match in words ("overlap: ROUGE-L F1 ... >= 0.5")
     correct_when: str | None = None
+    # a distillation run: its teacher on the same rows, and the share of the teacher's lead over the base the
+    # adapter closed ((adapter - base) / (teacher - base), by accuracy, else mean reward; None: no lead to close)
+    teacher: SideSummary | None = None
+    closed: float | None = None
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
@@ -100,8 +105,22 @@ class Summary:
         verdicts = [r.verdict for r in judged]
         names = list(dict.fromkeys(r.dataset for r in held if r.dataset))
         by = {name: _figures([r for r in held if r.dataset == name]) for name in names} if names else None
+        teacher = side_summary([r.teacher for r in judged]) if judged and all(r.teacher for r in judged) else None
         return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
-                   n=len(judged), heldout=bool(held), prompts=len(rows) - len(held), by_dataset=by)
+                   n=len(judged), heldout=bool(held), prompts=len(rows) - len(held), by_dataset=by, teacher=teacher,
+                   closed=closed_share(sides["base"], sides["adapter"], teacher))
+
+
+def closed_share(base: SideSummary, adapter: SideSummary, teacher: SideSummary | None) -> float | None:
+    """The share of the teacher's lead over the base that the adapter closed: by accuracy where the rows have
+    references, else by mean reward; None without a teacher or when the teacher does not lead."""
+    if teacher is None:
+        return None
+    key = "accuracy" if base.accuracy is not None and teacher.accuracy is not None else "mean_reward"
+    b, a, t = getattr(base, key), getattr(adapter, key), getattr(teacher, key)
+    if None in (b, a, t) or t - b <= 1e-9:
+        return None
+    return (a - b) / (t - b)
 
 
 def _figures(rows: list[Row]) -> dict:
@@ -149,20 +168,25 @@ class Comparison:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for row in d["rows"]:  # text rows keep compare.json's shape
-            if row.get("images") is None:
-                row.pop("images", None)
+        for row in d["rows"]:  # text rows keep compare.json's shape, and so does a run without a teacher
+            for key in ("images", "teacher"):
+                if row.get(key) is None:
+                    row.pop(key, None)
+        if d["summary"]["teacher"] is None:
+            d["summary"].pop("teacher")
+            d["summary"].pop("closed")
         return d
 
     @classmethod
     def from_dict(cls, data: dict) -> "Comparison":
         rows = [Row(prompt=r["prompt"], reference=r.get("reference"), source=r.get("source", "heldout"),
                     base=Cell(**r["base"]), adapter=Cell(**r["adapter"]), dataset=r.get("dataset"),
-                    images=r.get("images"))
+                    images=r.get("images"), teacher=Cell(**r["teacher"]) if r.get("teacher") else None)
                 for r in data["rows"]]
         s = data["summary"]
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
                           losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
-                          prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"), correct_when=s.get("correct_when"))
+                          prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"),
+                          correct_when=s.get("correct_when"), teacher=SideSummary(**s["teacher"]) if s.get("teacher") else None, closed=s.get("closed"))
         return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}),
                    preference=data.get("preference"))

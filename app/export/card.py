@@ -61,8 +61,10 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
     lines = [f"Base vs adapter on {how} ({decoding}, up to {c.get('max_new_tokens')} new tokens, the run's "
              "system prompt and chat template), scored with the run's shaped reward:", "",
              "| | accuracy | mean reward | mean tokens |", "|---|---:|---:|---:|"]
-    for side in ("base", "adapter"):
-        x = s[side]
+    for side in ("base", "adapter", "teacher"):  # a distillation run's proof has its teacher's row too
+        x = s.get(side)
+        if x is None:
+            continue
         tokens = x.get("mean_tokens")
         lines.append(f"| {side} | {_pct(x.get('accuracy'))} | {_num(x.get('mean_reward'))} | "
                      f"{'–' if tokens is None else f'{tokens:.1f}'} |")
@@ -71,6 +73,11 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
                       f"{_pct(s['adapter'].get('tool_success'))} (calls per answer {_num(s['base'].get('tool_calls'))} "
                       f"-> {_num(s['adapter'].get('tool_calls'))})."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
+    if s.get("teacher"):
+        closed = s.get("closed")
+        lines += ["", f"Teacher: {c.get('teacher')}; the adapter closed "
+                      + (f"{closed:.0%} of its lead over the base." if closed is not None else
+                         "nothing: the teacher did not lead the base on these rows.")]
     if s.get("by_dataset"):  # a mix: the held-out rows of every dataset on their own
         lines += ["", "Per dataset of the mix:", ""] + [f"- {line}" for line in dataset_lines(s)]
     p = cmp.get("preference")
@@ -217,6 +224,13 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             body += [f"- KTO on answers labelled good or bad: beta {k.beta:g}, desirable_weight "
                      f"{k.desirable_weight or 1:g}, undesirable_weight {k.undesirable_weight:g}; the reference is the "
                      "base with the adapter switched off"]
+        elif cfg.method == "distill":
+            d = cfg.distill
+            body += [f"- distillation ({d.mode.replace('_', '-')}) from teacher {code_name(d.teacher, 'model')}"
+                     + f" ({'4' if d.teacher_4bit else '16'}-bit)"
+                     + (f": beta {d.beta:g} (0 forward KL, 1 reverse KL), temperature {d.temperature:g}"
+                        if d.mode == "on_policy" else ": SFT on the teacher's greedy answers")
+                     + f", answers up to {d.max_completion_length} tokens"]
         elif cfg.method == "orpo":
             body += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
                      "model"]

@@ -5,7 +5,8 @@ them, each once (files: config.json, the meta-device shell), the Unsloth backend
 on its base (pair: the one way every command loads a trained adapter), and what a vision-language model is made of
 (vision: its vision side kept 16-bit, its language model's LoRA targets, its processor) or a mixture-of-experts
 model (experts: its fused expert weights found, counted as they load, quantized as they load, named for PEFT), and
-its family (family: the class transformers opens it with, its chat template and what TRL does with it).
+its family (family: the class transformers opens it with, its chat template and what TRL does with it), and a
+distillation run's teacher (teacher: found, checked against the student's vocabulary, loaded for inference).
 
 Owns: every call into transformers/bitsandbytes/PEFT that makes or runs a model. The decisions are small pure
 functions, tested without a GPU; the loading is the real path, tested on tiny models. Must not train, plan a run or

@@ -79,11 +79,12 @@ def weights_problem(name: str) -> str | None:
 
 
 def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads",
-                       loads: bool = True) -> None:
+                       loads: bool = True, hint: str | None = None) -> None:
     """Fail fast and clearly before transformers produces a long hub traceback. ``offline_because``: why downloads
     are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE). ``loads``: the caller loads the
     model here, so a folder needs its weights and a hub model not on disk must be downloadable from here (a dry run
-    reads only config.json, for any machine, and passes False: weights_problem is its note)."""
+    reads only config.json, for any machine, and passes False: weights_problem is its note). ``hint``: what to do
+    about a hub model this machine cannot fetch, in the caller's words (default: unavailable_model_hint)."""
     if looks_local(name):
         p = Path(name).expanduser()
         if not p.is_dir():
@@ -101,8 +102,9 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
         return
     if local_only:
         raise UserError(f"model '{name}' is not in the local HF cache and {offline_because}; "
-                        f"{unavailable_model_hint(name)}")
+                        f"{hint or unavailable_model_hint(name)}")
     if loads and (hub_offline() or not hub_reachable()):  # one line now, not a minute of download retries
         why = ("this machine is offline (HF_HUB_OFFLINE=1)" if hub_offline() else
                "the Hugging Face Hub cannot be reached from here")
-        raise UserError(f"model '{name}' is not in the local HF cache and {why}; {unavailable_model_hint(name)}")
+        raise UserError(f"model '{name}' is not in the local HF cache and {why}; "
+                        f"{hint or unavailable_model_hint(name)}")

@@ -118,9 +118,16 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
     grpo = any(r.get("reward") is not None for r in records)
     xs, ys = series(records, "loss")
     if xs:
-        title = "loss (GRPO's stays near 0 by design: read the reward)" if grpo else "training loss"
-        s = Series("loss", xs, ys, "#444444")
-        out.append(Panel("loss", title, [s], readable_limits(ys, _min_span(ys, 0.05))))
+        # on-policy distillation samples answers and has no reward: its loss is the divergence from the teacher
+        distill = not grpo and any("completions/mean_length" in r for r in records)
+        title = ("loss (GRPO's stays near 0 by design: read the reward)" if grpo else
+                 "divergence from the teacher (falling: the student closes on it)" if distill else "training loss")
+        shown = [Series("loss", xs, ys, "#444444", label="training (fresh samples)" if distill else None)]
+        dx, dy = series(records, layout.EVAL_DIVERGENCE)
+        if dx:  # the same held-out answers at every point: the divergence that falls as the student learns
+            shown.append(Series(layout.EVAL_DIVERGENCE, dx, dy, "#d62728", smooth=False, label="held-out"))
+        every = [y for s in shown for y in s.ys]
+        out.append(Panel("loss", title, shown, readable_limits(every, _min_span(every, 0.05))))
     xs, ys = series(records, "reward")
     if xs:
         out.append(Panel("reward", "reward (total, weighted)", [Series("reward", xs, ys, "#333399")],

@@ -31,8 +31,10 @@ DEMO_PREFERENCE_JSON = {"dpo": DEMO_DPO_JSON, "kto": "compare-kto.json"}  # and 
 DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 DEMO_IMAGES_JSON = "compare-images.json"  # demo --images: the image demo's comparison
 DEMO_IMAGES_GRPO_JSON = "compare-images-grpo.json"  # demo --images --method grpo
+DEMO_DISTILL_JSON = "compare-distill.json"  # demo --method distill: base, student and teacher
 VISION = "images"  # status.json: a run on images (its column, images per row, tokens each, the vision side kept)
 EXPERTS = "experts"  # status.json: a mixture-of-experts run (its parameters by kind, experts 4-bit or not, router)
+TEACHER = "teacher"  # status.json: a distillation run's teacher (what, its precision, its head cut, its base shared)
 COMPARISONS = "comparisons"  # a run's ad-hoc comparisons and earlier proofs, each a file of its own
 # status.json: a mix's datasets as the run drew them (name, share, rows drawn of rows there, repeats, held out)
 MIX = "mix"
@@ -80,6 +82,7 @@ ADAPTER_UPDATE = "adapter/update"  # how far the adapter's weights moved since t
 EVAL_PREFIX = "eval/"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_REWARD = "eval/reward"
+EVAL_DIVERGENCE = "eval/divergence"  # a distillation run: KL(student || teacher) on its held-out answers
 # Preference figures: one definition per name, the same on training batches (TRL's names) and on held-out pairs
 # (app/eval/preference.py measures them), in the words PREFERENCE_WORDS gives every place that shows them.
 DPO_ACCURACY = "rewards/accuracies"  # preference accuracy, training batches

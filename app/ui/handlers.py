@@ -170,7 +170,7 @@ def widget_values(form: dict) -> dict:
     out = dict(form)
     for name in AUTO_NUMBERS:
         out[name] = "" if form.get(name) is None else str(form[name])
-    for name in ("model", "dataset", "dataset_config", "run_name"):
+    for name in ("model", "dataset", "dataset_config", "run_name", "teacher"):
         out[name] = form.get(name) or ""
     for name in FIELD_OVERRIDES:
         out[name] = form.get(name) or AUTO

@@ -405,6 +405,20 @@ def test_kto_form_is_the_cli_config(tmp_path):
         h.config_from_form(f, tmp_path)
 
 
+def test_distill_is_picked_from_the_demo_and_its_teacher_reaches_the_cli(tmp_path):
+    """Picking distill on the demo's form opens demo-distill (the same model and data, its built-in teacher); a
+    teacher typed in the Distillation box is `--teacher` on the command line, the rest of the box `--set`s."""
+    f = h.switch_method(h.widget_values(h.form_defaults("demo-grpo")), "distill")
+    assert f["preset"] == "demo-distill" and f["method"] == "distill" and f["teacher"] == "arith-teacher"
+    f.update(teacher=str(tmp_path / "my-teacher"), distill_beta=0.5, distill_mode="off_policy", teacher_4bit=False)
+    preset, flags, sets, argv = h.form_to_cli(f, tmp_path)
+    assert preset == "demo-distill" and argv[argv.index("--teacher") + 1] == str(tmp_path / "my-teacher")
+    ui_cfg = h.config_from_form(f, tmp_path)
+    assert (ui_cfg.distill.beta, ui_cfg.distill.mode, ui_cfg.distill.teacher_4bit) == (0.5, "off_policy", False)
+    cli_cfg = build_config(load_preset("demo-distill"), {**flags, "output_dir": str(tmp_path)}, sets)
+    assert ui_cfg == cli_cfg
+
+
 def test_the_pair_overrides_reach_the_samples():
     # (detection of the pair itself: tests/data/test_preference.py); swapped overrides swap what each sample shows
     swapped = df.detect(str(SCHEMAS / "hh_rlhf.jsonl"), chosen_field="rejected", rejected_field="chosen")

@@ -103,6 +103,17 @@ def kto_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dic
     return _with_extra(kw, cfg, "KTOConfig")
 
 
+def distill_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
+    """DistillationConfig's arguments for a plan: the divergence (beta), the sampling temperature (also the loss's)
+    and an answer's token budget; the teacher is passed to the trainer as a loaded model."""
+    cfg = plan.cfg
+    kw = common_kwargs(cfg, run_dir, plan.where.compute_dtype, plan.where.cuda, fsdp_layers)
+    d = cfg.distill
+    kw.update(beta=d.beta, temperature=d.temperature, max_completion_length=d.max_completion_length,
+              log_completions=False)
+    return _with_extra(kw, cfg, "DistillationConfig")
+
+
 def orpo_kwargs(plan, run_dir: Path, fsdp_layers: list[str] | None = None) -> dict:
     """trl.experimental's ORPOConfig arguments for a plan: its lambda (dpo.beta) and the pair's token budget."""
     cfg = plan.cfg

@@ -4,7 +4,8 @@ Past its context a model with a learned position table (GPT-2, OPT) fails with a
 and a rotary model degrades silently. TRL 1.x does not truncate GRPO prompts, and SFT's max_length (1024 by
 default) can exceed a small model's context. So, once the model is loaded:
 
-- GRPO: a prompt that leaves no room for grpo.max_completion_length is dropped (said once, with the count); a
+- GRPO (and distillation, whose student samples too): a prompt that leaves no room for its max_completion_length is
+  dropped (said once, with the count); a
   completion length that alone fills the context (a default on a small model) is halved, saying so.
 - SFT: max_length is lowered to the context (TRL truncates each example there; packed examples restart their
   positions, so a packed row of that length stays inside it).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 
+from app.config.fields import get_key
 from app.errors import UserError
 
 log = logging.getLogger("qlora_app")
@@ -43,18 +45,20 @@ def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning, tools: list[di
     if context is None:
         return {}, ds
     changes = {}
-    completion = cfg.grpo.max_completion_length
+    key = f"{'distill' if cfg.method == 'distill' else 'grpo'}.max_completion_length"  # the student's samples
+    completion = get_key(cfg, key)
     if completion >= context:
         shorter = context // 2
-        note(f"grpo.max_completion_length={completion} fills the model's whole {context}-token context: using "
-             f"{shorter} so prompts fit (set grpo.max_completion_length below {context} to choose)")
-        changes["grpo.max_completion_length"] = completion = shorter
-    return changes, fit_grpo_prompts(ds, tok, context, completion, note, tools)
+        note(f"{key}={completion} fills the model's whole {context}-token context: using "
+             f"{shorter} so prompts fit (set {key} below {context} to choose)")
+        changes[key] = completion = shorter
+    return changes, fit_grpo_prompts(ds, tok, context, completion, note, tools, key)
 
 
 def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log.warning,
-                     tools: list[dict] | None = None):
-    """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context."""
+                     tools: list[dict] | None = None, key: str = "grpo.max_completion_length"):
+    """``ds`` without the rows whose prompt leaves less than max_completion_length tokens of the context (``key``:
+    the setting it is, as said)."""
     room = context - max_completion_length
     too_long = []
     for i, prompt in enumerate(ds["prompt"]):
@@ -66,10 +70,9 @@ def fit_grpo_prompts(ds, tok, context: int, max_completion_length: int, note=log
         return ds
     if len(too_long) == len(ds):
         raise UserError(f"every prompt is longer than the {room} tokens the model's {context}-token context leaves "
-                        f"beside grpo.max_completion_length={max_completion_length}; lower "
-                        "grpo.max_completion_length or use a model with a longer context")
+                        f"beside {key}={max_completion_length}; lower {key} or use a model with a longer context")
     note(f"dropped {len(too_long)} of {len(ds)} rows whose prompt is longer than the {room} tokens left of the "
-         f"model's {context}-token context beside grpo.max_completion_length={max_completion_length}")
+         f"model's {context}-token context beside {key}={max_completion_length}")
     drop = set(too_long)
     return ds.select([i for i in range(len(ds)) if i not in drop])
 

@@ -30,6 +30,8 @@ Terms (bytes; d = bytes per value of the compute dtype, 2 for bf16 / fp16):
              (judge.batch_size rows of prompt + completion + rubric: one layer's intermediates, last-position logits),
              after sampling: on top of a compiled sampler's static KV cache (still allocated), else in its freed
              blocks; never beside the backward pass. Measured on an H200 (docs/performance.md, "judge and diagnosis").
+  teacher    distillation: the teacher's weights and its no-grad forward (app/train/planning/teacher.py); the student
+             samples a whole generation batch with the training model (the generation term).
   reserve    0.25 GB the caching allocator holds beyond live tensors (cuBLAS workspaces, its 2 MB / 20 MB blocks).
   context    0.5 GB of CUDA context (total only).
 Tokens come from the data's real lengths when known (SFT padded: the 95th percentile row; packed: full rows; GRPO:
@@ -49,6 +51,8 @@ from typing import Any
 from app.host.machine import an
 from app.model.shape import embed_params, linear_sizes, model_shape
 from app.train.planning.batching import PROMPT_MULTIPLE, steps_per_generation
+from app.train.planning.teacher import teacher_bytes
+from app.train.planning.weights import census_bytes, weight_bytes
 
 GB = 1024**3
 CARDS_GB = (8, 12, 16, 24, 48, 80)  # the verdicts the UI and --dry-run show
@@ -84,31 +88,7 @@ class Decisions:
     vision_params: int = 0  # a run on images: the vision side's parameters, loaded in 16-bit beside the 4-bit LM
     census: Any = None  # a mixture-of-experts model counted as it loads (app.model.experts.Census); None: dense
     model_files: Any = None  # the plan's app.model.files.ModelFiles (config.json read once); None: read here
-
-
-def weight_bytes(s: dict, params: int, load_in_4bit: bool, double_quant: bool, dense_bytes: int = 2) -> float:
-    """Bytes of the base weights: 4-bit linear layers (0.5 byte/weight + absmax constants) and dense embeddings /
-    LM head at ``dense_bytes`` (2 on a GPU in bf16/fp16, 4 on a CPU in fp32)."""
-    embed = embed_params(s)
-    linear = max(params - embed, 0)
-    if not load_in_4bit:
-        return params * dense_bytes
-    return linear * (0.5 + _quant_consts(double_quant)) + embed * dense_bytes
-
-
-def census_bytes(c, load_in_4bit: bool, double_quant: bool, experts_4bit: bool, dense_bytes: int = 2) -> float:
-    """Bytes of a model counted by how it loads (a MoE model): 4-bit linear layers, the experts 4-bit only when
-    quantized as they load (else at ``dense_bytes``, as transformers loads fused experts), the rest dense."""
-    if not load_in_4bit:
-        return c.total * dense_bytes
-    q = 0.5 + _quant_consts(double_quant)
-    return c.linear * q + c.experts * (q if experts_4bit else dense_bytes) + c.other * dense_bytes
-
-
-def _quant_consts(double_quant: bool) -> float:
-    """Bytes of quantization constants per 4-bit weight: 8-bit absmax + fp32 per 256 blocks, or fp32 absmax per
-    64-weight block."""
-    return 1 / 64 + 4 / (64 * 256) if double_quant else 4 / 64
+    teacher: Any = None  # a distillation run's teacher (app.train.planning.teacher.TeacherPlan)
 
 
 def _lora_tensors(s: dict, r: int, target_modules) -> list[int]:
@@ -146,8 +126,8 @@ def micro_batch_tokens(cfg, lengths: list[int] | None, packing: bool) -> int:
     a 95th percentile prompt; DPO: two padded 95th percentile pairs' sides (chosen and rejected) per pair."""
     t = cfg.training
     batch = t.per_device_train_batch_size or 1
-    if cfg.method == "grpo":
-        return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * cfg.grpo.max_completion_length
+    if cfg.method in ("grpo", "distill"):  # sampled answers after prompts
+        return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * completion_tokens(cfg)
     # DPO: chosen and rejected of each pair in one pass, padded alike, never packed; KTO: each answer beside a
     # mismatched one (its KL estimate) in the same pass
     if cfg.method in ("dpo", "orpo", "kto"):
@@ -179,12 +159,18 @@ def training_bytes(s: dict, cfg, tokens: int, d: int, offloaded: bool) -> float:
     return kept + max(saved + grads, lm_head)
 
 
+def completion_tokens(cfg) -> int:
+    """Tokens a sampled answer may take: GRPO's or distillation's max_completion_length."""
+    return cfg.distill.max_completion_length if cfg.method == "distill" else cfg.grpo.max_completion_length
+
+
 def generation_bytes(s: dict, cfg, lengths, seqs: int, compiled: bool, merged: bool, d: int) -> float:
-    """GRPO's sampling phase: KV cache + prefill intermediates, or the merged copy's refresh (the larger)."""
+    """The sampling phase (GRPO, distillation): KV cache + prefill intermediates, or the merged copy's refresh (the
+    larger)."""
     width = _p95(lengths) or GRPO_PROMPT_TOKENS
     if compiled:
         width = -(-width // PROMPT_MULTIPLE) * PROMPT_MULTIPLE
-    kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * d * seqs * (width + cfg.grpo.max_completion_length)
+    kv = 2 * s["layers"] * s["kv_heads"] * s["head_dim"] * d * seqs * (width + completion_tokens(cfg))
     prefill = seqs * width * s["intermediate"] * d * 3
     refresh = max(a * b for a, b in linear_sizes(s)) * (4 + 4 + d) if merged else 0
     return max(kv + prefill, refresh)
@@ -215,6 +201,8 @@ def _completions_at_once(cfg, decided: int | None) -> int:
         return decided
     t = cfg.training
     batch, accum = t.per_device_train_batch_size or 1, t.gradient_accumulation_steps or 1
+    if cfg.method == "distill":  # TRL's DistillationTrainer samples every micro-batch of a step at once
+        return batch * accum
     spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
         batch, accum, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
     return t.extra_args.get("generation_batch_size") or batch * spg
@@ -259,18 +247,23 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
             copy = d * (params if sampler == "vllm" else max(params - embed_params(s), 0))
         gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, dec.completions_at_once), compiled,
                                sampler == "merged", d)
+    elif cfg.method == "distill":  # TRL samples a whole generation batch with the training model
+        gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, None), False, False, d)
+    teacher, teaching = teacher_bytes(dec.teacher, tokens, d)
+    train += teaching  # the teacher's forward runs beside the student's saved activations
     judge, judging = judge_bytes(cfg, lengths, d)
     # Rewards are scored right after sampling: a compiled sampler's static KV cache is still allocated then, so a
     # judging pass adds to it; other samplers' caches are freed and their blocks reused (the larger of the two).
     sampling = gen + judging if compiled else max(gen, judging)
-    torch_peak = max(weights + adapter + copy + judge + max(train, sampling), loading) / GB + ALLOCATOR_RESERVE_GB
+    torch_peak = (max(weights + adapter + copy + judge + teacher + max(train, sampling), loading) / GB
+                  + ALLOCATOR_RESERVE_GB)
     total = torch_peak + paged / GB + CUDA_CONTEXT_GB
     verdicts = {g: verdict(total, g) for g in CARDS_GB}
     out.update(
         params=params, weights_gb=weights / GB, lora_params=lora_param_count(s, cfg.lora.r or 16,
                                                                               cfg.lora.target_modules),
         lora_gb=(adapter + paged) / GB, activations_gb=train / GB, generation_gb=gen / GB, sampler_copy_gb=copy / GB,
-        judge_gb=(judge + judging) / GB,
+        judge_gb=(judge + judging) / GB, teacher_gb=teacher / GB,
         reserve_gb=ALLOCATOR_RESERVE_GB, overhead_gb=CUDA_CONTEXT_GB, paged_gb=paged / GB, torch_peak_gb=torch_peak,
         total_gb=total,
         verdicts=verdicts, tokens_per_batch=tokens)
@@ -281,6 +274,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
         size += (f", {share:.0%} of them experts in {'4' if mc.experts_in_4bit else '16'}-bit,"
                  if mc.load_in_4bit else "")
         out.update(expert_params=dec.census.experts, experts_4bit=mc.experts_in_4bit)
+    source += f"; the teacher's weights {teacher / GB:.2f} GB of it" if teacher else ""
     out["summary"] = (f"~{total:.1f} GB on the card, {torch_peak:.1f} GB of it torch's peak ({size} from "
                       f"{source}); " + (f"the smallest card it fits with room to spare: {smallest} GB" if smallest else
                                          f"it does not fit {an(CARDS_GB[-1])} GB card with room to spare; lower the "
@@ -288,8 +282,7 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     return out
 
 
-def rounded(gb: float | None) -> float | None:
-    """A figure as status.json keeps it: two decimals (None stays None)."""
+def rounded(gb: float | None) -> float | None:  # a figure as status.json keeps it: two decimals (None stays None)
     return None if gb is None else round(gb, 2)
 
 
@@ -323,6 +316,8 @@ def fit_changes(est: dict, cfg) -> dict:
                                                         t.per_device_train_batch_size or 1)
         if est.get("sampler_copy_gb"):
             out["grpo.sampler"] = "plain"
+    elif cfg.method == "distill":  # the student's samples are the sequences of every pass
+        out["distill.max_completion_length"] = max(16, cfg.distill.max_completion_length // 2)
     else:
         out["training.max_length"] = max(128, t.max_length // 2)
         if not t.activation_offloading:
@@ -337,12 +332,15 @@ def fit_problem(est: dict, cfg, gpu_gb: float | None, floor_gb: float | None = N
     total = est.get("total_gb")
     if total is None or not gpu_gb or total <= gpu_gb:
         return None
-    judge = est.get("judge_gb") or 0.0
-    if judge and est["weights_gb"] + judge + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB > gpu_gb:
-        return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB: the local judge model "
-                f"({cfg.reward.judge.model}) takes {judge:.1f} GB of it beside the trained model's "
-                f"{est['weights_gb']:.1f} GB of weights; use a smaller judge, serve it elsewhere (reward.judge.url), "
-                "or a larger GPU")
+    beside = ((est.get("judge_gb"), f"the local judge model ({cfg.reward.judge.model})",
+               "use a smaller judge, serve it elsewhere (reward.judge.url), or a larger GPU"),
+              (est.get("teacher_gb"), f"the teacher ({cfg.distill.teacher})",
+               "use a smaller teacher" + ("" if cfg.distill.teacher_4bit else ", load it in 4-bit "
+                                          "(distill.teacher_4bit=true)") + ", or a larger GPU"))
+    for gb, who, fix in beside:  # a second model that cannot sit beside the trained one: no setting helps
+        if gb and est["weights_gb"] + gb + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB > gpu_gb:
+            return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB: {who} takes {gb:.1f} GB "
+                    f"of it beside the trained model's {est['weights_gb']:.1f} GB of weights; {fix}")
     fixed = est["weights_gb"] + CUDA_CONTEXT_GB + ALLOCATOR_RESERVE_GB
     if fixed > gpu_gb:
         most = est["params"] * (gpu_gb / 2) / max(est["weights_gb"], 1e-9) / 1e9  # half the card for the weights
@@ -352,8 +350,12 @@ def fit_problem(est: dict, cfg, gpu_gb: float | None, floor_gb: float | None = N
     changes = fit_changes(est, cfg)
     said = ", ".join(f"--set {k}={_word(v)}" for k, v in changes.items())
     if floor_gb is not None and floor_gb > gpu_gb:
+        teacher = est.get("teacher_gb")
+        whose = (f"the teacher ({cfg.distill.teacher}) takes {teacher:.1f} GB of it"
+                 + ("" if cfg.distill.teacher_4bit else ", 16-bit (distill.teacher_4bit=true takes about a quarter)")
+                 + ": use a smaller teacher, a smaller student" if teacher else "use a smaller model")
         return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB; even with {said} it is "
-                f"{floor_gb:.1f} GB: use a smaller model or a larger GPU; --no-fit-check tries anyway")
+                f"{floor_gb:.1f} GB: {whose} or a larger GPU; --no-fit-check tries anyway")
     return (f"the memory estimate is {total:.1f} GB and this GPU has {gpu_gb:g} GB; try {said}, or a smaller "
             "model; --no-fit-check tries anyway")
 
@@ -377,4 +379,5 @@ def format_estimate(est: dict, verdicts: dict | None = None) -> str:
             + (f" · generation {est['generation_gb']:.2f} GB" if est["generation_gb"] else "")
             + (f" · 16-bit sampling copy {est['sampler_copy_gb']:.2f} GB" if est.get("sampler_copy_gb") else "")
             + (f" · judge model {est['judge_gb']:.2f} GB" if est.get("judge_gb") else "")
+            + (f" · teacher {est['teacher_gb']:.2f} GB" if est.get("teacher_gb") else "")
             + f" · allocator {est['reserve_gb']:.2f} GB · CUDA context {est['overhead_gb']:.1f} GB</small>")

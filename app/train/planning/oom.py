@@ -9,6 +9,8 @@ rung that still changes something:
   SFT, DPO: half the per-device batch with twice the accumulation (down to one), then activation offloading (CUDA),
         then once more after freeing memory, then shorter examples (training.max_length halved, down to
         MIN_MAX_LENGTH: the change is recorded; longer examples are cut). The last two exist on every device.
+  distillation: the batch and the retry as SFT's, then the student's answers shorter (distill.max_completion_length
+        halved, down to MIN_COMPLETION); the teacher stays as planned (its precision is the user's choice).
 transformers' auto_find_batch_size (accelerate's find_executable_batch_size) is not this: it restarts from step 0
 with the batch times 0.9, which changes the effective batch and breaks GRPO's rule that the batch is a multiple of
 num_generations.
@@ -31,6 +33,7 @@ from app.run import integrity
 FAULT_ENV = "QLORA_APP_FAULT"
 RETRY = "the same settings once more after freeing memory"  # the rung's words, and how a plan tells it was taken
 MIN_MAX_LENGTH = 128  # the shortest examples the ladder cuts to
+MIN_COMPLETION = 64  # and the shortest answers a distillation student samples
 OOM_TEXT = ("out of memory", "OutOfMemoryError")  # torch's message, and older / wrapped reports of it
 
 
@@ -84,7 +87,7 @@ def next_rung(plan) -> tuple[dict, str] | None:
                 f"{fast.completions_at_once}")
     if cfg.method == "grpo" and fast.sampler == "merged":
         return {"grpo.sampler": "plain"}, "sampling with the 4-bit model instead of the merged 16-bit copy"
-    offload = cfg.method != "grpo" and fast.cuda and not fast.offloading and plan.backend != "unsloth"
+    offload = cfg.method not in ("grpo", "distill") and fast.cuda and not fast.offloading and plan.backend != "unsloth"
     if offload and t.per_device_train_batch_size == 1:  # SFT / DPO: after the batch, offloading
         return {"training.activation_offloading": True}, "activation offloading on"
     if t.per_device_train_batch_size > 1:
@@ -97,7 +100,12 @@ def next_rung(plan) -> tuple[dict, str] | None:
                     f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps})")
     if not any(RETRY in note for note in plan.notes):
         return {}, f"{RETRY} (a passing spike)"
-    if cfg.method != "grpo" and t.max_length > MIN_MAX_LENGTH:
+    if cfg.method == "distill" and cfg.distill.max_completion_length > MIN_COMPLETION:  # the student's samples
+        shorter = max(MIN_COMPLETION, cfg.distill.max_completion_length // 2)
+        return ({"distill.max_completion_length": shorter},
+                f"the student's answers cut at {shorter} tokens, not {cfg.distill.max_completion_length} "
+                "(distill.max_completion_length)")
+    if cfg.method not in ("grpo", "distill") and t.max_length > MIN_MAX_LENGTH:
         shorter = max(MIN_MAX_LENGTH, t.max_length // 2)
         return ({"training.max_length": shorter},
                 f"examples cut at {shorter} tokens, not {t.max_length} (training.max_length): longer ones lose "
@@ -128,7 +136,10 @@ def spent_message(plan, step: int, error: str, run_dir) -> str:
     keep = (f"checkpoints are kept (newest {ckpt.name}): after a change, qlora-app train --resume {run_dir} --set ..."
             if ckpt else "no checkpoint was saved yet")
     memory = memory_word(plan.where.cuda)
-    if cfg.method == "grpo":
+    if cfg.method == "distill":
+        least = f"per-device batch 1, a retry and answers of at most {cfg.distill.max_completion_length} tokens"
+        what = "load the teacher in 4-bit (distill.teacher_4bit=true) or use a smaller teacher, "
+    elif cfg.method == "grpo":
         least = "per-device batch 1 and a retry"
         what = (f"lower grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations "
                 f"(now {cfg.grpo.num_generations}), ")

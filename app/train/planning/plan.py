@@ -52,6 +52,7 @@ from app.train.planning.precision import precision_lines
 from app.train.planning.preflight import fit_memory, token_lengths
 from app.train.planning.reward_checks import check_reward, judge_answers, reference_match
 from app.train.planning.rows import training_rows
+from app.train.planning.teacher import TeacherPlan, plan_teacher
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class RunPlan:
     vision: Vision | None = None  # a run on images (app/train/planning/images.py); None: text
     experts: Experts | None = None  # a mixture-of-experts model (app/train/planning/experts.py); None: dense
     family: Family | None = None  # its class and chat template (app/model/family.py); None: files not on disk
+    teacher: TeacherPlan | None = None  # a distillation run's teacher (app/train/planning/teacher.py)
     # the model's files as this plan read them, once (config.json, its meta-device shell): what later estimates read
     model_files: ModelFiles | None = field(default=None, compare=False, repr=False)
 
@@ -88,7 +90,8 @@ class RunPlan:
                          sampler="vllm" if f.vllm else f.sampler, completions_at_once=f.completions_at_once,
                          compiled=f.sampler == "merged", offloading=f.offloading or self.backend == "unsloth",
                          vision_params=(self.vision.tower_params or 0) if self.vision else 0,
-                         census=self.experts.census if self.experts else None, model_files=self.model_files)
+                         census=self.experts.census if self.experts else None, model_files=self.model_files,
+                         teacher=self.teacher)
 
     def estimated(self) -> "RunPlan":
         """This plan with its memory estimate made of its own decisions."""
@@ -127,7 +130,8 @@ class RunPlan:
                 "adjustments": adjustment_lines(self.adjustments, brief=True),  # config.yaml: the whole reasons
                 **({layout.VISION: self.vision.record()} if self.vision else {}),
                 **({layout.EXPERTS: self.experts.record()} if self.experts else {}),
-                **({"family": self.family.record()} if self.family else {})}
+                **({"family": self.family.record()} if self.family else {}),
+                **({layout.TEACHER: self.teacher.record()} if self.teacher else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
@@ -148,8 +152,8 @@ def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | N
 
 def answer_tokens(cfg: AppConfig) -> int:
     """New tokens an evaluation gives each answer (the held-out points during training, the proof at the end):
-    what GRPO lets a completion take; compare's default for SFT."""
-    return cfg.grpo.max_completion_length if cfg.method == "grpo" else 128
+    what GRPO or distillation lets a completion take; compare's default for the other methods."""
+    return {"grpo": cfg.grpo.max_completion_length, "distill": cfg.distill.max_completion_length}.get(cfg.method, 128)
 
 
 def late_for_unsloth() -> bool:
@@ -204,6 +208,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         steps.say(mix_note(det))
     tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
     check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
+    teacher = plan_teacher(cfg, model_files, steps.say, offline)  # a distillation's teacher, from its small files
     steps.settle()
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
@@ -216,7 +221,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                      Decisions(dtype=where.compute_dtype if where.cuda else "bf16",
                                packing=expected_packing(cfg, where, backend), offloading=backend == "unsloth",
                                vision_params=(vision.tower_params or 0) if vision else 0,
-                               census=experts.census if experts else None, model_files=model_files))
+                               census=experts.census if experts else None, model_files=model_files,
+                               teacher=teacher))
     cfg = steps.apply(cfg, fit.changes)
     experts = as_decided(experts, cfg, fit.experts_4bit, steps.say)
     steps.settle()  # the experts' line is news of its own, not a reason for a later change
@@ -242,7 +248,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),
                    notes=tuple(steps.said), fitted=fit.fitted, train_ds=train_ds, tokenizer=tok,
                    lengths=lengths, tools=tools, vision=vision, experts=experts, family=family,
-                   model_files=model_files).estimated()
+                   model_files=model_files, teacher=teacher).estimated()
 
 
 def _fast_paths(cfg: AppConfig, fit, linear: int, train_ds, world: int, steps: Steps) -> tuple[AppConfig, FastPaths]:

@@ -27,6 +27,9 @@ def training_rows(cfg, rows, det, tok, context, vision, tools, steps):
                                      tools.schemas() if tools else None)  # says how many it dropped
         if tools and tools.environment is not None and len(train_ds):
             try_environment(tools.environment, dict(train_ds[0]))  # reset with a row, as TRL will
+    elif cfg.method == "distill":  # prompts the student answers; the reference column stays for the proof
+        ds = to_grpo(rows, det, tok, system)
+        changes, train_ds = fit_grpo(cfg, ds, tok, context, steps.say, None)
     elif cfg.method in ("dpo", "orpo"):
         changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, system)
     elif cfg.method == "kto":

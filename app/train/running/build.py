@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from app.model.load import load_base_model
+from app.model.teacher import load_teacher
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
 from app.run.counts import RunCounts
+from app.train.methods.distill import build_distill_trainer, build_off_policy_trainer
 from app.train.methods.grpo import build_grpo_trainer
 from app.train.methods.preference_trainers import build_dpo_trainer, build_kto_trainer
 from app.train.methods.sft import build_sft_trainer
@@ -29,17 +31,21 @@ class Loaded:
     attention: str  # the kernel the model really runs ("unsloth": Unsloth's own)
     quantized: bool  # 4-bit layers were made (transformers quantizes none for some architectures)
     processor: Any = None  # a model that reads images: its processor (TRL's processing_class)
+    teacher: Any = None  # a distillation run's teacher, loaded for inference (app.model.teacher.load_teacher)
 
 
 def load_model(plan: RunPlan) -> Loaded:
-    """The base model as the plan placed it: HF + bitsandbytes, or Unsloth on CUDA. The plan's tokenizer is reused."""
+    """The base model as the plan placed it: HF + bitsandbytes, or Unsloth on CUDA. The plan's tokenizer is reused.
+    A distillation run's teacher loads beside it, for inference."""
     cfg = plan.cfg
+    t = plan.teacher
+    teacher = load_teacher(t.source, plan.where, cfg.runtime.local_only, t.keep_rows) if t else None
     if plan.backend == "unsloth":
         model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
-        return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit)
+        return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit, teacher=teacher)
     model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, fsdp=cfg.runtime.fsdp,
                                        where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images))
-    return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"))
+    return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"), teacher)
 
 
 def run_rewards(plan: RunPlan, has_reference: bool, counts: RunCounts):
@@ -58,6 +64,9 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
     if plan.cfg.method == "grpo":
         return build_grpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir,
                                   rewards, counts, on_sampler_change=on_sampler_change)
+    if plan.cfg.method == "distill":
+        build = build_off_policy_trainer if plan.cfg.distill.mode == "off_policy" else build_distill_trainer
+        return build(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, loaded.teacher)
     if plan.cfg.method == "kto":
         return build_kto_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     if plan.cfg.method in ("dpo", "orpo"):
@@ -92,5 +101,5 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
                                          record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg,
                                          rewards=session.rewards[0] if session.rewards else None,
-                                         processor=processor))
+                                         processor=processor, teacher=getattr(trainer, "teacher_model", None)))
     return watch, stop, bar

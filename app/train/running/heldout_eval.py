@@ -3,7 +3,8 @@ rows, scored with the run's shaped reward, through compare's own generate / scor
 
 Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>, on the line of their step (every
 ``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
-`compare` measures). Preference data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
+`compare` measures). A distillation run adds eval/divergence (KL from its teacher on the same answers). Preference
+data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
 rows' pairs (app/eval/preference.py; the base's "chosen more likely" goes to status.json once). status.json keeps the
 best point (best_step / best_score: accuracy; for data without references the preference accuracy of its pairs,
 else the mean reward); with training.keep_best its
@@ -20,6 +21,7 @@ from transformers import TrainerCallback
 
 from app.eval.asking import Asker
 from app.eval.compare import score_cell
+from app.eval.divergence import answer_divergence
 from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
 from app.model.generation import format_prompt
@@ -45,13 +47,15 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
                  keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1, run_cfg=None,
-                 rewards=None, processor=None):
+                 rewards=None, processor=None, teacher=None):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
         reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
         (if any) answer with the model as in training (app/eval/asking.py); ``rewards``: the run's own reward
         functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring; ``processor``:
-        a model that reads images, whose held-out rows are asked with their images."""
+        a model that reads images, whose held-out rows are asked with their images; ``teacher``: a distillation
+        run's, whose divergence from the model on the held-out answers is logged too (app/eval/divergence.py)."""
+        self.teacher = teacher
         self.rewards, self.processor = rewards, processor
         self.run_cfg = run_cfg
         self.beta, self.base_logps = beta, None
@@ -92,10 +96,14 @@ class HeldoutEval(TrainerCallback):
             asker = Asker(model, self.tok, self.processor, self.run_cfg)
             outs = asker.answers(self.items, max_new_tokens=tokens, batch_size=len(self.texts))
             pref, self.base_logps = compare_pairs(asker, self.items, self.beta, self.base_logps)
+            divergence = (answer_divergence(model, self.teacher, self.tok, self.texts, [o["text"] for o in outs])
+                          if self.teacher is not None else None)
         summary = side_summary([score_cell(o, it["reference"], self.reward_cfg, it["prompt"], self.rewards)
                                 for o, it in zip(outs, self.items)])
         rec = {layout.EVAL_ACCURACY: summary.accuracy, layout.EVAL_REWARD: summary.mean_reward}
         rec.update({f"{layout.EVAL_PREFIX}{k}": v for k, v in summary.components.items()})
+        if divergence is not None:
+            rec[layout.EVAL_DIVERGENCE] = divergence
         if summary.tool_success is not None:
             rec.update({layout.EVAL_TOOL_SUCCESS: summary.tool_success, layout.EVAL_TOOL_CALLS: summary.tool_calls})
         if pref:

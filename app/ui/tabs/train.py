@@ -153,6 +153,18 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                                     label=_label("kto_undesirable_weight"),
                                                     elem_id="kto-undesirable-weight",
                                                     info=_info("kto_undesirable_weight"))
+    with gr.Accordion("Distillation settings (a teacher model or run)", open=dflt["method"] == "distill") as \
+            parts["distill_box"]:
+        with gr.Row():
+            w["teacher"] = gr.Textbox(dflt["teacher"] or "", label=_label("teacher"), scale=2, elem_id="teacher",
+                                      placeholder="a model id or folder, or a run folder", info=_info("teacher"))
+            w["distill_mode"] = gr.Radio(["on_policy", "off_policy"], value=dflt["distill_mode"],
+                                         label=_label("distill_mode"), elem_id="distill-mode",
+                                         info=_info("distill_mode"))
+            w["distill_beta"] = gr.Number(dflt["distill_beta"], label=_label("distill_beta"), elem_id="distill-beta",
+                                          info=_info("distill_beta"))
+            w["teacher_4bit"] = gr.Checkbox(dflt["teacher_4bit"], label=_label("teacher_4bit"),
+                                            elem_id="teacher-4bit", info=_info("teacher_4bit"))
 
 
 def build(ctx: Context) -> None:
@@ -194,9 +206,10 @@ def _wire_method_boxes(w: dict, parts: dict) -> None:
 
     def on_method(method):
         return (gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS),
-                gr.update(open=method == "kto"))
+                gr.update(open=method == "kto"), gr.update(open=method == "distill"))
 
-    w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"], parts["kto_box"]])
+    w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"], parts["kto_box"],
+                                                parts["distill_box"]])
 
 
 def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:

@@ -1,0 +1,58 @@
+"""Distillation: TRL's DistillationTrainer with a LoRA adapter on the 4-bit student and the plan's teacher.
+
+On-policy (distill.mode on_policy): the student samples an answer to each prompt, and the loss is the generalized
+JSD (distill.beta) between its next-token distribution and the teacher's on every token of that answer: the signal
+GRPO gets once per answer, here per token. Off-policy (off_policy): the teacher answers each training prompt once,
+greedily (``teacher_answers``), and the student is SFT-trained on those answers (app/train/methods/sft.py).
+
+TRL logs ``loss`` (the divergence, falling as the student closes on the teacher) and the student's ``entropy``;
+the run's curves show both.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from app.model.generation import format_prompt, generate
+from app.train.methods.args import distill_kwargs
+from app.train.methods.common import make_trainer
+from app.train.methods.sft import build_sft_trainer
+from app.train.planning.plan import RunPlan
+
+log = logging.getLogger("qlora_app")
+
+
+def build_distill_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, teacher):
+    """On-policy distillation of ``teacher`` (loaded for inference: app.model.teacher.load_teacher) into the
+    plan's LoRA on ``model``, on the plan's prompts."""
+    from trl import DistillationConfig, DistillationTrainer  # heavy: imported when a trainer is built
+
+    args = DistillationConfig(**distill_kwargs(plan, run_dir, getattr(model, "_no_split_modules", None)))
+    return make_trainer(DistillationTrainer, args, plan, model, tok, train_ds, teacher_model=teacher)
+
+
+def build_off_policy_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path, teacher):
+    """Off-policy distillation: the teacher answers, greedily, the prompts the run will train on (max_steps x the
+    batch, or all of them), once; then SFT of the plan's LoRA on those answers (packing off: a prompt and its answer
+    per row, as the on-policy run sees them)."""
+    t = plan.cfg.training
+    seen = t.max_steps * t.per_device_train_batch_size * t.gradient_accumulation_steps if t.max_steps > 0 else 0
+    rows = train_ds.select(range(min(len(train_ds), seen))) if seen else train_ds
+    log.info("the teacher answers %d training prompts once (off-policy distillation)", len(rows))
+    answers = teacher_answers(teacher, tok, list(rows["prompt"]), plan.cfg.distill.max_completion_length)
+    chat = len(rows) > 0 and isinstance(rows[0]["prompt"], list)
+    rows = rows.map(lambda _, i: {"completion": [{"role": "assistant", "content": answers[i]}] if chat
+                                  else answers[i]}, with_indices=True, desc="the teacher's answers")
+    rows = rows.select_columns(["prompt", "completion"])  # SFT's prompt-completion rows (the reference: the proof's)
+    return build_sft_trainer(replace(plan, packing=False), model, tok, rows, run_dir)
+
+
+def teacher_answers(teacher, tok, prompts: list, max_new_tokens: int, batch_size: int = 32,
+                    on_batch=None) -> list[str]:
+    """The teacher's greedy answer to each prompt (chat messages or text): what off-policy distillation trains the
+    student on, written once before training."""
+    texts = [format_prompt(tok, {"messages": p, "plain": p}) if isinstance(p, list) else p for p in prompts]
+    out = generate(teacher, tok, texts, max_new_tokens=max_new_tokens, batch_size=batch_size, on_batch=on_batch)
+    return [o["text"] for o in out]

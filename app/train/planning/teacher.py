@@ -1,0 +1,89 @@
+"""A distillation run's teacher, planned before anything loads: found and checked (app/model/teacher.py), its
+vocabulary set against the student's, what the pair shares said, and what it adds to the memory estimate.
+
+Memory (bytes, beside app/train/planning/memory.py's terms for the student): the teacher's weights (4-bit NF4 as
+the student's are counted, or 16-bit), resident for the whole run, and its no-grad forward over each micro-batch of
+the student's samples (one layer's intermediates at a time and the last hidden states TRL's chunked loss projects
+through the teacher's head a chunk at a time). The student samples with the training model itself (TRL's
+DistillationTrainer has no merged copy): its KV cache is the generation phase, which never overlaps the backward.
+
+Owns ``TeacherPlan`` and its memory terms. Must not load weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.errors import UserError
+from app.model.load import load_tokenizer
+from app.model.pair import same_model
+from app.model.shape import model_shape
+from app.model.teacher import TeacherSource, causal_problem, find_teacher, vocab_size, vocabulary_problem
+from app.train.planning.weights import weight_bytes
+
+
+@dataclass(frozen=True)
+class TeacherPlan:
+    source: TeacherSource
+    keep_rows: int | None = None  # its padded head cut to the student's rows as it loads
+    shares_base: bool = False  # a run teacher on the student's own base
+
+    def record(self) -> dict:
+        return {**self.source.record(), "head_rows_kept": self.keep_rows, "shares_base": self.shares_base}
+
+    def line(self) -> str:
+        s = self.source
+        precision = "4-bit" if s.model.load_in_4bit else "16-bit"
+        what = (f"run {s.given}: its adapter on {s.model.name_or_path}" if s.adapter_dir else s.model.name_or_path)
+        line = f"teacher: {what}, {precision}, inference only; it scores every token of the student's samples"
+        if self.keep_rows:
+            line += (f"; its head is padded past the shared tokenizer: cut to the student's {self.keep_rows} rows as "
+                     "it loads")
+        if self.shares_base:
+            line += ("; it shares the student's base, loaded twice here (a second copy of the base's weights): TRL's "
+                     "trainer runs the teacher as a model of its own")
+        return line
+
+
+def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
+    """The teacher of a distillation run (None for the other methods), checked from its small files: missing, not
+    a causal language model, trained on pictures, another vocabulary: one line each (UserError), before any weight
+    loads. ``student_files``: the student's (app.model.files.ModelFiles)."""
+    if cfg.method != "distill":
+        return None
+    source = find_teacher(cfg.distill, cfg.model, cfg.runtime.local_only, loads=not offline)
+    problem = causal_problem(source)
+    if problem:
+        raise UserError(problem)
+    # the two tokenizers (small files, where on disk) tell another vocabulary from a padded head
+    student_tok, teacher_tok = student_files.tokenizer_on_disk(cfg.model), _tokenizer(source)
+    problem, keep = vocabulary_problem(source, cfg.model.name_or_path, vocab_size(student_files.config), student_tok,
+                                       teacher_tok)
+    if problem:
+        raise UserError(problem)
+    shares = bool(source.adapter_dir) and same_model(source.model.name_or_path, cfg.model.name_or_path or "")
+    plan = TeacherPlan(source, keep, shares)
+    say(plan.line())
+    return plan
+
+
+def _tokenizer(source: TeacherSource):
+    """The teacher's tokenizer where its files are on disk, else None."""
+    try:
+        return load_tokenizer(source.model, local_only=True)
+    except Exception:  # noqa: BLE001 - not on disk: the sizes alone decide
+        return None
+
+
+def teacher_bytes(teacher: TeacherPlan | None, tokens: int, d: int) -> tuple[float, float]:
+    """(weights, one no-grad forward over ``tokens``) of the teacher; (0, 0) without one or when its size cannot be
+    told."""
+    if teacher is None:
+        return 0.0, 0.0
+    mc = teacher.source.model
+    shape, params, _ = model_shape(mc.name_or_path or "", teacher.source.config)
+    if shape is None or not params:
+        return 0.0, 0.0
+    weights = weight_bytes(shape, params, mc.load_in_4bit, mc.double_quant, d)
+    forward = tokens * (4 * shape["hidden"] + 3 * shape["intermediate"]) * d + tokens * shape["hidden"] * d
+    return weights, forward
