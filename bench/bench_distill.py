@@ -12,7 +12,7 @@ Per seed, each in a fresh folder, on this machine (2 CPU cores):
      the first step whose accuracy reached the on-policy student's last held-out point (the same held-out rows:
      one seed picks them): the training time and the tokens GRPO had sampled by then.
 Sampled tokens are each logged step's mean answer length x the answers a step samples. Rewrites the
-`## distillation` section of docs/performance.md. CPU, offline.
+`## distillation` section of docs/performance.md (or --section's). CPU, offline.
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip", default="", help="comma-separated: off_policy, grpo")
     ap.add_argument("--table-only", action="store_true", help="the table of DIR/rows.json, nothing run")
+    ap.add_argument("--section", default="distillation", help="the section of docs/performance.md to write")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
     rows: dict = {"on_policy": [], "off_policy": [], "grpo": []}
@@ -152,7 +153,7 @@ def main() -> None:
         (a.out / "rows.json").write_text(json.dumps(rows, indent=1))
     body = table(rows, a.quick)
     print(body)
-    print(write_section("distillation", body))
+    print(write_section(a.section, body))
 
 
 if __name__ == "__main__":

@@ -163,6 +163,40 @@ def data_words(cfg, st: dict) -> str:
             "rows kept apart")
 
 
+def method_lines(cfg) -> list[str]:
+    """The card's lines of what the run's method did: GRPO's completions and reward, DPO's and KTO's losses, the
+    distillation's teacher."""
+    out: list[str] = []
+    weights = ", ".join(f"{k} {v:g}" for k, v in cfg.reward.weights.items())
+    if cfg.method == "grpo":
+        g = cfg.grpo
+        out += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
+                f"{g.max_completion_length} tokens each; reward weights: {weights}"]
+        if cfg.tools.enabled:
+            out += [tools_line(cfg)]
+    elif cfg.method == "dpo":
+        d = cfg.dpo
+        out += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"
+                + (f" (weights {', '.join(f'{w:g}' for w in d.loss_weights)})" if d.loss_weights else "")
+                + f", beta {d.beta:g}; the reference is the base with the adapter switched off"]
+    elif cfg.method == "kto":
+        k = cfg.kto
+        out += [f"- KTO on answers labelled good or bad: beta {k.beta:g}, desirable_weight "
+                f"{k.desirable_weight or 1:g}, undesirable_weight {k.undesirable_weight:g}; the reference is the "
+                "base with the adapter switched off"]
+    elif cfg.method == "distill":
+        d = cfg.distill
+        out += [f"- distillation ({d.mode.replace('_', '-')}) from teacher {code_name(d.teacher, 'model')}"
+                + f" ({'4' if d.teacher_4bit else '16'}-bit)"
+                + (f": beta {d.beta:g} (0 forward KL, 1 reverse KL), temperature {d.temperature:g}"
+                   if d.mode == "on_policy" else ": SFT on the teacher's greedy answers")
+                + f", answers up to {d.max_completion_length} tokens"]
+    elif cfg.method == "orpo":
+        out += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
+                "model"]
+    return out
+
+
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
                ollama_name: str | None = None, adapter_dir: Path | None = None) -> Path:
     """DIR/README.md. ``cfg``: the run's AppConfig (None for a bare adapter folder); ``files``: role -> file name
@@ -194,7 +228,6 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
             st = {"step": integrity.checkpoint_step(adapter_dir)}
         lora, tr = cfg.lora, cfg.training
         targets = lora.target_modules if isinstance(lora.target_modules, str) else ", ".join(lora.target_modules)
-        weights = ", ".join(f"{k} {v:g}" for k, v in cfg.reward.weights.items())
         body += ["## How it was trained", "",
                  f"- method: {cfg.method.upper()}, {st.get('step', tr.max_steps)} optimizer steps, learning rate "
                  f"{tr.learning_rate}, seed {tr.seed}",
@@ -208,32 +241,7 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
         linear = (st.get("fast_paths") or "").partition("; linear attention on ")[2]
         if linear:  # Qwen3.5's Gated DeltaNet layers: on the fast kernels or transformers' pure-torch path
             body += [f"- linear-attention layers ran on {linear}"]
-        if cfg.method == "grpo":
-            g = cfg.grpo
-            body += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
-                     f"{g.max_completion_length} tokens each; reward weights: {weights}"]
-            if cfg.tools.enabled:
-                body += [tools_line(cfg)]
-        elif cfg.method == "dpo":
-            d = cfg.dpo
-            body += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"
-                     + (f" (weights {', '.join(f'{w:g}' for w in d.loss_weights)})" if d.loss_weights else "")
-                     + f", beta {d.beta:g}; the reference is the base with the adapter switched off"]
-        elif cfg.method == "kto":
-            k = cfg.kto
-            body += [f"- KTO on answers labelled good or bad: beta {k.beta:g}, desirable_weight "
-                     f"{k.desirable_weight or 1:g}, undesirable_weight {k.undesirable_weight:g}; the reference is the "
-                     "base with the adapter switched off"]
-        elif cfg.method == "distill":
-            d = cfg.distill
-            body += [f"- distillation ({d.mode.replace('_', '-')}) from teacher {code_name(d.teacher, 'model')}"
-                     + f" ({'4' if d.teacher_4bit else '16'}-bit)"
-                     + (f": beta {d.beta:g} (0 forward KL, 1 reverse KL), temperature {d.temperature:g}"
-                        if d.mode == "on_policy" else ": SFT on the teacher's greedy answers")
-                     + f", answers up to {d.max_completion_length} tokens"]
-        elif cfg.method == "orpo":
-            body += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
-                     "model"]
+        body += method_lines(cfg)
         body.append("")
     body += ["## Held-out proof", ""] + proof_table(*_comparison_of(run, adapter_dir)) + [""]
     if run:  # "did it keep what the base could do": the newest `qlora-app eval` of the run

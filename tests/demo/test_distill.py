@@ -15,8 +15,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="session")
 def distill_demo(tmp_path_factory):
-    """`qlora-app demo --method distill --quick --seed 5` (a seed the preset was not tuned on), once a session."""
-    return _demo(tmp_path_factory, "distill-demo", "--method", "distill", "--quick", "--seed", "5")
+    """`qlora-app demo --method distill --quick --seed 13` (a seed the preset was not tuned on), once a session."""
+    return _demo(tmp_path_factory, "distill-demo", "--method", "distill", "--quick", "--seed", "13")
 
 
 def test_the_distillation_demo_lifts_the_student_toward_its_teacher(distill_demo):

@@ -125,7 +125,7 @@ def test_quick_tools_demo_teaches_the_calculator(tmp_path):
 
 
 @pytest.mark.parametrize("args,words", [
-    (["--method", "orpo"], "--method orpo has no demo; pass grpo, dpo or kto (or --images for sft)"),
+    (["--method", "orpo"], "--method orpo has no demo; pass grpo, dpo, kto or distill (or --images for sft)"),
     (["--method", "kto", "--tools"], "--tools is a GRPO demo"),
     (["--images", "--method", "kto"], "--images is an SFT demo"),
 ])
