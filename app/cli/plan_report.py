@@ -62,8 +62,11 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
         plan, refused = None, e
     shown = plan.cfg if plan is not None else resolve(cfg)
     # each card planned as --gpu-memory plans it (the UI's verdicts): when a card is asked about, or for --json
-    cards = (card_verdicts(cfg, rows, det, plan.model_files if plan is not None else None)[0]
-             if gpu_gb is not None or as_json else {})
+    try:
+        cards = (card_verdicts(cfg, rows, det, plan.model_files if plan is not None else None)[0]
+                 if gpu_gb is not None or as_json else {})
+    except UserError:  # refused on every card for another reason than memory: ``refused`` says it
+        cards = {}
     # a note that became an adjustment is shown once, as the adjustment (plan.describe)
     reasons = " ".join(a.reason for a in plan.adjustments) if plan is not None else ""
     said = warnings_for(shown) + [n for n in notes if n not in reasons]

@@ -417,6 +417,9 @@ def test_distill_is_picked_from_the_demo_and_its_teacher_reaches_the_cli(tmp_pat
     assert (ui_cfg.distill.beta, ui_cfg.distill.mode, ui_cfg.distill.teacher_4bit) == (0.5, "off_policy", False)
     cli_cfg = build_config(load_preset("demo-distill"), {**flags, "output_dir": str(tmp_path)}, sets)
     assert ui_cfg == cli_cfg
+    # the teacher box emptied: the estimate says why no run can go ahead, not "too big" for every card
+    _, memory = h.form_view({**f, "teacher": ""}, tmp_path)
+    assert "not available (method distill learns from a teacher" in memory and "too big" not in memory
 
 
 def test_the_pair_overrides_reach_the_samples():

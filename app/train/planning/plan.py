@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.config.build import with_absolute_paths
+from app.config.build import with_absolute_paths, with_values
 from app.config.resolve import resolve
 from app.config.schema import PREFERENCE_METHODS, AppConfig
 from app.data.convert import require_a_pair
@@ -341,9 +341,13 @@ def card_verdicts(cfg: AppConfig, rows=None, det=None, model_files: ModelFiles |
     app.train.planning.memory.CARDS_GB as `train --dry-run --gpu-memory GB` plans it. A verdict is "fits", "fits with
     changes" (the plan fitted it: a smaller generation batch, offloading, sampling without the 16-bit copy), "tight"
     (above 90 % of the card) or "too big" (refused). Reads the model's small files once (``model_files``: as a plan of
-    the same model read them)."""
+    the same model read them). A run refused on every card for another reason than memory raises that UserError."""
     resolved = resolve(with_absolute_paths(cfg, Path.cwd()))
     model_files = model_files or ModelFiles.read(resolved.model)
+    # a run refused on the largest card with the fit check off is refused for something else than memory (no
+    # teacher, a bad reward file): that one line, not "too big" for every card
+    make_plan(with_values(cfg, {"runtime.fit_check": False}), rows, det, offline=True, model_files=model_files,
+              machine=decide_machine(cfg, card_gb=CARDS_GB[-1]))
     plans: dict = {}
     for gb in CARDS_GB:
         try:
