@@ -338,9 +338,13 @@ def test_ui_says_where_it_serves_before_it_blocks(tmp_path):
             assert line or p.poll() is None, p.stderr.read()[-2000:]
         assert f"http://127.0.0.1:{port}" in line and "login required" in line, line
         assert p.poll() is None  # still serving after it said so
-    finally:
+    finally:  # cleanup, not the subject: Ctrl-C, and the process group killed if it is not gone in a minute
         os.killpg(p.pid, signal.SIGINT)
-        p.wait(timeout=60)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=60)
 
 
 @pytest.mark.parametrize("dry", [True, False])
