@@ -114,8 +114,51 @@ def _row_sources(row: dict, field: str) -> list:
     return image_values(v) or (message_images(v) if isinstance(v, list) else [])
 
 
-def _read(src, base: Path | None, local_only: bool) -> bytes:
-    """The encoded bytes of one image source (raises ValueError with what is wrong)."""
+def _path_of(src) -> str | None:
+    """The file path an image source names (a path, or an image cell's path without bytes); None for a URL, a data
+    URL or bytes."""
+    if isinstance(src, dict):
+        src = src.get("path") if src.get("bytes") is None else None
+    if not isinstance(src, (str, Path)):
+        return None
+    s = str(src).strip()
+    return None if not s or s.startswith(("data:", "http://", "https://")) else s
+
+
+def shared_names(columns) -> frozenset[str]:
+    """The file names that two different relative paths of the data carry (``cats/1.png`` and ``dogs/1.png``): such a
+    picture is read by its path only, never found by its name alone, so a row can never show another row's picture.
+    ``columns``: the image column's cells of every split (Image-typed columns hold their bytes and are skipped by the
+    caller)."""
+    by_name: dict[str, set[str]] = {}
+    for cells in columns:
+        for v in cells:
+            for src in (image_values(v) or (message_images(v) if isinstance(v, list) else [])):
+                if (s := _path_of(src)) and not Path(s).is_absolute():
+                    by_name.setdefault(Path(s).name, set()).add(Path(s).as_posix())
+    return frozenset(n for n, paths in by_name.items() if len(paths) > 1)
+
+
+def dataset_shared_names(splits, field: str) -> frozenset[str]:
+    """``shared_names`` of ``field`` over every split given (datasets Dataset objects); a column typed as images
+    (bytes held in the data) names no file and is not read."""
+    from datasets import Image
+
+    def cells(ds):
+        if ds is None or field not in ds.column_names:
+            return []
+        feature = ds.features[field]
+        inner = getattr(feature, "feature", None)
+        if isinstance(feature, Image) or isinstance(inner, Image):
+            return []
+        return ds.select_columns([field])[field]
+
+    return shared_names(cells(ds) for ds in splits)
+
+
+def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozenset()) -> bytes:
+    """The encoded bytes of one image source (raises ValueError with what is wrong). ``shared``: file names two
+    paths of the data carry (shared_names), never found by the name alone."""
     if type(src).__module__.startswith("PIL."):
         buf = io.BytesIO()
         src.save(buf, format="PNG")
@@ -140,19 +183,24 @@ def _read(src, base: Path | None, local_only: bool) -> bytes:
             return r.read()
     p = Path(s).expanduser()
     if not p.is_absolute() and base is not None:
-        # beside the data file by its path; else by its name alone (a data file uploaded with its pictures: the
-        # UI keeps them in one folder, whatever folders the rows name)
-        p = base / p if (base / p).is_file() or not (base / p.name).is_file() else base / p.name
+        # beside the data file by its path; else by its name alone (a data file uploaded with its pictures as loose
+        # files: the browser sends names without folders), but only a name no other path of the data carries
+        by_name = p.name not in shared and not (base / p).is_file() and (base / p.name).is_file()
+        p = base / p.name if by_name else base / p
     if not p.is_file():
+        if p.name in shared:
+            raise ValueError(f"not found (looked for {p}); other pictures of this data are named '{p.name}' too, "
+                             "in other folders, so it is never looked up by its name alone: keep the pictures in "
+                             "their folders beside the data file (in the UI: upload them as one .zip)")
         raise ValueError(f"not found (looked for {p})")
     return p.read_bytes()
 
 
-def checked_image(src, base: Path | None, local_only: bool) -> bytes:
+def checked_image(src, base: Path | None, local_only: bool, shared: frozenset = frozenset()) -> bytes:
     """One image's bytes, decoded once to prove it is an image."""
     from PIL import Image, UnidentifiedImageError
 
-    data = _read(src, base, local_only)
+    data = _read(src, base, local_only, shared)
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
@@ -171,7 +219,8 @@ def _shown(src) -> str:
     return s[:40] + "..." if s.startswith("data:") else s
 
 
-def _row_images(row: dict, idx: int, field: str, text_fields: tuple, base, local_only: bool, split: str) -> dict:
+def _row_images(row: dict, idx: int, field: str, text_fields: tuple, base, local_only: bool, split: str,
+                shared: frozenset = frozenset()) -> dict:
     where = f"row {idx + 1}" + (f" of split '{split}'" if split else "")
     sources = _row_sources(row, field)
     if not sources:
@@ -180,7 +229,7 @@ def _row_images(row: dict, idx: int, field: str, text_fields: tuple, base, local
     out = []
     for src in sources:
         try:
-            out.append({"bytes": checked_image(src, base, local_only), "path": None})
+            out.append({"bytes": checked_image(src, base, local_only, shared), "path": None})
         except ValueError as e:
             raise DataError(f"{where}: image '{_shown(src)}' in '{field}' {e}; fix or remove the row") from None
     made = {IMAGES: out}
@@ -200,9 +249,10 @@ def sample_problems(rows: list[dict], field: str, base: Path | None, local_only:
     it: every problem is the line `train` would refuse the data with (a missing file, an unreadable one, a URL with
     downloads off, a row without a picture). What `inspect` checks, where a newcomer checks data."""
     checked, problems = 0, []
+    shared = shared_names([[r.get(field) for r in rows]])
     for i, row in enumerate(rows[:limit]):
         try:
-            checked += len(_row_images(row, i, field, (), base, local_only, "")[IMAGES])
+            checked += len(_row_images(row, i, field, (), base, local_only, "", shared)[IMAGES])
         except DataError as e:
             problems.append(str(e))
     return checked, problems
@@ -221,18 +271,21 @@ def images_folder(spec: str) -> Path | None:
     return p if p.is_dir() else p.parent if p.is_file() else None
 
 
-def attach_images(ds, det, base: Path | None, local_only: bool = False, split: str = ""):
+def attach_images(ds, det, base: Path | None, local_only: bool = False, split: str = "", shared=None):
     """``ds`` with every row's images read, checked and in the ``images`` column (a list of ``datasets`` Image
     cells per row); ``base``: the folder relative image paths are read from (the data file's); ``split``: named in
-    errors when not the training split. Raises DataError naming the first row whose image is missing or
-    unreadable. Text data comes back as it was."""
+    errors when not the training split; ``shared``: the file names several paths of the whole data carry (None:
+    those of ``ds``). Raises DataError naming the first row whose image is missing or unreadable. Text data comes
+    back as it was."""
     from datasets import Image, List
 
     if not det.image_field:
         return ds
     text_fields = tuple(c for c in (det.prompt_field, det.messages_field) if c and c != IMAGES)
+    if shared is None:
+        shared = dataset_shared_names([ds], det.image_field)
     kwargs = {"field": det.image_field, "text_fields": text_fields, "base": base, "local_only": local_only,
-              "split": split}
+              "split": split, "shared": shared}
     ds = ds.map(_row_images, with_indices=True, fn_kwargs=kwargs, desc="reading images",
                 remove_columns=[IMAGES] if IMAGES in ds.column_names and det.image_field != IMAGES else None)
     return ds.cast_column(IMAGES, List(Image()))

@@ -12,7 +12,7 @@ import logging
 import random
 
 from app.data.detect import DataError, detect_nested
-from app.data.images import attach_images, images_folder
+from app.data.images import attach_images, dataset_shared_names, images_folder
 from app.data.loading import HELDOUT_SPLITS, resolve_dataset
 from app.data.mixing import mix_splits
 from app.data.profile import label_value, spread_sample
@@ -84,7 +84,9 @@ def build_splits(data_cfg, seed: int, local_only: bool = False, labelled: bool =
                                 said=said)
     # every row's images read and checked once, before anything trains on them (row numbers: the file's)
     base = images_folder(data_cfg.dataset)
-    train = attach_images(train, det, base, local_only)
+    # a file name two folders of the data share is never resolved by the name alone, in any split
+    shared = dataset_shared_names(list(dd.values()), det.image_field) if det.image_field else frozenset()
+    train = attach_images(train, det, base, local_only, shared=shared)
     train = train if labelled else _desirable(train, det)
     if data_cfg.eval_split:
         if data_cfg.eval_split not in dd:
@@ -95,10 +97,11 @@ def build_splits(data_cfg, seed: int, local_only: bool = False, labelled: bool =
         if data_cfg.eval_split == train_name:
             raise DataError(f"eval split '{train_name}' is also the training split; pick another, or unset it to "
                             "hold out rows automatically")
-        heldout = attach_images(_like(dd[data_cfg.eval_split], train), det, base, local_only, data_cfg.eval_split)
+        heldout = attach_images(_like(dd[data_cfg.eval_split], train), det, base, local_only, data_cfg.eval_split,
+                                shared=shared)
         det.reasons["heldout"] = f"split '{data_cfg.eval_split}' (set in the config)"
     elif other := next((s for s in HELDOUT_SPLITS if s in dd and s != train_name), None):
-        heldout = attach_images(_like(dd[other], train), det, base, local_only, other)
+        heldout = attach_images(_like(dd[other], train), det, base, local_only, other, shared=shared)
         det.reasons["heldout"] = f"the dataset's own '{other}' split"
     else:
         # At most a fifth of the rows, so a small dataset still has something to train on.

@@ -21,6 +21,7 @@ from app.ui.handlers import AUTO, FIELD_OVERRIDES, form_defaults, widget_value, 
 
 UPLOAD_DIR = "_uploads"  # inside the runs folder; not a run directory (no config.yaml), so `runs` ignores it
 UPLOAD_TYPES = (".jsonl", ".json", ".csv", ".parquet")
+ARCHIVES = (".zip",)  # pictures in their folders (a browser sends loose files without them)
 ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "rejected_field", "pair_fields",
          "preference_field")
 
@@ -28,28 +29,88 @@ ROLES = ("prompt_field", "reference_field", "messages_field", "chosen_field", "r
 def save_upload(tmp_paths: str | list[str] | None, runs_dir: str | Path) -> str:
     """Copy a Gradio upload (temp files that are cleaned up later) into <runs>/_uploads/ so the training subprocess
     and later resumes can read it; returns the data file's path there. One data file, with its pictures when it
-    has any: they go in one folder beside it (a row's picture is read beside the data file, by its path or by its
-    name alone: app/data/images.py). Names carry a content hash: nothing is overwritten."""
+    has any: they go in one folder beside it. A browser sends loose files by name, without their folders, so loose
+    pictures are kept by name (two different pictures of one name are refused: which row means which cannot be
+    told) and a .zip keeps its folders (``cats/1.png``, ``dogs/1.png``); a row's picture is read beside the data
+    file by its path, or by a name no other path of the data carries (app/data/images.py). Names carry a content
+    hash: nothing is overwritten."""
     paths = [Path(p) for p in ([tmp_paths] if isinstance(tmp_paths, (str, Path)) else tmp_paths or []) if p]
     if not paths:
         raise UserError("no file uploaded")
-    data = [p for p in paths if p.suffix.lower() in UPLOAD_TYPES]
-    pictures = [p for p in paths if p.suffix.lower() in IMAGE_SUFFIXES]
-    other = [p for p in paths if p not in data and p not in pictures]
-    if other or len(data) != 1:
-        named = other[0].name if other else ", ".join(p.name for p in data) or "only pictures"
+    files = {}  # relative path in the upload -> bytes
+    for p in paths:
+        kind = p.suffix.lower()
+        for rel, data in (_zip_members(p) if kind == ".zip" else [(p.name, None)]):
+            if Path(rel).suffix.lower() not in (*UPLOAD_TYPES, *IMAGE_SUFFIXES):
+                raise UserError(f"upload one dataset file ({', '.join(UPLOAD_TYPES)}), with its pictures if it has "
+                                f"any (loose or in a .zip); got {rel}")
+            data = p.read_bytes() if data is None else data
+            if rel in files and files[rel] != data:
+                raise UserError(f"two different pictures are named '{rel}': a browser sends file names without "
+                                "their folders, so which row means which cannot be told; upload the pictures as one "
+                                ".zip that keeps their folders (cats/1.png, dogs/1.png)")
+            files[rel] = data
+    data_files = [r for r in files if Path(r).suffix.lower() in UPLOAD_TYPES]
+    if len(data_files) != 1:
+        named = ", ".join(data_files) or "only pictures"
         raise UserError(f"upload one dataset file ({', '.join(UPLOAD_TYPES)}), with its pictures if it has any; "
                         f"got {named}")
-    src = data[0]
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in [src, *pictures])).hexdigest()[:10]
+    src = data_files[0]
+    pictures = [r for r in files if r != src]
+    digest = hashlib.sha256(b"".join(r.encode() + files[r] for r in sorted(files))).hexdigest()[:10]
     root = Path(runs_dir) / UPLOAD_DIR
-    folder = root / f"{src.stem}-{digest}" if pictures else root
-    folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / (src.name if pictures else f"{src.stem}-{digest}{src.suffix.lower()}")
-    for f, to in [(src, dest), *((p, folder / p.name) for p in pictures)]:
+    stem, suffix = Path(src).stem, Path(src).suffix.lower()
+    folder = root / f"{stem}-{digest}" if pictures else root
+    # the data file at the folder's top, its pictures where the zip had them relative to it
+    top = Path(src).parent
+    dest = folder / (Path(src).name if pictures else f"{stem}-{digest}{suffix}")
+    for rel in [src, *pictures]:
+        to = dest if rel == src else folder / _below(Path(rel), top)
         if not to.exists():
-            shutil.copyfile(f, to)
+            to.parent.mkdir(parents=True, exist_ok=True)
+            to.write_bytes(files[rel])
     return str(dest.resolve())
+
+
+MAX_ZIP_BYTES = 2 << 30  # what an uploaded zip may unpack to (a zip bomb is refused, not unpacked)
+
+
+def _zip_members(path: Path) -> list[tuple[str, bytes]]:
+    """(relative path, bytes) of each file in an uploaded zip; a path that leaves the folder is refused."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            infos = [i for i in z.infolist() if not i.is_dir() and not _skipped(i.filename)]
+            if sum(i.file_size for i in infos) > MAX_ZIP_BYTES:
+                raise UserError(f"'{path.name}' unpacks to more than {MAX_ZIP_BYTES >> 30} GB; upload a smaller "
+                                "one, or point the dataset box at the data file on disk")
+            out = []
+            for i in infos:
+                rel = Path(i.filename)
+                if rel.is_absolute() or ".." in rel.parts:
+                    raise UserError(f"'{path.name}' holds '{i.filename}', a path outside its folder; zip the data "
+                                    "file and its pictures' folders from the folder that holds them")
+                out.append((rel.as_posix(), z.read(i)))
+            return out
+    except zipfile.BadZipFile:
+        raise UserError(f"'{path.name}' is not a readable .zip; zip the data file and its pictures again") from None
+
+
+def _skipped(name: str) -> bool:
+    """Files a zip tool adds that are no part of the data (macOS's resource forks, folder thumbnails)."""
+    parts = Path(name).parts
+    return any(p == "__MACOSX" or p.startswith("._") for p in parts) or Path(name).name in (".DS_Store",
+                                                                                           "Thumbs.db")
+
+
+def _below(rel: Path, top: Path) -> Path:
+    """A picture's place relative to the data file's folder (a zip holding ``set/data.jsonl`` and ``set/cats/1.png``
+    keeps ``cats/1.png``); one outside that folder keeps its whole path."""
+    try:
+        return rel.relative_to(top)
+    except ValueError:
+        return rel
 
 
 def fresh_overrides(dataset: str | None, preset: str | None, values: list, local_only: bool = False) -> list:

@@ -159,3 +159,34 @@ def test_pictures_pass_through_the_conversions_as_stored(tmp_path):
     back = decoding(raw)
     assert back.features[IMAGES].feature == ImageFeature() and back[0][IMAGES][0].size == (30, 20)
     assert undecoded(train.remove_columns([IMAGES])).column_names == [c for c in train.column_names if c != IMAGES]
+
+
+def test_a_name_two_folders_share_is_never_read_from_another_folder(tmp_path):
+    """cats/1.png and dogs/1.png: a row's path resolves to its own file or to nothing. With only one 1.png beside
+    the data file (the pictures uploaded loose), neither row may take it by name alone: each is one line naming the
+    fix. A name only one path carries is still found by its name (a data file uploaded with its pictures)."""
+    rows = [{"question": f"colour of {k}/{i}?", "answer": c, "image": f"{k}/{i}.png"}
+            for k, c in (("cats", "red"), ("dogs", "blue")) for i in range(6)]
+    data = _jsonl(tmp_path / "d.jsonl", rows)
+    for k, c in (("cats", "red"), ("dogs", "blue")):
+        for i in range(6):
+            _png(tmp_path / k / f"{i}.png", c)
+    train, heldout, _ = build_splits(_data(data), seed=1)
+    for ds in (train, heldout):  # in their folders: every row shows its own picture
+        for row in ds.to_list():
+            [img] = decoded(row[IMAGES])
+            assert img.getpixel((0, 0)) == Image.new("RGB", (1, 1), row["answer"]).getpixel((0, 0)), row["question"]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    data = _jsonl(flat / "d.jsonl", rows)
+    for i in range(6):  # the folders lost: one i.png each, the cats' (red)
+        _png(flat / f"{i}.png", "red")
+    with pytest.raises(DataError, match=r"named '\d\.png' too, in other folders.*upload them as one \.zip"):
+        build_splits(_data(data), seed=1)
+    solo = tmp_path / "solo"
+    solo.mkdir()
+    one = [{"question": f"q{i}", "answer": "red", "image": f"cats/{i}.png"} for i in range(6)]
+    for i in range(6):
+        _png(solo / f"{i}.png", "red")
+    train, _, _ = build_splits(_data(_jsonl(solo / "d.jsonl", one)), seed=1)
+    assert len(train) > 0  # found by the name no other path carries

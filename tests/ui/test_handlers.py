@@ -176,6 +176,59 @@ def test_a_data_file_uploaded_with_its_pictures_finds_them(tmp_path):
             df.save_upload(bad, runs)
 
 
+def test_pictures_in_class_folders_are_never_swapped(tmp_path):
+    """cats/1.png and dogs/1.png: loose, the browser sends both as 1.png, so the upload is refused in one line that
+    says to zip them; as a .zip their folders are kept and every row shows its own picture (Detect's thumbnails are
+    the rows' colours). A zip that climbs out of its folder, or is no zip, is one line."""
+    import zipfile
+
+    from PIL import Image
+
+    rows = [{"image": f"{k}/{i}.png", "question": "colour?", "answer": c}
+            for k, c in (("cats", "red"), ("dogs", "blue")) for i in range(2)]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    loose = []
+    for k, c in (("cats", "red"), ("dogs", "blue")):
+        for i in range(2):
+            (tmp_path / "up" / k).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8), c).save(tmp_path / "up" / k / f"{i}.png")
+            loose.append(str(tmp_path / "up" / k / f"{i}.png"))
+    runs = tmp_path / "runs"
+    with pytest.raises(UserError, match=r"two different pictures are named '0.png'.*one \.zip that keeps their folders"):
+        df.save_upload([str(tmp_path / "data.jsonl"), *loose], runs)
+    assert not (runs / df.UPLOAD_DIR).exists() or not any((runs / df.UPLOAD_DIR).rglob("*.png"))
+    with zipfile.ZipFile(tmp_path / "pics.zip", "w") as z:
+        for k in ("cats", "dogs"):
+            for i in range(2):
+                z.write(tmp_path / "up" / k / f"{i}.png", f"{k}/{i}.png")
+    saved = Path(df.save_upload([str(tmp_path / "data.jsonl"), str(tmp_path / "pics.zip")], runs))
+    assert sorted(p.relative_to(saved.parent).as_posix() for p in saved.parent.rglob("*.png")) == [
+        "cats/0.png", "cats/1.png", "dogs/0.png", "dogs/1.png"]
+    res = df.detect(str(saved), local_only=True)
+    colours = []
+    for url in res["thumbnails"]:
+        import base64
+        import io
+
+        img = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB")
+        colours.append(img.getpixel((4, 4)))
+    assert colours == [(255, 0, 0), (255, 0, 0), (0, 0, 255), (0, 0, 255)]
+    with zipfile.ZipFile(tmp_path / "all.zip", "w") as z:  # the data file inside the zip too, under a folder
+        z.write(tmp_path / "data.jsonl", "set/data.jsonl")
+        z.write(tmp_path / "up/dogs/0.png", "set/cats/0.png")
+    inside = Path(df.save_upload(str(tmp_path / "all.zip"), runs))
+    assert inside.name == "data.jsonl" and (inside.parent / "cats" / "0.png").is_file()
+    with zipfile.ZipFile(tmp_path / "evil.zip", "w") as z:
+        z.writestr("../../escape.png", b"x")
+        z.writestr("data.jsonl", "{}")
+    with pytest.raises(UserError, match="a path outside its folder"):
+        df.save_upload(str(tmp_path / "evil.zip"), runs)
+    (tmp_path / "broken.zip").write_bytes(b"not a zip")
+    with pytest.raises(UserError, match="not a readable .zip"):
+        df.save_upload(str(tmp_path / "broken.zip"), runs)
+    assert not list(tmp_path.rglob("escape.png"))
+
+
 def test_detect_right_after_a_new_path_drops_the_presets_columns():
     """Detect clicked before the dataset's change event cleared the preset's column overrides: the preset's own
     columns on another dataset are dropped, a column the user picked is kept, the preset's own dataset keeps them."""
