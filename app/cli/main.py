@@ -292,6 +292,8 @@ def serve(
     engine: str = typer.Option("builtin", help="builtin (CPU or GPU, one request at a time) or vllm (CUDA, vllm "
                                                "installed: batched)."),
     local_only: bool = switch("--local-only"),
+    fetch_internal_urls: bool = switch("--fetch-internal-urls", help="Let a request's image_url reach loopback, "
+                                       "private and link-local addresses (off: public ones only)."),
 ):
     """The run's adapter, and its base beside it, over the OpenAI API (/v1/chat/completions, /v1/completions)."""
     apply_local_only(local_only)
@@ -302,7 +304,7 @@ def serve(
     if engine == "vllm":
         raise typer.Exit(serve_with_vllm(run, host, port, key, model, say=console.print))
     use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)
-    engine = Engine(run, local_only=local_only, model=model)
+    engine = Engine(run, local_only=local_only, model=model, fetch_internal=fetch_internal_urls)
     console.print(banner(engine, host, port, key), highlight=False, soft_wrap=True)
     server(engine, host, port, key).run()
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from app.data.profile import name_words
 from app.errors import DataError
+from app.host.net import fetch, public_address
+from app.host.offline import hub_offline
 
 IMAGE_WORDS = {"image", "images", "img", "imgs", "picture", "pictures", "photo", "photos", "figure", "screenshot"}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -156,9 +158,10 @@ def dataset_shared_names(splits, field: str) -> frozenset[str]:
     return shared_names(cells(ds) for ds in splits)
 
 
-def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozenset()) -> bytes:
+def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozenset(), allow=public_address) -> bytes:
     """The encoded bytes of one image source (raises ValueError with what is wrong). ``shared``: file names two
-    paths of the data carry (shared_names), never found by the name alone."""
+    paths of the data carry (shared_names), never found by the name alone; ``allow``: the addresses a URL may reach
+    (app/host/net.fetch: public ones unless the caller opens more)."""
     if type(src).__module__.startswith("PIL."):
         buf = io.BytesIO()
         src.save(buf, format="PNG")
@@ -174,13 +177,13 @@ def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozense
         head, _, data = s.partition(",")
         return base64.b64decode(data) if ";base64" in head else data.encode()
     if s.startswith(("http://", "https://")):
-        if local_only:
-            raise ValueError("is a URL and downloads are off (--local-only); download the images and point the "
-                             "column at the files")
-        from urllib.request import urlopen
-
-        with urlopen(s, timeout=30) as r:  # noqa: S310 - the user's own data names it
-            return r.read()
+        if local_only or hub_offline():
+            raise ValueError("is a URL and downloads are off (--local-only or HF_HUB_OFFLINE); download the images "
+                             "and point the column at the files")
+        try:
+            return fetch(s, allow=allow)
+        except ValueError as e:
+            raise ValueError(f"is a URL that {e}") from None
     p = Path(s).expanduser()
     if not p.is_absolute() and base is not None:
         # beside the data file by its path; else by its name alone (a data file uploaded with its pictures as loose
@@ -196,11 +199,12 @@ def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozense
     return p.read_bytes()
 
 
-def checked_image(src, base: Path | None, local_only: bool, shared: frozenset = frozenset()) -> bytes:
+def checked_image(src, base: Path | None, local_only: bool, shared: frozenset = frozenset(),
+                  allow=public_address) -> bytes:
     """One image's bytes, decoded once to prove it is an image."""
     from PIL import Image, UnidentifiedImageError
 
-    data = _read(src, base, local_only, shared)
+    data = _read(src, base, local_only, shared, allow)
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()

@@ -82,7 +82,7 @@ async def _answer(engine, request: Request, chat: bool):
         tools = R.tools(body) if chat else None
         if not chat and body.get("tools") is not None:
             raise BadRequest("tools go with /v1/chat/completions", "tools")
-        pictures = R.images(body, engine.local_only) if chat else []
+        pictures = R.images(body, engine.local_only, engine.fetch_internal) if chat else []
         if pictures:
             engine.asker.path(True)  # a model that reads none: the one refusal, this request's 400
         if chat:

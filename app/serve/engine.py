@@ -87,9 +87,10 @@ class Stats:
 class Engine:
     """``names``: {model name: side}; ``reply(name, messages, ...)`` one answer at a time."""
 
-    def __init__(self, run, local_only: bool = False, model: str | None = None):
+    def __init__(self, run, local_only: bool = False, model: str | None = None, fetch_internal: bool = False):
         self.pair = open_pair(run, model, local_only)
         self.local_only = local_only  # a request's remote image URL is a 400 then, never a fetch
+        self.fetch_internal = fetch_internal  # a request's image URL may reach loopback / private addresses
         self.run_cfg = self.pair.target.run_cfg
         self.system = self.pair.target.system_prompt
         self.names = served_names(self.pair.target.adapter_dir)

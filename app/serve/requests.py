@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 
 from app.data.images import checked_image, decoded
+from app.host.net import public_address
+from app.host.offline import hub_offline
 
 ROLES = ("system", "user", "assistant", "tool")
 MAX_STOPS = 16  # OpenAI takes up to 4; lm-eval sends a task's `until` with the EOS (more on some tasks), as vLLM takes
@@ -79,11 +81,13 @@ def _text(content, param: str) -> str:
     raise BadRequest("content must be a string or a list of text / image_url parts", param)
 
 
-def images(body: dict, local_only: bool) -> list:
+def images(body: dict, local_only: bool, fetch_internal: bool = False) -> list:
     """The request's pictures (OpenAI's image_url parts, in order) as PIL images: a data URL is decoded; an http(s)
-    URL is fetched only where downloads are allowed (under --local-only it is a 400, never a fetch). Anything else
-    (a path, file:, ...) is a 400 that says nothing of the server's disk: a request never has the server read a file
-    (whether it exists, whether it is an image), whoever sends it."""
+    URL is fetched only where downloads are allowed (under --local-only or HF_HUB_OFFLINE it is a 400, never a
+    fetch), from a public address only (loopback, private and link-local ones are a 400 after DNS, on every redirect
+    too, unless ``fetch_internal``: serve --fetch-internal-urls), within app/host/net.fetch's few seconds and size
+    cap. Anything else (a path, file:, ...) is a 400 that says nothing of the server's disk: a request never has the
+    server read a file (whether it exists, whether it is an image), whoever sends it."""
     out = []
     for i, m in enumerate(body.get("messages") or []):
         parts = m.get("content") if isinstance(m, dict) else None
@@ -99,13 +103,15 @@ def images(body: dict, local_only: bool) -> list:
             if not remote and not url.startswith("data:"):
                 raise BadRequest("image_url must be a data: URL (data:image/png;base64,...) or an http(s) URL; this "
                                  "server reads no files", param)
-            if remote and local_only:
-                raise BadRequest("remote image URLs are not fetched by this server (--local-only); send the image "
-                                 "as a data URL (data:image/png;base64,...)", param)
+            if remote and (local_only or hub_offline()):
+                raise BadRequest("remote image URLs are not fetched by this server (--local-only or "
+                                 "HF_HUB_OFFLINE); send the image as a data URL (data:image/png;base64,...)", param)
             try:
-                out.append(decoded([{"bytes": checked_image(url, None, local_only)}])[0])
+                allow = (lambda _ip: True) if fetch_internal else public_address
+                out.append(decoded([{"bytes": checked_image(url, None, local_only, allow=allow)}])[0])
             except (ValueError, OSError) as e:
-                raise BadRequest(f"this image_url {e}", param) from None
+                fix = ("; send the image as a data URL (data:image/png;base64,...)" if remote else "")
+                raise BadRequest(f"this image_url {e}{fix}", param) from None
     return out
 
 
