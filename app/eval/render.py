@@ -105,7 +105,7 @@ def summary_rows(s: Summary) -> list[tuple[str, ...]]:
         out.append((name, _num(b, pct, digits), _num(a, pct, digits), delta) + ((_num(t, pct, digits),) if te else ()))
 
     if base.n_judged:
-        how = f"; correct = {s.correct_when.split(': ', 1)[-1]}" if s.correct_when else ""
+        how = f"; scored by {s.correct_when}" if s.correct_when else ""
         row(f"accuracy ({base.n_judged} with reference{how})", "accuracy", pct=True)
     row("mean reward", "mean_reward")
     for comp in base.components:
@@ -140,6 +140,21 @@ WINS_RULE = (f"a change in correctness decides, else a reward difference over {R
              "closer is a tie")
 
 
+CEILING = 0.95  # a base this accurate leaves a proof no room: said, with how "correct" was scored
+
+
+def ceiling_line(s: Summary) -> str | None:
+    """A note when the base already answers nearly every held-out row right (at least CEILING of 10 or more): no lift
+    can show, and a matcher that counts wrong answers right reads the same way. None otherwise."""
+    b = s.base
+    if b.accuracy is None or b.accuracy < CEILING or b.n_judged < 10:
+        return None
+    how = f" (scored by {s.correct_when})" if s.correct_when else ""
+    return (f"note: the base already answers {100 * b.accuracy:.0f}% of these {b.n_judged} rows right{how}: this "
+            "proof has no room to show a lift; if that is too good to be true, set reward.reference_match to how "
+            "answers should be compared (numeric, exact, math, overlap, json), or compare on harder rows")
+
+
 def wins_line(s: Summary) -> str:
     return f"adapter vs base: {s.wins} wins, {s.ties} ties, {s.losses} losses ({WINS_RULE})"
 
@@ -148,6 +163,7 @@ def _summary(s: Summary) -> str:
     cells = "".join("<tr>" + "".join(f"<td>{escape(x.strip())}</td>" for x in r) + "</tr>" for r in summary_rows(s))
     head = "".join(f"<th>{c}</th>" for c in summary_columns(s))
     closed = f"<p>{escape(teacher_line(s))}</p>" if s.teacher else ""
+    closed += f"<p class='note'>{escape(ceiling_line(s))}</p>" if ceiling_line(s) else ""
     return (f"<p>{escape(summary_title(s))}</p>"
             f'<table class="summary"><tr>{head}</tr>' + cells + "</table>" + closed
             + f'<div class="wtl">adapter vs base: <span class="win">{s.wins} wins</span>, '
@@ -162,6 +178,7 @@ def summary_markdown(c: Comparison) -> str:
              "|---" + "|---:" * (len(cols) - 1) + "|"]
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
     lines += ["", teacher_line(c.summary)] if c.summary.teacher else []
+    lines += ["", ceiling_line(c.summary)] if ceiling_line(c.summary) else []
     pref = preference_text(c.preference)
     per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
     return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
@@ -268,6 +285,8 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
     console.print(st)
     if s.teacher:
         console.print(teacher_line(s), markup=False, highlight=False)
+    if ceiling_line(s):
+        console.print(ceiling_line(s), style="yellow", markup=False, highlight=False)
     console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")
     pref = preference_text(c.preference)
     if pref:

@@ -72,6 +72,8 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
         lines += ["", f"Answers whose tool calls all succeeded: base {_pct(s['base'].get('tool_success'))}, adapter "
                       f"{_pct(s['adapter'].get('tool_success'))} (calls per answer {_num(s['base'].get('tool_calls'))} "
                       f"-> {_num(s['adapter'].get('tool_calls'))})."]
+    if s.get("correct_when"):
+        lines += ["", f"An answer counts as right by the reference match {s['correct_when']}."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
     if s.get("teacher"):
         closed = s.get("closed")

@@ -40,13 +40,41 @@ def _raw(reference) -> str:
 
 
 def _answer_of(reference) -> str | None:
-    """The text a reference stands for: its marked answer ("#### 42", \\boxed{}) or the reference itself."""
+    """The text a reference stands for: its marked answer ("#### 42", \\boxed{}), the number a sentence states as
+    its answer or ends with ("20 - 16 = 4. So the answer is 4.": 4), or the reference itself."""
     raw = _raw(reference)
     if not raw:
         return None
     if "####" in raw or A.last_boxed(raw):
         return A.parse_reference(raw)
-    return raw
+    return stated_number(raw) or raw
+
+
+# A sentence's last number, with nothing but closing punctuation after it ("... = 4.", "... is 1,200!")
+_TRAILING_NUMBER_RE = re.compile(r"(" + A._NUM_RE.pattern + r")[\s.!)\]*_`'\"]*$")
+
+
+def stated_number(raw: str) -> str | None:
+    """The number a prose reference gives as its answer: what follows its "the answer is" / "Final answer:", or the
+    number it ends with; None for a reference that is itself a number, or states none.
+
+    >>> stated_number("20 - 16 = 4. So the answer is 4."), stated_number("She pays $1,200 in total.")
+    ('4', None)
+    >>> stated_number("3 + 4 = 7"), stated_number("42"), stated_number("The answer is Paris.")
+    ('7', None, None)
+    >>> stated_number("The council voted on the budget after a long debate and the total spending rose to 1,200.")
+    """
+    if A.to_number(raw) is not None or not re.search(r"[^\W\d_]|[-+*/=]", raw) or _CODE_RE.search(raw):
+        return None
+    if A._FINAL_RE.search(raw) or A._ANSWER_IS_RE.search(raw) or A._IS_THE_ANSWER_RE.search(raw):
+        said = A.extract_final_answer(raw)
+        return said if said and A.to_number(said) is not None else None
+    # a worked line ("3 + 4 = 7") or a short answer sentence; a long free text that happens to end in a number
+    # (a summary's "... rose to 1,200.") stays free text
+    if "=" not in raw and len(_WORD_RE.findall(raw)) > 3 * SHORT_WORDS:
+        return None
+    m = _TRAILING_NUMBER_RE.search(raw[-80:])
+    return m.group(1) if m else None
 
 
 def choose(references) -> tuple[str, str]:
@@ -69,7 +97,10 @@ def choose(references) -> tuple[str, str]:
                         "compared with the reference's, field by field")
     numbers = sum(A.to_number(v) is not None for v in values)
     if numbers >= MOSTLY * n:
-        return "numeric", f"{numbers} of {n} references read are numbers"
+        stated = sum(stated_number(_raw(r)) is not None for r in list(references)[:SAMPLE])
+        said = (f" ({stated} of them the number a sentence states as its answer or ends with: that number is the "
+                "answer compared)") if stated else ""
+        return "numeric", f"{numbers} of {n} references read are numbers{said}"
     latex = sum(_latex(v) for v in values)
     if numbers + latex >= MOSTLY * n and latex:
         return "math", f"{latex} of {n} references read are LaTeX or fractions and {numbers} numbers"
@@ -181,6 +212,8 @@ def score(mode: str, text: str, reference) -> tuple[float | None, str]:
     if raw and A._norm_text(_overlap_text(A.to_text(text))) == A._norm_text(raw):
         return 1.0, "the answer is the reference"
     gold = A.parse_reference(reference)
+    if mode in ("numeric", "math") and (gold is None or A.to_number(gold) is None):
+        gold = stated_number(raw) or gold  # "... = 4. So the answer is 4." is 4, as choose read it
     if gold is None:
         return None, "no reference"
     pred = A.extract_final_answer(text)

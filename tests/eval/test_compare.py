@@ -359,6 +359,32 @@ def test_accuracy_follows_the_runs_reference_match_and_says_what_correct_means()
     result.summary.correct_when = correct_when(overlap, [ref])
     again = Comparison.from_dict(result.to_dict())  # compare.json keeps it
     (label, base, adapter, delta), *_ = summary_rows(again.summary)
-    assert label == "accuracy (1 with reference; correct = ROUGE-L F1 with the reference >= 0.5)"
+    assert label == "accuracy (1 with reference; scored by overlap: ROUGE-L F1 with the reference >= 0.5)"
     assert (base, adapter, delta) == ("0.0%", "100.0%", "+100.0 pts")
     assert correct_when(None, ["#### 42"]) == "numeric: final answer = reference (as numbers)"  # auto, per reference
+
+
+def test_a_base_that_already_scores_near_100_percent_is_said():
+    """A proof whose base answers 95% or more of 10+ rows right says it has no room to show a lift, and how answers
+    were scored (terminal, page, the UI's summary); a base at 80% says nothing."""
+    from app.config.schema import RewardConfig
+    from app.eval.compare import correct_when, score_cell
+    from app.eval.render import ceiling_line, page_html, summary_markdown
+    from app.eval.result import Comparison, Row
+
+    overlap = RewardConfig(reference_match="overlap")
+    ref = "20 - 16 = 4. So the answer is 4."
+
+    def proof(right: int):
+        rows = [Row(prompt=f"q{i}", reference=ref, source="heldout",
+                    base=score_cell({"text": ref if i < right else "no idea", "tokens": 5}, ref, overlap),
+                    adapter=score_cell({"text": ref, "tokens": 5}, ref, overlap)) for i in range(20)]
+        c = Comparison.of(rows, {})
+        c.summary.correct_when = correct_when(overlap, [ref])
+        return c
+
+    full = proof(20)
+    line = ceiling_line(full.summary)
+    assert line.startswith("note: the base already answers 100% of these 20 rows right (scored by overlap")
+    assert line in summary_markdown(full) and "no room to show a lift" in page_html(full)
+    assert ceiling_line(proof(16).summary) is None

@@ -35,12 +35,13 @@ def judge_answers(cfg: AppConfig, rows, det, say) -> None:
 
 
 def reference_match(cfg: AppConfig, rows, det, say) -> dict:
-    """The reference match ``auto`` picks from the reference column of a GRPO run, said with why and recorded as the
-    value that trains (so its proof compares the same way; other methods do not train on the reward, and their proof
-    decides per reference). Returns the change."""
+    """The reference match ``auto`` picks from the run's reference column, said with why and recorded: what a GRPO
+    run's reward trains with, and what every run's proof scores "correct" by (read from the run, never chosen again
+    per row). Returns the change."""
     field = det.reference_field if det is not None else None
-    if cfg.method != "grpo" or cfg.reward.reference_match != "auto" or rows is None or field is None:
+    if cfg.reward.reference_match != "auto" or rows is None or field is None:
         return {}
     mode, why = choose_match(rows, lambda row: reference_text(row, det))
-    say(f"reference match: {mode} ({why}); reward.reference_match sets another")
+    use = "the reward and the proof compare answers" if cfg.method == "grpo" else "the proof scores answers"
+    say(f"reference match: {mode} ({why}); {use} this way; reward.reference_match sets another")
     return {"reward.reference_match": mode}

@@ -89,6 +89,26 @@ def test_kto_without_good_and_bad_answers_is_one_line(tiny_model, math_jsonl, tm
     assert not (tmp_path / "runs").exists()
 
 
+def test_sentence_answers_are_scored_by_their_number_and_the_dry_run_says_so(tiny_model, tmp_path):
+    """Answers written as sentences ("20 - 16 = 4. So the answer is 4."): the plan picks numeric (the number the
+    sentence states), says so, and records it for the proof, where a wrong sum in the same words is wrong (ROUGE-L
+    overlap counted it right: a proof of 100% -> 100%)."""
+    from app.rewards import match
+
+    rows = [{"prompt": f"What is {a} - {b}?", "completion": f"{a} - {b} = {a - b}. So the answer is {a - b}.",
+             "label": (a + b) % 3 != 0} for a in range(20, 36) for b in range(1, 6)]
+    data = _write(tmp_path / "sentences.jsonl", rows)
+    r = cli_here("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--dry-run",
+                 "--output-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = " ".join((r.stdout + r.stderr).split())
+    assert "reference match: numeric" in said and "the proof scores answers this way" in said
+    ref = "20 - 16 = 4. So the answer is 4."
+    assert match.correct("numeric", "20 + 16 = 36. So the answer is 36.", ref) is False
+    assert match.correct("numeric", "20 - 16 = 4, so the answer is 4.", ref) is True
+    assert match.correct("overlap", "20 + 16 = 36. So the answer is 36.", ref) is True  # what scored it before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("labelled", ["yes/no"], indirect=True)  # one run: a label spelled as words, end to end
 def test_kto_trains_from_an_unpaired_file(tiny_model, labelled, tmp_path):
@@ -100,5 +120,6 @@ def test_kto_trains_from_an_unpaired_file(tiny_model, labelled, tmp_path):
     # about one bad answer for every two good ones (the held-out slice takes a few): good ones weigh about half
     weight = float(config.split("kto.desirable_weight: null -> ")[1].split(" ")[0])
     assert "method: kto" in config and 0.4 < weight < 0.6 and "balanced by their counts" in config
+    assert "reward.reference_match: auto -> numeric" in config  # the proof reads the plan's matcher
     assert json.loads((run / layout.STATUS).read_text())["status"] == "finished"
     assert (run / "adapter" / "adapter_model.safetensors").is_file() and (run / layout.COMPARE_JSON).is_file()
