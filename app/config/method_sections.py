@@ -157,6 +157,14 @@ class DPOSection(StrictModel):
         return self
 
 
+# What each distill.mode runs, in the words the plan, the demo and the card say it
+DISTILL_MODES = {
+    "on_policy": "on-policy: the student answers, the teacher scores every token of its answers",
+    "off_policy": "off-policy: the teacher answers each training prompt once, greedily, and the student learns "
+                  "those answers (SFT)",
+}
+
+
 class DistillSection(StrictModel):
     """Distillation (method distill, TRL's DistillationTrainer): the student (the run's model with its LoRA) writes
     its own answers and learns the teacher's next-token distribution on every token of them (on-policy, GKD's
@@ -168,6 +176,9 @@ class DistillSection(StrictModel):
                                    "adapter, inference only); it must share the student's vocabulary")
     teacher_4bit: bool = _d(True, "load a model teacher in 4-bit NF4 (a run teacher loads as its run did); false: "
                                   "16-bit, about 4x its memory")
+    teacher_system_prompt: str | None = _d(None, "the system prompt the teacher is asked with: unset, as it was "
+                                                 "trained (a run teacher: its run's data.system_prompt; a model: the "
+                                                 "student's); a text: that one; an empty text: none")
     mode: Literal["on_policy", "off_policy"] = _d(
         "on_policy", "on_policy: the student samples, the teacher scores every token (TRL's DistillationTrainer); "
                      "off_policy: the teacher answers each prompt once, greedily, then SFT on its answers")

@@ -62,6 +62,23 @@ def render_conversation(msgs: list[dict]) -> str:
     return "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in msgs)
 
 
+def reasked(prompt, was: str | None, now: str | None):
+    """A prompt written with system prompt ``was`` (by ``with_system``, or as ``system\n\nprompt`` text for a model
+    without a chat template) rewritten with ``now`` instead: how a distillation's teacher is asked the student's
+    prompts with its own system prompt. The data's own system turn stays."""
+    if isinstance(prompt, str):
+        bare = prompt[len(was) + 2:] if was and prompt.startswith(f"{was}\n\n") else prompt
+        return f"{now}\n\n{bare}" if now else bare
+    msgs = list(prompt)
+    if was and msgs and msgs[0]["role"] == "system":
+        content = msgs[0]["content"]
+        if content == was:
+            msgs = msgs[1:]
+        elif isinstance(content, str) and content.startswith(f"{was}\n\n"):
+            msgs = [{**msgs[0], "content": content[len(was) + 2:]}, *msgs[1:]]
+    return with_system(msgs, now)
+
+
 def with_system(msgs: list[dict], system_prompt: str | None) -> list[dict]:
     if not system_prompt:
         return msgs

@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from app.config.build import build_config, load_yaml_file
 from app.config.builtin import BUILTIN_MODEL, TEACHER_MODEL
+from app.config.method_sections import DISTILL_MODES
 from app.config.presets import load_preset
 from app.demo.recipe import EVAL_SIZE, base_model_path
 from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
@@ -61,8 +62,8 @@ def run_distill_demo(output_dir: Path, quick: bool = False, console=None, progre
     steps = [f"training.max_steps={QUICK['steps']}"] if quick else []
     cfg = build_config({**demo_config(base, teacher), "output_dir": str(output_dir), "run_name": "demo-distill"},
                        sets=[f"training.seed={seed}", f"training.proof_rows={n_eval}", *steps, *sets])
-    console.print(f"[bold]1/2[/] on-policy distillation: the student answers, the teacher scores every token "
-                  f"({cfg.distill.mode}, beta {cfg.distill.beta:g})")
+    console.print(f"[bold]1/2[/] distillation, {DISTILL_MODES[cfg.distill.mode]}"
+                  + (f" (beta {cfg.distill.beta:g})" if cfg.distill.mode == "on_policy" else ""))
     t = time.time()
     run = Session(cfg, progress=show, console=console).run()
     stop_if_interrupted(run, console)

@@ -23,9 +23,11 @@ from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.model.pair import load_pair, open_target
 from app.model.shape import read_config
-from app.model.teacher import find_teacher, load_teacher, vocab_size
+from app.data.turns import reasked
+from app.model.teacher import find_teacher, load_teacher, teacher_system, vocab_size
 from app.rewards import match, score_completion
-from app.run import lookup, proof
+from app.run import layout, lookup, proof
+from app.run.store import read_status
 
 # ---------------------------------------------------------------------------------------------- what to compare
 
@@ -146,7 +148,10 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     # preference data: which of each held-out pair's answers base and adapter find more likely
     pref, _ = compare_pairs(asker, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
 
-    teacher_out, teacher_said = teacher_side(run_cfg, items, tok, gen, local_only) if teaches else (None, None)
+    recorded = (read_status(run) or {}).get(layout.TEACHER) if teaches and (run := lookup.run_of_adapter(
+        adapter_dir)) is not None else None
+    teacher_out, teacher_said = (teacher_side(run_cfg, items, tok, gen, local_only, recorded) if teaches
+                                 else (None, None))
 
     reward_cfg = run_cfg.reward if run_cfg else None
     rows = [Row(prompt=it["prompt"], reference=it["reference"], source=it["source"],
@@ -178,11 +183,12 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     return result
 
 
-def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool) -> tuple[list[dict] | None, str]:
+def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
+                 recorded: dict | None = None) -> tuple[list[dict] | None, str]:
     """(the teacher's answers to ``items``, what it was) for a distillation run's comparison: its teacher loaded as
-    the run loaded it (its head cut to the student's rows where padded), asked with the student's tokenizer as
-    training asked it, then freed. A teacher that cannot be loaded now (moved, deleted) leaves the comparison
-    with two sides and says why."""
+    the run loaded it (its head cut to the student's rows where padded), asked as training asked it (the student's
+    tokenizer; the system prompt the run's plan decided for the teacher: ``recorded``, status.json's teacher), then
+    freed. A teacher that cannot be loaded now (moved, deleted) leaves the comparison with two sides and says why."""
     import gc
 
     try:
@@ -191,11 +197,20 @@ def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool) -
         return None, f"not compared: {e}"
     rows = vocab_size(read_config(run_cfg.model.name_or_path or ""))
     keep = rows if rows and (vocab_size(source.config) or 0) > rows else None
+    student = run_cfg.data.system_prompt
+    if recorded and "system_prompt" in recorded:  # the plan's decision, as the run recorded it
+        system = recorded["system_prompt"]
+    else:  # an adapter folder without its run's status: the same rule the plan applies
+        system, _ = teacher_system(run_cfg.distill, source, student)
+    asked = [{**it, "messages": reasked(it["messages"], student, system),
+              "plain": reasked(it["plain"], student, system) if it.get("plain") is not None else None}
+             for it in items] if (system or None) != (student or None) else items
     model = load_teacher(source, None, local_only, keep, device=run_cfg.runtime.device)
-    out = Asker(model, tok, None, None, fix="compare it with rows without images").answers(items, **gen)
+    out = Asker(model, tok, None, None, fix="compare it with rows without images").answers(asked, **gen)
     del model
     gc.collect()
-    return out, source.label
+    label = source.label + (f" (asked with its system prompt {system!r})" if system and system != student else "")
+    return out, label
 
 
 def _dataset_name(run_cfg, dataset, num_samples):

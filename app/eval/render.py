@@ -32,6 +32,7 @@ table.summary{border-collapse:collapse;background:#fff;margin-bottom:8px}
 .pic{max-height:96px;margin:0 8px 4px 0;image-rendering:pixelated;border:1px solid #d0d5dd}
 .prompt,.ref{white-space:pre-wrap;font-size:14px;margin:2px 0} .ref{color:#5b6475}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:10px;margin-top:8px}
+.cols.three{grid-template-columns:1fr 1fr 1fr}
 .side{border:1px solid #e6e9ef;border-radius:4px;padding:6px 8px;background:#fcfcfd}
 .side h3{font-size:13px;margin:0 0 4px;color:#5b6475;font-weight:600}
 .out{white-space:pre-wrap;font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:13px}
@@ -211,14 +212,17 @@ def _row(i: int, r) -> str:
     cls = {"win": "w", "loss": "l", "tie": "t"}[r.verdict]
     same = '<span class="same">(identical outputs)</span>' if r.base.text == r.adapter.text else ""
     ref = f'<div class="ref">reference: {escape(r.reference)}</div>' if r.reference is not None else ""
+    shown = [("base", r.base, left), ("adapter", r.adapter, right)]
+    if r.teacher is not None:  # a distillation run's proof: the teacher's answer to the same row
+        shown.append(("teacher", r.teacher, escape(r.teacher.text)))
     sides = "".join(
         f'<div class="side" data-side="{name}"><h3>{name} · reward {reward_text(c.reward)} {_verdict(c.correct)}</h3>'
         f'{_calls_html(c)}<div class="out">{body}</div></div>'
-        for name, c, body in (("base", r.base, left), ("adapter", r.adapter, right)))
+        for name, c, body in shown)
     pictures = "".join(f'<img class="pic" src="{escape(u)}" alt="image {k}">'
                        for k, u in enumerate(r.images or [], 1) if u.startswith("data:image/"))
     return (f'<div class="row {cls}">{pictures}<div class="prompt"><b>#{i}</b> {escape(r.prompt)}{same}</div>{ref}'
-            f'<div class="cols">{sides}</div></div>')
+            f'<div class="cols{" three" if r.teacher is not None else ""}">{sides}</div></div>')
 
 
 def rows_html(c: Comparison) -> str:
@@ -260,13 +264,18 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title="base vs adapter", show_lines=True, expand=True)
-    for col, ratio in (("#", None), ("prompt", 3), ("reference", 2), ("base", 4), ("adapter", 4)):
+    teacher = any(r.teacher is not None for r in c.rows)  # a distillation run's proof: the teacher's column too
+    t = Table(title="base vs adapter" + (" (and the teacher)" if teacher else ""), show_lines=True, expand=True)
+    for col, ratio in (("#", None), ("prompt", 3), ("reference", 2), ("base", 4), ("adapter", 4),
+                       *((("teacher", 4),) if teacher else ())):
         t.add_column(col, ratio=ratio, overflow="fold", justify="right" if col == "#" else "left")
     for i, r in enumerate(c.rows[:max_rows], 1):
         cells = []
-        for side in SIDES:
+        for side in (*SIDES, *(("teacher",) if teacher else ())):
             cell_ = getattr(r, side)
+            if cell_ is None:
+                cells.append(Text("–", style="dim"))
+                continue
             cell = Text("".join(line + "\n" for line in call_lines(cell_.turns or [])), style="cyan")
             cell.append(_clip(cell_.text, clip) or "(empty)", style="default")
             style = {True: "green", False: "red"}.get(cell_.correct, "dim")

@@ -38,6 +38,7 @@ class TeacherSource:
     model: ModelConfig
     adapter_dir: Path | None
     config: dict | None
+    trained_system: str | None = None  # a run teacher's data.system_prompt: how it was taught to be asked
 
     @property
     def label(self) -> str:
@@ -82,7 +83,20 @@ def _run_teacher(name: str, found: Path, local_only: bool, loads: bool) -> Teach
         check_model_source(target.base.name_or_path, local_only, loads=loads)
     except UserError as e:
         raise UserError(f"teacher run '{found}': its base: {e}") from None
-    return TeacherSource(name, target.base, target.adapter_dir, read_config(target.base.name_or_path))
+    return TeacherSource(name, target.base, target.adapter_dir, read_config(target.base.name_or_path),
+                         target.system_prompt)
+
+
+def teacher_system(distill, source: TeacherSource, student_system: str | None) -> tuple[str | None, str]:
+    """(the system prompt the teacher is asked with, why): distill.teacher_system_prompt when set (empty: none);
+    else as the teacher was trained: a run teacher's own system prompt, a model teacher the student's. The plan
+    decides it once and records it (status.json's teacher); training and the proof read it."""
+    set_ = distill.teacher_system_prompt
+    if set_ is not None:
+        return (set_ or None), "distill.teacher_system_prompt"
+    if source.adapter_dir is not None:
+        return source.trained_system, "as its run was trained (its data.system_prompt)"
+    return student_system, "the student's (data.system_prompt): a model teacher has no training record"
 
 
 def _text_config(config: dict | None) -> dict:

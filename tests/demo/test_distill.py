@@ -55,13 +55,17 @@ def test_a_run_teaches_with_its_adapter_on(quick_demo, tmp_path):
     p = cli("train", "--method", "distill", "--teacher", teacher, "--model", "arith-base", "--dataset", "arith",
             "--local-only", "--max-steps", "2", "--output-dir", tmp_path, "--no-progress",
             "--set", "distill.max_completion_length=40", "--set", "per_device_train_batch_size=8",
-            "--set", "training.proof_rows=24", "--set", "training.eval_every=0", cwd=tmp_path, timeout=600)
+            "--set", "training.proof_rows=24", "--set", "training.eval_every=0",
+            # the teacher asked with another system prompt than the student: its own prompt before the same answer
+            "--set", "distill.teacher_system_prompt=Answer with the number.", cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     run = next(d for d in tmp_path.iterdir() if (d / layout.CONFIG).is_file())
     st = store.read_status(run)
     assert st[layout.TEACHER]["adapter"].endswith("adapter") and st[layout.TEACHER]["shares_base"]
+    assert st[layout.TEACHER]["system_prompt"] == "Answer with the number."
+    assert "the teacher is asked with its system prompt 'Answer with the number.'" in (run / layout.LOG).read_text()
     proof = json.loads((run / layout.COMPARE_JSON).read_text())
-    assert proof["config"]["teacher"] == f"run {teacher}"
+    assert proof["config"]["teacher"] == f"run {teacher} (asked with its system prompt 'Answer with the number.')"
     differs = [row for row in proof["rows"] if row["teacher"]["text"] != row["base"]["text"]]
     assert differs, "the teacher answered as the base: its adapter was not on"
     assert "shares the student's base" in (run / layout.LOG).read_text()

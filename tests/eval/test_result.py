@@ -38,3 +38,26 @@ def test_a_teacher_without_a_lead_closes_nothing_and_a_plain_run_keeps_two_sides
     plain = Comparison.of(_rows([1, 0], [1, 1], [None, None]), {}).to_dict()
     assert "teacher" not in plain["summary"] and "closed" not in plain["summary"] and "teacher" not in plain["rows"][0]
     assert summary_columns(Comparison.from_dict(plain).summary) == ("metric", "base", "adapter", "Δ")
+
+
+def test_each_row_shows_the_teachers_answer_in_the_terminal_and_the_page():
+    """The teacher's answer on every row of the proof, not only in the summary: a third column in the terminal's
+    table, a third card on the page and the UI's Compare view (rows_html); a plain run keeps two."""
+    import io
+
+    from rich.console import Console
+
+    from app.eval.render import page_html, print_result, rows_html
+
+    rows = _rows([0, 1], [1, 1], [1, 1])
+    rows[0].teacher.text, rows[1].teacher.text = "TEACHER-SAYS-ONE", "TEACHER-SAYS-TWO"
+    c = Comparison.of(rows, {"teacher": "arith-teacher"})
+    buf = io.StringIO()
+    print_result(c, Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert "teacher" in out.splitlines()[2] and "TEACHER-SAYS-ONE" in out and "TEACHER-SAYS-TWO" in out
+    html = rows_html(c)
+    assert html.count('data-side="teacher"') == 2 and "TEACHER-SAYS-TWO" in html and 'class="cols three"' in html
+    assert "TEACHER-SAYS-ONE" in page_html(c)
+    plain = Comparison.of(_rows([0], [1], [None]), {})
+    assert 'data-side="teacher"' not in rows_html(plain)

@@ -241,7 +241,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
             raise UserError(problem)
     train_ds = None
     if tok is not None and rows is not None:
-        cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps)
+        cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps, teacher)
 
     cfg, fast = _fast_paths(cfg, fit, linear_attention_layers(model_files.config), train_ds, world, steps)
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},

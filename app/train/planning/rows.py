@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from app.data import to_grpo, to_sft
 from app.data.convert import to_dpo, to_kto
+from app.data.turns import reasked
 from app.tools.toolbox import try_environment
 from app.train.planning.answer_loss import plan_answer_loss
 from app.train.planning.context import fit_grpo, fit_sft_length
 from app.train.planning.kto import plan_kto
 
 
-def training_rows(cfg, rows, det, tok, context, vision, tools, steps):
-    """(cfg with the changes made, the rows as the method's trainer takes them)."""
+TEACHER_PROMPT = "teacher_prompt"  # a distillation row's prompt as its teacher is asked it (another system prompt)
+
+
+def training_rows(cfg, rows, det, tok, context, vision, tools, steps, teacher=None):
+    """(cfg with the changes made, the rows as the method's trainer takes them). ``teacher``: a distillation's
+    TeacherPlan; asked with another system prompt than the student, each row carries ``teacher_prompt`` too."""
     system = cfg.data.system_prompt
     if cfg.method == "grpo":
         if det.reference_field is None:
@@ -30,6 +35,10 @@ def training_rows(cfg, rows, det, tok, context, vision, tools, steps):
     elif cfg.method == "distill":  # prompts the student answers; the reference column stays for the proof
         ds = to_grpo(rows, det, tok, system)
         changes, train_ds = fit_grpo(cfg, ds, tok, context, steps.say, None)
+        if teacher is not None and teacher.reasks:  # the same prompt as the teacher was taught to be asked it
+            was, now = teacher.student_system, teacher.system_prompt
+            train_ds = train_ds.map(lambda r: {TEACHER_PROMPT: reasked(r["prompt"], was, now)},
+                                    desc="the teacher's prompts")
     elif cfg.method in ("dpo", "orpo"):
         changes, train_ds = fit_sft_length(cfg, context, steps.say), to_dpo(rows, det, tok, system)
     elif cfg.method == "kto":

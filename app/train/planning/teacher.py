@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.config.method_sections import DISTILL_MODES
 from app.errors import UserError
 from app.model.load import load_tokenizer
 from app.model.pair import same_model
 from app.model.shape import model_shape
-from app.model.teacher import TeacherSource, causal_problem, find_teacher, vocab_size, vocabulary_problem
+from app.model.teacher import (TeacherSource, causal_problem, find_teacher, teacher_system, vocab_size,
+                                vocabulary_problem)
 from app.train.planning.weights import weight_bytes
 
 
@@ -27,15 +29,34 @@ class TeacherPlan:
     source: TeacherSource
     keep_rows: int | None = None  # its padded head cut to the student's rows as it loads
     shares_base: bool = False  # a run teacher on the student's own base
+    system_prompt: str | None = None  # what the teacher is asked with (app.model.teacher.teacher_system)
+    student_system: str | None = None  # the student's, which training rows carry
+    system_why: str = ""
+    mode: str = "on_policy"  # distill.mode: what the teacher does (DISTILL_MODES)
+
+    @property
+    def reasks(self) -> bool:
+        """Whether the teacher is asked other prompts than the student (another system prompt)."""
+        return (self.system_prompt or None) != (self.student_system or None)
 
     def record(self) -> dict:
-        return {**self.source.record(), "head_rows_kept": self.keep_rows, "shares_base": self.shares_base}
+        return {**self.source.record(), "head_rows_kept": self.keep_rows, "shares_base": self.shares_base,
+                "system_prompt": self.system_prompt, "system_prompt_why": self.system_why}
+
+    def system_line(self) -> str | None:
+        """Said when the teacher is asked with another system prompt than the student, else None."""
+        if not self.reasks:
+            return None
+        asked = f"its system prompt {_quoted(self.system_prompt)}" if self.system_prompt else "no system prompt"
+        student = _quoted(self.student_system) if self.student_system else "none"
+        return (f"the teacher is asked with {asked} ({self.system_why}); the student with {student}: it scores the "
+                "student's answers after its own prompt; distill.teacher_system_prompt sets another")
 
     def line(self) -> str:
         s = self.source
         precision = "4-bit" if s.model.load_in_4bit else "16-bit"
         what = (f"run {s.given}: its adapter on {s.model.name_or_path}" if s.adapter_dir else s.model.name_or_path)
-        line = f"teacher: {what}, {precision}, inference only; it scores every token of the student's samples"
+        line = f"teacher: {what}, {precision}, inference only; {DISTILL_MODES[self.mode]}"
         if self.keep_rows:
             line += (f"; its head is padded past the shared tokenizer: cut to the student's {self.keep_rows} rows as "
                      "it loads")
@@ -62,9 +83,16 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     if problem:
         raise UserError(problem)
     shares = bool(source.adapter_dir) and same_model(source.model.name_or_path, cfg.model.name_or_path or "")
-    plan = TeacherPlan(source, keep, shares)
+    system, why = teacher_system(cfg.distill, source, cfg.data.system_prompt)
+    plan = TeacherPlan(source, keep, shares, system, cfg.data.system_prompt, why, cfg.distill.mode)
     say(plan.line())
+    if plan.system_line():
+        say(plan.system_line())
     return plan
+
+
+def _quoted(text: str, width: int = 60) -> str:
+    return repr(text if len(text) <= width else text[:width] + "...")
 
 
 def _tokenizer(source: TeacherSource):

@@ -108,3 +108,76 @@ def test_another_vocabulary_and_an_encoder_are_refused_before_loading(tmp_path, 
                      cwd=tmp_path)
         assert r.returncode == 2 and said in " ".join((r.stdout + r.stderr).split()), r.stdout + r.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_teacher_is_asked_with_its_own_system_prompt(tmp_path, tiny_model, math_jsonl):
+    """A run trained with a system prompt teaches as it was trained: the plan says so and records it, each training
+    row carries the teacher's prompt (its system turn first, the student's prompt without one), and
+    distill.teacher_system_prompt sets another (empty: none, the student's rows as they are)."""
+    from fakes import SYSTEM, make_adapter, write_run
+
+    from app.data import build_splits
+    from app.train.planning.plan import make_plan
+    from app.train.planning.rows import TEACHER_PROMPT
+
+    run = write_run(tmp_path / "teacher", tiny_model, make_adapter(tiny_model, tmp_path / "a"))
+    cfg = build_config({"method": "distill", "model": {"name_or_path": str(tiny_model)},
+                        "distill": {"teacher": str(run)}, "data": {"dataset": str(math_jsonl)},
+                        "runtime": {"local_only": True}})
+    rows, _, det = build_splits(cfg.data, 0, local_only=True)
+    said = []
+    plan = make_plan(cfg, rows, det, note=said.append)
+    line = next(x for x in said if x.startswith("the teacher is asked with"))
+    assert "its system prompt 'Solve the problem" in line and "as its run was trained" in line
+    assert "the student with none" in line
+    assert plan.teacher.record()["system_prompt"] == SYSTEM
+    assert plan.status_fields()["teacher"]["system_prompt"] == SYSTEM
+    row = plan.train_ds[0]
+    assert row[TEACHER_PROMPT][0] == {"role": "system", "content": SYSTEM}
+    assert row[TEACHER_PROMPT][1:] == row["prompt"] and all(m["role"] != "system" for m in row["prompt"])
+    plain = make_plan(cfg.model_copy(update={"distill": cfg.distill.model_copy(
+        update={"teacher_system_prompt": ""})}), rows, det)
+    assert TEACHER_PROMPT not in plain.train_ds.column_names and plain.teacher.record()["system_prompt"] is None
+
+
+def test_reasked_swaps_the_system_prompt_and_keeps_the_datas_own():
+    from app.data.turns import reasked, with_system
+
+    user = [{"role": "user", "content": "2+2?"}]
+    assert reasked(with_system(user, "A"), "A", "B") == with_system(user, "B")
+    assert reasked(with_system(user, "A"), "A", None) == user
+    own = [{"role": "system", "content": "Be terse."}, *user]
+    assert reasked(with_system(own, "A"), "A", "B") == with_system(own, "B")  # the data's own turn stays
+    assert reasked("A\n\n2+2?", "A", "B") == "B\n\n2+2?" and reasked("2+2?", None, "B") == "B\n\n2+2?"
+
+
+def test_the_on_policy_teacher_reads_its_own_prompt_before_the_same_answer(tiny_model):
+    """The trainer's teacher forward sees the teacher's prompt ids, then the student's answer ids; the positions the
+    loss reads (the answer's) are the teacher's hidden states after its own prompt. The student's forward is as
+    TRL makes it."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from app.train.methods.distill import teacher_prompt_trainer
+
+    torch.manual_seed(0)
+    teacher, student = (AutoModelForCausalLM.from_pretrained(tiny_model).eval() for _ in range(2))
+    trainer = object.__new__(teacher_prompt_trainer())
+    trainer.model_kwarg_keys, trainer._is_vlm = set(), False
+    trainer.teacher_model = teacher
+    trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m, is_main_process=True)
+    student_prompt, teacher_prompt = torch.tensor([[0, 5, 6]]), torch.tensor([[7, 8, 9, 10, 5, 6]])
+    answer = torch.tensor([[11, 12, 13, 14]])
+    ones = torch.ones_like
+    trainer._teacher_inputs = {"teacher_prompt_ids": teacher_prompt, "teacher_prompt_mask": ones(teacher_prompt),
+                               "completion_ids": answer, "completion_mask": ones(answer)}
+    ids = torch.cat([student_prompt, answer], 1)
+    with torch.no_grad():
+        got = trainer._get_last_hidden_state(teacher, ids, ones(ids), 4)
+        want = teacher.base_model(input_ids=torch.cat([teacher_prompt, answer], 1)).last_hidden_state[:, :-1][:, -4:]
+        plain = teacher.base_model(input_ids=ids).last_hidden_state[:, :-1][:, -4:]
+        assert torch.allclose(got, want) and not torch.allclose(got, plain)
+        mine = trainer._get_last_hidden_state(student, ids, ones(ids), 4)
+        assert torch.allclose(mine, student.base_model(input_ids=ids).last_hidden_state[:, :-1][:, -4:])
