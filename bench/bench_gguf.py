@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
     os.environ[k] = "1"
-from llamacpp import greedy, open_gguf  # noqa: E402 - tests/ is on the path above
+from llamacpp import greedy_answers, scores as llama_scores  # noqa: E402 - tests/ is on the path above
 
 
 def files_of(res, types):
@@ -53,12 +53,8 @@ def demo_rows(root: Path, seed: int, types: list[str]) -> list[str]:
                                                     {"role": "user", "content": r["prompt"]}], "plain": ""}),
                    add_special_tokens=False)["input_ids"] for r in cmp["rows"]]
     answers, rows = {}, []
-    for t, f in files_of(res, types).items():
-        llm = open_gguf(f, logits_all=True)
-        try:
-            answers[t] = [tok.decode(greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
-        finally:
-            llm.close()
+    for t, f in files_of(res, types).items():  # each file in a llama.cpp child of its own
+        answers[t] = [tok.decode(a, skip_special_tokens=True) for a in greedy_answers(f, prompts)]
         right = sum(bool(match.correct(None, a, r["reference"])) for a, r in zip(answers[t], cmp["rows"]))
         same = sum(a == b for a, b in zip(answers[t], answers["f16"]))
         rows.append(f"| demo (seed {seed}) | {t} | {f.stat().st_size / 1e6:.2f} MB | {same}/{len(prompts)} | "
@@ -83,13 +79,7 @@ def wide_rows(root: Path, types: list[str]) -> list[str]:
     ids = list(range(5, 60))
     scores, rows = {}, []
     for t, f in files_of(res, types).items():
-        llm = open_gguf(f, logits_all=True)
-        try:
-            llm.reset()
-            llm.eval(ids)
-            scores[t] = np.array(llm.scores[:len(ids)])
-        finally:
-            llm.close()
+        scores[t] = llama_scores(f, ids)
         agree = float((scores[t].argmax(-1) == scores["f16"].argmax(-1)).mean())
         cos = float(np.mean([a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(scores[t], scores["f16"])]))
         mix = ", ".join(f"{n} {k}" for k, n in tensor_types(f).most_common())

@@ -42,6 +42,17 @@ def gguf_export() -> str:
     return f"available (llama.cpp's converter {version}; {checked})"
 
 
+def llama_cpp_probe() -> str:
+    """How llama.cpp runs quantized files on this CPU: one token of a small Q8_0 file in a child process, as llama.cpp
+    defaults and else with its plain CPU buffers (app/export/llamacpp.py); a CPU that faults is said, with the fix."""
+    from app.export.llamacpp import probe
+
+    try:
+        return probe().line
+    except Exception as e:  # noqa: BLE001 - the probe file needs the converter ([gguf]): said, never a traceback
+        return f"not checked ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+
+
 def eval_extra() -> str:
     """Whether `qlora-app eval` can run here: lm-evaluation-harness, the [eval] extra."""
     try:
@@ -73,13 +84,14 @@ def report(console) -> None:
                      ("flash-linear-attention", f"Qwen3.5's linear-attention layers; without it: {FLA_COST}; "
                                                 f"{FLA_EXTRA}"),
                      ("causal-conv1d", "the same layers' convolution")):
-        try:
-            t.add_row(pkg, f"{md.version(pkg)} ({why})")
+        try:  # escaped: an extra's brackets ('qlora-app[fla]') are no Rich markup
+            t.add_row(pkg, escape(f"{md.version(pkg)} ({why})"))
         except md.PackageNotFoundError:
-            t.add_row(pkg, f"not installed (optional, CUDA: {why})")
-    t.add_row("GRPO fast paths (auto)", plan.describe().replace("\n", "; ") if plan is not None
-              else f"the default run would be refused here: {refused}")
+            t.add_row(pkg, escape(f"not installed (optional, CUDA: {why})"))
+    t.add_row("GRPO fast paths (auto)", escape(plan.describe().replace("\n", "; ") if plan is not None
+                                               else f"the default run would be refused here: {refused}"))
     t.add_row("GGUF export (export --format gguf|ollama)", escape(gguf_export()))
+    t.add_row("quantized GGUF in llama.cpp", escape(llama_cpp_probe()))
     t.add_row("benchmarks (qlora-app eval)", escape(eval_extra()))
     t.add_row("HF_HUB_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "unset"))
     t.add_row("chromium (UI tests)", shutil.which("chromium") or "not found (apt-get install chromium)")

@@ -1,4 +1,4 @@
-"""The one patch of a library qlora-app makes: transformers' loader, for the length of one load, hands each
+"""The patches of a library qlora-app makes, each around one model load only. transformers' loader, for the length of one load, hands each
 parameter it has just placed to a callback (a mixture-of-experts model's fused experts are quantized to 4-bit there,
 as each is read: app/model/experts.quantize_as_loaded).
 
@@ -10,7 +10,12 @@ for one load quantizes each expert tensor as it lands: the peak is the 4-bit mod
 Axolotl's MoE loading does the same. Entered and left around the load only (restored on exit, an error included);
 loads in other threads during it would be quantized too, and qlora-app loads one model at a time.
 
-Owns the patch. Must not decide what is quantized (the callback does) nor import transformers at module level.
+llama-cpp-python builds llama.cpp's model parameters inside ``Llama()`` with no way to pass ``use_extra_bufts``;
+``llama_plain_buffers`` sets it false on the defaults for one open, on a CPU whose repacked kernels fault
+(app/export/llamacpp.py's probe).
+
+Owns the patches. Must not decide what is quantized (the callback does) nor import transformers or llama_cpp at
+module level.
 """
 
 from __future__ import annotations
@@ -39,3 +44,26 @@ def after_each_param(callback: Callable[[object, str, object], None]):
         yield
     finally:
         loader.set_param_for_module = original
+
+
+@contextlib.contextmanager
+def llama_plain_buffers(enabled: bool = True):
+    """Within (when ``enabled``): llama.cpp models open with ``use_extra_bufts=False``, llama.cpp's plain CPU buffers
+    instead of the repacked ones (AMX and friends)."""
+    if not enabled:
+        yield
+        return
+    from llama_cpp import llama as llama_module
+
+    original = llama_module.llama_cpp.llama_model_default_params
+
+    def plain_params():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    llama_module.llama_cpp.llama_model_default_params = plain_params
+    try:
+        yield
+    finally:
+        llama_module.llama_cpp.llama_model_default_params = original

@@ -130,6 +130,11 @@ def test_doctor_reports_versions_and_device():
     want = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if torch.cuda.is_available() else "fp32"
     assert "transformers" in r.stdout and "compute dtype (auto)" in r.stdout and want in r.stdout
     assert "GRPO fast paths (auto)" in r.stdout and "memory estimate" in r.stdout
+    said = " ".join(r.stdout.replace("│", " ").split())
+    assert "qlora-app[fla]" in said  # the extra's brackets are not eaten as Rich markup
+    # how llama.cpp runs quantized files here, found by a probe in a child process (app/export/llamacpp.py)
+    assert "quantized GGUF in llama.cpp" in said and any(m[:30] in said for m in (
+        "llama.cpp runs quantized GGUF files here", "this CPU faults on llama.cpp's repacked", "llama.cpp dies on"))
 
 
 def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp_path):

@@ -170,8 +170,9 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
                           logits_all=True, verbose=False, chat_handler=handler)
     q4_handler = MTMDChatHandler(clip_model_path=str(tmp_path / "ollama/mmproj-demo-images-sft-f16.gguf"),
                                  verbose=False, use_gpu=False)
-    quantized = llama_cpp.Llama(model_path=str(tmp_path / "ollama/demo-images-sft-q4_k_m.gguf"), n_ctx=256,
-                                n_threads=2, logits_all=True, verbose=False, chat_handler=q4_handler)
+    from app.export.llamacpp import open_gguf  # a quantized file: opened the way llama.cpp runs on this CPU
+
+    quantized = open_gguf(tmp_path / "ollama/demo-images-sft-q4_k_m.gguf", logits_all=True, chat_handler=q4_handler)
     rows = shapes_rows(40, seed=23)
     same = chat_same = right = q4_same = 0
     try:

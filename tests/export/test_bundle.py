@@ -280,7 +280,7 @@ def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs)
     """Q4_K_M and Q8_0 in llama.cpp against the f16 file, greedy, on the run's held-out problems: the same answers on
     most rows and the same accuracy within a few rows (docs/export.md has the measured figures: bench/bench_gguf.py)."""
     pytest.importorskip("llama_cpp")
-    from llamacpp import greedy, open_gguf
+    from llamacpp import greedy_answers
     from transformers import AutoTokenizer
 
     from app.demo.recipe import base_model_path
@@ -296,12 +296,8 @@ def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs)
                                                     {"role": "user", "content": row["prompt"]}], "plain": ""}),
                    add_special_tokens=False)["input_ids"] for row in cmp["rows"]]
     answers, right = {}, {}
-    for t, name in files.items():
-        llm = open_gguf(res.out / name)
-        try:
-            answers[t] = [tok.decode(greedy(llm, ids), skip_special_tokens=True) for ids in prompts]
-        finally:
-            llm.close()
+    for t, name in files.items():  # each file in a llama.cpp child of its own
+        answers[t] = [tok.decode(a, skip_special_tokens=True) for a in greedy_answers(res.out / name, prompts)]
         right[t] = sum(bool(match.correct(None, a, row["reference"])) for a, row in zip(answers[t], cmp["rows"]))
     n = len(cmp["rows"])
     same = {t: sum(a == b for a, b in zip(answers[t], answers["f16"])) for t in ("q4_k_m", "q8_0")}
