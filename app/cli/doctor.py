@@ -14,6 +14,7 @@ from app.config.build import build_config, load_yaml_file, validate
 from app.errors import UserError
 from app.eval.harness import INSTALL_HINT
 from app.export.gguf import EXTRA, converter_version
+from app.export.llamacpp import probe
 from app.host.machine import installed
 from app.run import layout, lookup, store
 from app.run.diagnosis import WINDOW, Facts, diagnose, step_lines, step_mean, steps_of, window
@@ -45,8 +46,6 @@ def gguf_export() -> str:
 def llama_cpp_probe() -> str:
     """How llama.cpp runs quantized files on this CPU: one token of a small Q8_0 file in a child process, as llama.cpp
     defaults and else with its plain CPU buffers (app/export/llamacpp.py); a CPU that faults is said, with the fix."""
-    from app.export.llamacpp import probe
-
     try:
         return probe().line
     except Exception as e:  # noqa: BLE001 - the probe file needs the converter ([gguf]): said, never a traceback

@@ -103,6 +103,7 @@ def train(
     reference_field: Optional[str] = typer.Option(None, help="Column holding the reference answer (auto)."),
     chosen_field: Optional[str] = typer.Option(None, help="Preference data: column of the preferred answer (auto)."),
     rejected_field: Optional[str] = typer.Option(None, help="Preference data: column of the rejected answer (auto)."),
+    label_field: Optional[str] = typer.Option(None, help="Unpaired answers (KTO): the good / bad column (auto)."),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps."),
     output_dir: Optional[str] = typer.Option(None, help="Parent folder for run directories (default: runs)."),
     run_dir: Optional[Path] = typer.Option(None, help="Use this (new, empty) folder as the run directory."),
@@ -131,11 +132,8 @@ def train(
     node_rank: Optional[int] = options.NODE_RANK,
     master_addr: Optional[str] = options.MASTER_ADDR,
     master_port: Optional[int] = options.MASTER_PORT,
-    no_fit_check: bool = switch("--no-fit-check",
-                                      help="Train even when the memory estimate says the run cannot fit the GPU."),
-    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", metavar="GB",
-                                               help="With --dry-run: plan the run for a CUDA card of this many GB "
-                                                    "(from any machine)."),
+    no_fit_check: bool = options.NO_FIT_CHECK,
+    gpu_memory: Optional[float] = options.GPU_MEMORY,
     as_json: bool = switch("--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
     """Fine-tune a LoRA adapter on a 4-bit base: `qlora-app train --help` lists the methods (config.schema.METHODS)."""
@@ -184,6 +182,7 @@ def inspect(
     reference_field: Optional[str] = typer.Option(None),
     chosen_field: Optional[str] = typer.Option(None, help="Preference data: the preferred answer's column."),
     rejected_field: Optional[str] = typer.Option(None, help="Preference data: the rejected answer's column."),
+    label_field: Optional[str] = typer.Option(None, help="Unpaired answers (KTO): the good / bad column."),
     local_only: bool = switch("--local-only"),
     as_json: bool = switch("--json", help="One JSON object on stdout."),
 ):
@@ -192,7 +191,7 @@ def inspect(
     apply_local_only(local_only)
 
     raise typer.Exit(run_inspect(dataset, dataset_config, split, prompt_field, reference_field, local_only, as_json,
-                                 chosen_field=chosen_field, rejected_field=rejected_field))
+                                 chosen_field=chosen_field, rejected_field=rejected_field, label_field=label_field))
 
 
 @app.command(cls=Command)

@@ -64,3 +64,7 @@ DEMO_METHOD = typer.Option(None, help="grpo (learn from the reward; the default)
                                       "then DPO), kto (the same pairs, each a good and a bad answer, then KTO) or distill "
                                       "(a larger teacher's next-token distributions, on-policy); with --images: sft "
                                       "(default) or grpo.")
+
+NO_FIT_CHECK = switch("--no-fit-check", help="Train even when the memory estimate says the run cannot fit the GPU.")
+GPU_MEMORY = typer.Option(None, "--gpu-memory", metavar="GB", help="With --dry-run: plan the run for a CUDA card of "
+                                                                   "this many GB (from any machine).")

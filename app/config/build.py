@@ -68,7 +68,7 @@ def validate(data: dict) -> AppConfig:
 # The data keys that describe one dataset: a preset's eval split 'test' or prompt field 'question' means nothing on
 # another dataset, so a layer's values of these follow its own dataset only.
 DATASET_KEYS = ("config_name", "split", "eval_split", "prompt_field", "reference_field", "chosen_field",
-                "rejected_field", "system_prompt")
+                "rejected_field", "label_field", "system_prompt")
 
 
 def build_config(preset: dict | None = None, flags: dict | None = None, sets: list[str] | None = None, *,

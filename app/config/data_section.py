@@ -13,7 +13,7 @@ from app.config.fields import StrictModel, _d
 
 # The keys that describe one dataset (a mix part has its own; a run on one dataset has them at the section's top).
 PART_KEYS = ("config_name", "split", "eval_split", "prompt_field", "reference_field", "chosen_field",
-             "rejected_field")
+             "rejected_field", "label_field")
 SHARE_TOLERANCE = 0.01  # shares typed as 0.33,0.33,0.33 still add up to one mix
 
 
@@ -30,6 +30,8 @@ class MixPart(StrictModel):
     reference_field: str | None = _d(None, "column holding the reference answer; empty = auto-detect")
     chosen_field: str | None = _d(None, "preference data: column of the preferred answer; empty = auto-detect")
     rejected_field: str | None = _d(None, "preference data: column of the rejected answer; empty = auto-detect")
+    label_field: str | None = _d(None, "unpaired answers (KTO): column saying whether each answer is good; empty = "
+                                       "auto-detect")
 
 
 class DataConfig(StrictModel):
@@ -44,6 +46,8 @@ class DataConfig(StrictModel):
     chosen_field: str | None = _d(None, "preference data: column holding the preferred answer; empty = auto-detect")
     rejected_field: str | None = _d(None, "preference data: column holding the answer that lost; empty = "
                                           "auto-detect")
+    label_field: str | None = _d(None, "unpaired answers (KTO): column saying whether each row's answer is good "
+                                       "(true / false, yes / no, 1 / 0, 👍 / 👎); empty = auto-detect by its name")
     mix: list[MixPart] = _d([], "train on several datasets at once (instead of data.dataset): a list of {dataset, "
                                 "share, and its own config_name / split / eval_split / *_field}; each is detected on "
                                 "its own, drawn to its share without repeating a row (see mix_rows), and held out on "

@@ -54,6 +54,7 @@ FLAGS = (
     Flag("data.reference_field", "--reference-field", "reference_field", "Reference field (override)"),
     Flag("data.chosen_field", "--chosen-field", "chosen_field", "Chosen field (override)"),
     Flag("data.rejected_field", "--rejected-field", "rejected_field", "Rejected field (override)"),
+    Flag("data.label_field", "--label-field", "label_field", "Label field (override)"),
     Flag("training.max_steps", "--max-steps", "max_steps", "Max steps"),
     Flag("runtime.local_only", "--local-only", "local_only", "Local only (offline)", kind="on"),
     Flag("runtime.num_processes", "--num-processes", "num_processes", "Processes (GPUs)"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from app.data.images import find_image_field, image_values, images_per_row
-from app.data.preference import with_preference
+from app.data.preference import with_label_override, with_preference
 from app.data.profile import spread_sample
 from app.data.rules import Detector, describe
 from app.errors import DataError
@@ -52,6 +52,7 @@ class Detection:
     # A column named like a label whose values spell no good / bad label (its name and up to six values as written):
     # what the refusal of a method that needs labels names. Not part of the inspect --json contract.
     unread_labels: tuple | None = field(default=None, repr=False)
+    label_candidates: tuple = field(default=(), repr=False)  # columns whose values spell labels, names say none
     # A mix (data.mix, app/data/mixing.py): per dataset its name, share, rows drawn of rows there, repeats, held-out
     # rows and the fields detected in it; its rows are in the run's columns, the dataset's name in 'source'.
     mix: list[dict] | None = None
@@ -62,7 +63,7 @@ class Detection:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.pop("solution_field"), d.pop("unread_labels")
+        d.pop("solution_field"), d.pop("unread_labels"), d.pop("label_candidates")
         if d["mix"] is None:  # one dataset (inspect's contract); a mix's plan --json has its parts
             d.pop("mix")
         if d["image_field"] is None:  # text data keeps inspect's contract; image data adds its two keys
@@ -165,7 +166,7 @@ def detect_nested(rows: list[dict], columns: list[str], prompt_field: str | None
 def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | None = None,
                      reference_field: str | None = None, num_rows: int | None = None, *,
                      chosen_field: str | None = None, rejected_field: str | None = None,
-                     said: dict | None = None, _images: bool = True) -> Detection:
+                     label_field: str | None = None, said: dict | None = None, _images: bool = True) -> Detection:
     """The detection proper, on already-sampled rows (``inspect`` reads only the first rows of big files).
     ``chosen_field`` / ``rejected_field``: overrides of a preference pair's columns (app/data/preference.py).
     ``said``: how messages name an override ({"prompt_field": "data.prompt_field from preset demo-grpo"});
@@ -178,13 +179,13 @@ def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | N
         text_columns = [c for c in columns if c != image or not _only_images(rows, c)]
         det = detect_from_rows([{k: v for k, v in r.items() if k in text_columns} for r in rows], text_columns,
                                prompt_field, reference_field, num_rows, chosen_field=chosen_field,
-                               rejected_field=rejected_field, said=said, _images=False)
+                               rejected_field=rejected_field, label_field=label_field, said=said, _images=False)
         det.columns = columns
         det.image_field, det.images_per_row = image, images_per_row(rows, image)
         det.reasons["image_field"] = why
         return det
     said = {k: (said or {}).get(k) or f"--{k.replace('_', '-')}"
-            for k in ("prompt_field", "reference_field", "chosen_field", "rejected_field")}
+            for k in ("prompt_field", "reference_field", "chosen_field", "rejected_field", "label_field")}
     p_override = _resolve_override(prompt_field, columns, said["prompt_field"]) if prompt_field else None
     r_override = _resolve_override(reference_field, columns, said["reference_field"]) if reference_field else None
     pair = {k: _resolve_override(v, columns, said[k]) if v else None
@@ -234,5 +235,9 @@ def detect_from_rows(rows: list[dict], columns: list[str], prompt_field: str | N
     d.reasons.setdefault("format", "separate prompt / reference columns" if reference else "prompt text only")
     solution = d.solution(reference) if reference and not r_override and fmt == "columns" else None
     det = Detection(fmt, prompt, reference, contexts, messages, columns, num_rows, d.reasons, solution)
-    return with_preference(det, d, pair["chosen_field"], pair["rejected_field"], bool(p_override), bool(r_override),
-                           said=said)
+    det = with_preference(det, d, pair["chosen_field"], pair["rejected_field"], bool(p_override), bool(r_override),
+                          said=said)
+    if label_field:
+        det = with_label_override(det, d, _resolve_override(label_field, columns, said["label_field"]),
+                                  said["label_field"])
+    return det

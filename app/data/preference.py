@@ -260,12 +260,37 @@ def with_desirable(det, d):
     if not found:  # a label-named column whose values spell no label: kept for the refusal's words
         det.unread_labels = next(((c, p.values) for c, p in d.prof.items() if c != det.reference_field and p.values
                                   and set(p.words) & DESIRABLE_WORDS), None)
+        # columns whose values spell good / bad but whose names say no label ('thumbs', 'feedback'): named in it
+        det.label_candidates = tuple(c for c, p in d.prof.items() if c != det.reference_field
+                                     and (p.kind == "bool" or p.labels))
     if found:
         det.desirable_field = found
         d.reasons["desirable_field"] = (f"'{found}' says whether each row's '{det.reference_field}' is an answer to "
                                         "learn (unpaired preference data, as KTO trains on): rows labelled false are "
                                         "answers to avoid, so SFT, GRPO and compare use only the rows labelled true; "
                                         "KTO (--method kto) learns from both; DPO needs pairs")
+    return det
+
+
+def with_label_override(det, d, column: str, said: str):
+    """``det`` with ``column`` (data.label_field, resolved) as its good / bad label, whatever its name; values that
+    spell no label, or preference pairs, are one line naming the column."""
+    if det.format == "preference":
+        raise DataError(f"{said} names the good / bad column of unpaired answers, and this data is preference pairs "
+                        f"({det.reasons.get('format', '')}); drop {said}")
+    if column == det.reference_field:
+        raise DataError(f"{said} '{column}' is the reference (the answer itself); name the column that says whether "
+                        "the answer is good")
+    p = d.prof[column]
+    if not (p.kind == "bool" or p.labels):
+        shown = ", ".join(repr(v) for v in p.values) or "other values"
+        raise DataError(f"{said} '{column}' holds {shown}, which spell no good / bad label (true / false, yes / no, "
+                        "1 / 0, good / bad, up / down, 👍 / 👎 do, both of them); map them to those, or name another "
+                        "column")
+    det.desirable_field = column
+    d.reasons["desirable_field"] = (f"set by override: '{column}' says whether each row's '{det.reference_field}' is "
+                                    "an answer to learn (KTO learns from both; the other methods use the good ones)")
+    det.reasons = d.reasons
     return det
 
 
@@ -348,12 +373,18 @@ def require_labels(det) -> None:
     if det.format == "preference" or getattr(det, "desirable_field", None):
         return
     unread = getattr(det, "unread_labels", None)
+    candidates = getattr(det, "label_candidates", ())
+    if candidates:
+        named = ", ".join(f"'{c}'" for c in candidates)
+        raise UserError(f"method kto trains on answers labelled good or bad, and no column is named as a label: "
+                        f"{named} hold{'s' if len(candidates) == 1 else ''} good / bad values; name it with "
+                        f"--label-field {candidates[0]} (data.label_field)")
     found = (f"column '{unread[0]}' holds {', '.join(repr(v) for v in unread[1])}, which spell no good / bad label "
              "(true / false, yes / no, 1 / 0, good / bad, 👍 / 👎 do)" if unread else
              "no good / bad column beside its answers, nor preference pairs")
     raise UserError(f"method kto trains on answers labelled good or bad and this data has none ({found}; qlora-app "
-                    "inspect shows its fields); pass rows with prompt / completion / label, or pairs (qlora-app pairs "
-                    "--dataset DATA --out FOLDER makes them)")
+                    "inspect shows its fields; --label-field NAME names the column); pass rows with prompt / "
+                    "completion / label, or pairs (qlora-app pairs --dataset DATA --out FOLDER makes them)")
 
 
 def require_pairs(det) -> None:

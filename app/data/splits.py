@@ -78,9 +78,10 @@ def build_splits(data_cfg, seed: int, local_only: bool = False, labelled: bool =
         raise DataError(f"split '{train_name}' of '{data_cfg.dataset}' has no rows; pick another with --set "
                         "data.split=NAME")
     said = {k: data_cfg.said_as(k) for k in ("prompt_field", "reference_field", "chosen_field", "rejected_field",
-                                              "eval_split")} if hasattr(data_cfg, "said_as") else {}
+                                              "label_field", "eval_split")} if hasattr(data_cfg, "said_as") else {}
     train, det = detect_dataset(train, data_cfg.prompt_field, data_cfg.reference_field,
                                 chosen_field=data_cfg.chosen_field, rejected_field=data_cfg.rejected_field,
+                                label_field=getattr(data_cfg, "label_field", None),
                                 said=said)
     # every row's images read and checked once, before anything trains on them (row numbers: the file's)
     base = images_folder(data_cfg.dataset)

@@ -24,7 +24,10 @@ import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.config.builtin import builtin_model_path
 from app.errors import UserError
+from app.export.gguf import convert, native_stderr, pre_tokenizer
+from app.host.loading import llama_plain_buffers
 
 PROBE_TIMEOUT_S = 120
 MODES = {
@@ -114,9 +117,6 @@ def open_gguf(path: Path, plain: bool | None = None, **kw):
     """A llama_cpp.Llama on ``path`` (quiet), the way llama.cpp runs on this CPU (``plain``: the plain CPU buffers;
     None: as the probe found). Call it inside ``in_child``: a CPU fault then ends the child, not the caller."""
     import llama_cpp
-
-    from app.export.gguf import native_stderr
-    from app.host.loading import llama_plain_buffers
 
     use_plain = probe().plain if plain is None else plain
     with native_stderr(), llama_plain_buffers(use_plain):  # llama.cpp's notes, printed even with verbose=False
@@ -216,9 +216,6 @@ def probe_gguf() -> Path:
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from app.config.builtin import builtin_model_path
-    from app.export.gguf import convert, pre_tokenizer
 
     src = builtin_model_path()
     with tempfile.TemporaryDirectory() as tmp:

@@ -146,7 +146,7 @@ def _same_dataset(dataset: str | None, preset_values: dict) -> bool:
 
 def detect(dataset: str | None, config_name: str | None = None, prompt_field: str | None = None,
            reference_field: str | None = None, local_only: bool = False, n_samples: int = 3,
-           chosen_field: str | None = None, rejected_field: str | None = None) -> dict:
+           chosen_field: str | None = None, rejected_field: str | None = None, label_field: str | None = None) -> dict:
     """The detected roles with reasons, the columns (for override dropdowns) and sample rows as the model will
     see them. Raises UserError (DataError) with the fix when the dataset cannot be read."""
     dataset = widget_value(dataset)
@@ -159,7 +159,8 @@ def detect(dataset: str | None, config_name: str | None = None, prompt_field: st
     dd = resolve_dataset(dataset, widget_value(config_name), local_only=local_only)
     split = "train" if "train" in dd else next(iter(dd))
     ds, det = detect_dataset(dd[split], widget_value(prompt_field), widget_value(reference_field),
-                             chosen_field=widget_value(chosen_field), rejected_field=widget_value(rejected_field))
+                             chosen_field=widget_value(chosen_field), rejected_field=widget_value(rejected_field),
+                             label_field=widget_value(label_field))
     rows = ds.select(range(min(n_samples, len(ds)))).to_list()
     samples = [{"prompt (as the model sees it)": _short(prompt_text(r, det)),
                 "reference": _short(reference_text(r, det))} for r in rows]

@@ -38,7 +38,7 @@ AUTO = "(auto)"
 
 WEIGHTS = {f"w_{c}": c for c in REWARD_COMPONENTS}
 LIST_WIDGETS = ("tools",)  # multi-select widgets: their value is the list itself (one --tools per item)
-FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_field")  # column dropdowns
+FIELD_OVERRIDES = ("prompt_field", "reference_field", "chosen_field", "rejected_field", "label_field")  # columns
 # Numbers that may be left empty (= auto). Gradio's Number box cannot be empty (it shows and sends 0), so these
 # are text boxes and their text is parsed here.
 AUTO_NUMBERS = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "learning_rate": "learning rate",

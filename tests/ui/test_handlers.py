@@ -83,8 +83,13 @@ def test_cli_preview_runs_the_same_config(tmp_path, tiny_model):
     assert argv[:2] == ["qlora-app", "train"]
     res = CliRunner().invoke(cli_app, argv[1:] + ["--dry-run"])
     assert res.exit_code == 0, res.output
-    expected = resolve(h.config_from_form(form, tmp_path)).to_yaml()
-    assert res.stdout.split("note:")[0].strip() == expected.strip()
+    printed = res.stdout.split("note:")[0].strip()
+    # the plan's one adjustment: the reference match it chose for the proof (said on top, the value in the body)
+    assert printed.startswith("# qlora-app adjusted") and "reward.reference_match: auto -> numeric" in printed
+    body = "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
+    cfg = h.config_from_form(form, tmp_path)
+    cfg = cfg.model_copy(update={"reward": cfg.reward.model_copy(update={"reference_match": "numeric"})})
+    assert body.strip() == resolve(cfg).to_yaml().strip()
 
 
 def test_one_weight_slider_keeps_the_other_weights(tmp_path):
@@ -232,10 +237,11 @@ def test_pictures_in_class_folders_are_never_swapped(tmp_path):
 def test_detect_right_after_a_new_path_drops_the_presets_columns():
     """Detect clicked before the dataset's change event cleared the preset's column overrides: the preset's own
     columns on another dataset are dropped, a column the user picked is kept, the preset's own dataset keeps them."""
-    picked = ["question", "answer", h.AUTO, h.AUTO]  # demo-grpo's, still in the dropdowns
+    picked = ["question", "answer", h.AUTO, h.AUTO, h.AUTO]  # demo-grpo's, still in the dropdowns
     other = str(SCHEMAS / "hh_rlhf.jsonl")
-    assert df.fresh_overrides(other, "demo-grpo", picked) == [h.AUTO] * 4
-    assert df.fresh_overrides(other, "demo-grpo", ["chosen", h.AUTO, h.AUTO, h.AUTO]) == ["chosen"] + [h.AUTO] * 3
+    assert df.fresh_overrides(other, "demo-grpo", picked) == [h.AUTO] * 5
+    assert df.fresh_overrides(other, "demo-grpo", ["chosen", h.AUTO, h.AUTO, h.AUTO, h.AUTO]) == ["chosen"] + [
+        h.AUTO] * 4
     assert df.fresh_overrides("arith", "demo-grpo", picked) == picked
     res = df.detect(other, None, *df.fresh_overrides(other, "demo-grpo", picked)[:2], local_only=True)
     assert res["detection"]["format"] == "preference"  # before: "column 'question' not found"
@@ -485,7 +491,7 @@ def test_the_pair_overrides_reach_the_samples():
 
 def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_columns():
     # demo-grpo names arith's columns; typing a file of pairs must not carry 'question' over to it
-    assert df.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO]
-    assert df.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 4
-    assert df.column_overrides("", "demo-grpo") == [h.AUTO] * 4
-    assert df.column_overrides("arith", "no-such-preset") == [h.AUTO] * 4
+    assert df.column_overrides("arith", "demo-grpo") == ["question", "answer", h.AUTO, h.AUTO, h.AUTO]
+    assert df.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 5
+    assert df.column_overrides("", "demo-grpo") == [h.AUTO] * 5
+    assert df.column_overrides("arith", "no-such-preset") == [h.AUTO] * 5

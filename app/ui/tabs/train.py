@@ -60,7 +60,7 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     parts["samples"] = gr.Dataframe(headers=["prompt (as the model sees it)", "reference"], wrap=True,
                                     interactive=False, max_height=220, visible=False, elem_id="samples")
     with gr.Row():
-        for name in h.FIELD_OVERRIDES:  # prompt, reference; chosen, rejected of preference pairs
+        for name in h.FIELD_OVERRIDES:  # prompt, reference; chosen, rejected of pairs; the label of unpaired answers
             w[name] = gr.Dropdown(list(dict.fromkeys([h.AUTO, dflt[name]])), value=dflt[name], allow_custom_value=True,
                                   label=_label(name), elem_id=name.replace("_", "-"), info=_info(name))
     with gr.Accordion("Training settings", open=True):
@@ -273,9 +273,9 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
     _wire_method_boxes(w, parts)
 
     def on_detect(dataset, config_name, lo, preset, *picked):
-        pf, rf, cf, xf = df.fresh_overrides(dataset, preset, list(picked), lo)
+        pf, rf, cf, xf, lf = df.fresh_overrides(dataset, preset, list(picked), lo)
         try:
-            res = df.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf)
+            res = df.detect(dataset, config_name, pf, rf, lo, chosen_field=cf, rejected_field=xf, label_field=lf)
         except Exception as e:  # noqa: BLE001
             return [err(e), gr.update(visible=False)] + [gr.update() for _ in overrides] + [gr.update()]
         cols = [h.AUTO, *res["detection"]["columns"]]
@@ -286,7 +286,7 @@ def _wire_form(ctx: Context, w: dict, parts: dict, panel: dict) -> None:
         n = len(table["headers"])
         widths = ["40%"] + [f"{60 // (n - 1)}%"] * (n - 1) if n > 1 else None
         return ([df.detection_markdown(res), gr.update(value=table, visible=True, column_widths=widths)]
-                + [gr.update(choices=cols, value=v) for v in (pf, rf, cf, xf)] + [""])
+                + [gr.update(choices=cols, value=v) for v in (pf, rf, cf, xf, lf)] + [""])
 
     detect_btn.click(on_detect, [w["dataset"], w["dataset_config"], w["local_only"], w["preset"], *overrides],
                      [detect_md, samples, *overrides, panel["message"]])

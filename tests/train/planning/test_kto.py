@@ -123,3 +123,26 @@ def test_kto_trains_from_an_unpaired_file(tiny_model, labelled, tmp_path):
     assert "reward.reference_match: auto -> numeric" in config  # the proof reads the plan's matcher
     assert json.loads((run / layout.STATUS).read_text())["status"] == "finished"
     assert (run / "adapter" / "adapter_model.safetensors").is_file() and (run / layout.COMPARE_JSON).is_file()
+
+
+def test_a_label_column_of_any_name_is_named_with_label_field(tiny_model, tmp_path):
+    """'thumbs' holds good / bad but its name says no label: refused in one line naming it and the override;
+    --label-field thumbs (data.label_field) takes it (inspect, the dry run); a column that spells no label, or
+    one that is not there, is one line."""
+    rows = [{"prompt": f"What is {a} + 2?", "completion": f"{a + 2 if a % 3 else a + 3}",
+             "thumbs": "\U0001F44D" if a % 3 else "\U0001F44E", "rating": a % 5 + 1} for a in range(40)]
+    data = _write(tmp_path / "thumbs.jsonl", rows)
+    args = ("train", "--model", str(tiny_model), "--dataset", str(data), "--method", "kto", "--output-dir",
+            str(tmp_path / "runs"))
+    r = cli_here(*args, cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "'thumbs' holds good / bad values; name it with --label-field thumbs" in " ".join(r.stderr.split())
+    ok = cli_here(*args, "--label-field", "thumbs", "--dry-run", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    seen = cli_here("inspect", str(data), "--label-field", "thumbs", "--json", cwd=tmp_path)
+    assert seen.returncode == 0 and json.loads(seen.stdout)["desirable_field"] == "thumbs"
+    for bad, said in (("rating", "'rating' holds '1', '2', '3', '4', '5', which spell no good / bad label"),
+                      ("nope", "--label-field 'nope' is not a column of this dataset")):
+        r = cli_here(*args, "--label-field", bad, cwd=tmp_path)
+        assert r.returncode == 2 and said in " ".join(r.stderr.split()), r.stderr
+    assert not (tmp_path / "runs").exists()
