@@ -114,7 +114,11 @@ def report_run(run, console) -> int:
         console.print(f"too few training steps to read ({steps}; the checks need {WINDOW}): nothing to say yet",
                       highlight=False)
         return 0
-    if not found:
+    if not found and cfg.method != "grpo":  # SFT, DPO, KTO, distillation: no reward was sampled
+        console.print(f"no reward to read: a {cfg.method.upper()} run trains on no sampled reward, so the checks "
+                      "for a flat reward (GRPO's) have nothing to say; its held-out curve (curves.png) and its proof "
+                      "(compare.json) say whether it learned", highlight=False)
+    elif not found:
         console.print("no sign of a flat reward: none of the checks' signals persisted (docs/rewards.md lists "
                       "them)", highlight=False)
     for f in found:  # a failing judge is said before any window

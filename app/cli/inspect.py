@@ -12,7 +12,8 @@ import sys
 from app.data.convert import prompt_text, reference_text
 from app.data.images import images_folder, sample_problems
 from app.data.preference import pair_of
-from app.data.preview import inspect_detection
+from app.data.detect import flatten_row
+from app.data.preview import inspect_detection, peek
 from app.rewards.match import choose_for as choose_match
 
 SAMPLES = 3
@@ -41,12 +42,13 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     det, rows, split_name = inspect_detection(dataset, config_name, split, prompt_field, reference_field, local_only,
                                               **pair_fields)
     match = reference_match(rows, det)
-    pictures = (sample_problems(rows, det.image_field, images_folder(dataset), local_only)
+    pictures = (check_pictures(dataset, config_name, split, det, local_only)
                 if det.image_field else None)  # read as a run reads them: what train would refuse, said here
     code = 2 if pictures and pictures[1] else 0
     if as_json:
         out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {}),
-               **({"images_checked": {"pictures": pictures[0], "problems": pictures[1]}} if pictures else {})}
+               **({"images_checked": {"pictures": pictures[0], "problems": pictures[1], "rows": pictures[2],
+                                      "of_rows": det.num_rows}} if pictures else {})}
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         return code
@@ -88,8 +90,28 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     if code:
         first, rest = pictures[1][0], len(pictures[1]) - 1
         console.print(f"[red]train would refuse this data:[/] {escape(first)}"
-                      + (f" ({rest} more of the sampled rows too)" if rest else ""), highlight=False)
+                      + (f" ({rest} more of the checked rows too)" if rest else ""), highlight=False)
     return code
+
+
+PICTURE_ROWS = 2000  # inspect reads every picture of a dataset up to this many rows; of a larger one, these first
+
+
+def check_pictures(dataset: str, config_name, split, det, local_only: bool) -> tuple[int, list[str], int]:
+    """(pictures read, problems, rows checked): every row's pictures of a small dataset (the first PICTURE_ROWS of a
+    larger one), each read and decoded as a run reads it."""
+    rows, _, _, _ = peek(dataset, config_name, split, PICTURE_ROWS, local_only)
+    rows = [flatten_row(r) for r in rows] if any("." in c for c in det.columns) else rows
+    read, problems = sample_problems(rows, det.image_field, images_folder(dataset), local_only, limit=PICTURE_ROWS)
+    return read, problems, min(len(rows), PICTURE_ROWS)
+
+
+def _checked_rows(checked: int, total: int | None) -> str:
+    """Which rows' pictures inspect read: all of them, or the first N and their share."""
+    if total is not None and checked >= total:
+        return f"all {total:,} rows"
+    share = f", {checked / total:.0%} of {total:,}" if total else ""
+    return f"the first {checked:,} rows{share}"
 
 
 def _role_rows(det, match, pictures=None) -> list[tuple[str, str, str]]:
@@ -125,8 +147,8 @@ def _role_rows(det, match, pictures=None) -> list[tuple[str, str, str]]:
     if det.image_field:
         lo, hi = det.images_per_row or (1, 1)
         count = f"{lo}" if lo == hi else f"{lo}-{hi}"
-        read = (f"; {pictures[0]} picture(s) of the first sampled rows read as a run reads them: "
-                + (f"{len(pictures[1])} row(s) a run would refuse (below)" if pictures[1] else "all readable")
+        read = (f"; {pictures[0]} picture(s) of {_checked_rows(pictures[2], det.num_rows)} read as a run reads "
+                "them: " + (f"{len(pictures[1])} row(s) a run would refuse (below)" if pictures[1] else "all readable")
                 if pictures else "")
         rows_.append(("images", det.image_field, f"{det.reasons.get('image_field', '')}; {count} per row{read} "
                                                  "(training needs a vision-language model: docs/datasets.md#images)"))

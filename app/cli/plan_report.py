@@ -18,7 +18,7 @@ from app.config.schema import AppConfig
 from app.data import build_splits
 from app.data.loading import source_kind
 from app.errors import UserError
-from app.model.source import check_model_source, weights_problem
+from app.model.source import check_model_source, run_model_hint, weights_problem
 from app.run import layout, lookup, store
 from app.run.curves import curve_keys, series, sparkline
 from app.run.summary import run_summary
@@ -38,7 +38,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     local or built in; nothing is downloaded and no weights are loaded."""
     # one line, exit 2, as the run says it: a model that is no folder here nor a hub id (the plan is for any machine,
     # so a hub model need not be downloadable from here)
-    check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False)
+    check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False, hint=run_model_hint(cfg))
     no_weights = weights_problem(model_name(cfg))
     machine = decide_machine(cfg, card_gb=gpu_gb) if gpu_gb is not None else None  # --gpu-memory -3: exit 2
     check_user_code(cfg)  # a misspelt tool or a broken reward file: said before the data is read, as the run says it

@@ -91,3 +91,23 @@ def inspect_detection(spec: str, config_name: str | None, split: str | None, pro
     rows, cols, total, name = peek(spec, config_name, split, n, local_only)
     det, flattened = detect_nested(rows, cols, prompt_field, reference_field, total, **pair_fields)
     return det, ([flatten_row(r) for r in rows] if flattened else rows), name
+
+
+def peek_detections(data_cfg, local_only: bool = True) -> list[Detection]:
+    """Each dataset of a run's data detected from a peek at its first rows (a built-in, a local file, a cached hub
+    dataset: nothing is downloaded unless ``local_only`` is false); one that cannot be read from here is left out
+    (the run says why itself)."""
+    out = []
+    for part, _ in data_cfg.parts():
+        try:
+            det, _, _ = inspect_detection(part.dataset, part.config_name, part.split, part.prompt_field,
+                                          part.reference_field, local_only, n=16)
+        except Exception:  # noqa: BLE001 - a peek for a hint or an estimate: unreadable data is said by the run
+            continue
+        out.append(det)
+    return out
+
+
+def has_pictures(data_cfg, local_only: bool) -> bool:
+    """Whether a run's data holds pictures, from a peek at its first rows (peek_detections)."""
+    return any(d.image_field for d in peek_detections(data_cfg, local_only))

@@ -59,8 +59,8 @@ def check_out(out: Path, force: bool) -> None:
     if blocked is not None:
         raise UserError(f"--out '{out}' cannot be made: '{blocked}' is a file; pass a folder path")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"'{out}' is not empty; pass a new or empty --out folder, or --force to replace what the "
-                        "export writes there")
+        raise UserError(f"'{out}' is not empty (an earlier export?); add --force to replace what this export writes "
+                        "there, or pass a new or empty --out folder")
 
 
 def slug(name: str) -> str:
@@ -188,6 +188,9 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         shutil.rmtree(merged)
     (stage / "README.md").unlink(missing_ok=True)  # PEFT's blank card; ours replaces it
     write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name, adapter_dir=adapter_dir)
+    if fmt in ("adapter", "merged"):  # the weights written, named in what the export reports (not the card alone)
+        weights = sorted(p.name for p in stage.iterdir() if p.suffix in (".safetensors", ".bin"))
+        result.files.update({"weights" if i == 0 else f"weights-{i}": w for i, w in enumerate(weights)})
     result.files["card"] = "README.md"
 
 

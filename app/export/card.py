@@ -47,6 +47,14 @@ def code_name(name: str, kind: str = "model") -> str:
     return f"`{plain}`" + (f" ({local})" if local else "")
 
 
+def teacher_named(label: str) -> str:
+    """The proof's teacher ("run /home/me/runs/x (asked with ...)", a model id or folder) as a card names it: a
+    local folder by its last part, as code_name names the base."""
+    head, sep, tail = label.partition(" (asked with")
+    run = head.startswith("run ")
+    return ("run " if run else "") + code_name(head[4:] if run else head, "model") + sep + tail
+
+
 def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
     """Markdown lines of the held-out comparison, or a line saying there is none yet."""
     if not cmp:
@@ -77,7 +85,7 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
     if s.get("teacher"):
         closed = s.get("closed")
-        lines += ["", f"Teacher: {c.get('teacher')}; the adapter closed "
+        lines += ["", f"Teacher: {teacher_named(c.get('teacher') or '')}; the adapter closed "
                       + (f"{closed:.0%} of its lead over the base." if closed is not None else
                          "nothing: the teacher did not lead the base on these rows.")]
     if s.get("by_dataset"):  # a mix: the held-out rows of every dataset on their own

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from app.data.preview import has_pictures
 from app.errors import UserError
 from app.host.offline import hub_offline, hub_reachable
 
@@ -38,10 +39,20 @@ def model_on_disk(name: str) -> bool:
     return isinstance(try_to_load_from_cache(name, "config.json"), str)
 
 
-def unavailable_model_hint(name: str) -> str:
-    """What to do about a hub model this machine cannot fetch."""
-    return (f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use "
-            "--model arith-base (the tiny model shipped for offline use; shapes-vlm-base for data with pictures)")
+def unavailable_model_hint(name: str, pictures: bool = False) -> str:
+    """What to do about a hub model this machine cannot fetch; ``pictures``: the run's data has pictures, so the
+    shipped model to name is the one that reads them."""
+    shipped = ("--model shapes-vlm-base (the tiny vision-language model shipped for offline use: this data has "
+               "pictures)" if pictures else
+               "--model arith-base (the tiny model shipped for offline use; shapes-vlm-base for data with pictures)")
+    return f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use {shipped}"
+
+
+def run_model_hint(cfg):
+    """A run's hint for a model it cannot fetch, asked only when one is missing: the shipped model that reads the
+    run's data (shapes-vlm-base for data with pictures, arith-base otherwise)."""
+    name = cfg.model.name_or_path or ""
+    return lambda: unavailable_model_hint(name, pictures=has_pictures(cfg.data, cfg.runtime.local_only))
 
 
 def model_load_error(name: str, e: Exception) -> UserError:
@@ -79,12 +90,13 @@ def weights_problem(name: str) -> str | None:
 
 
 def check_model_source(name: str, local_only: bool, offline_because: str = "--local-only forbids downloads",
-                       loads: bool = True, hint: str | None = None) -> None:
+                       loads: bool = True, hint=None) -> None:
     """Fail fast and clearly before transformers produces a long hub traceback. ``offline_because``: why downloads
     are off, in the words of the caller (the flag, or the machine's HF_HUB_OFFLINE). ``loads``: the caller loads the
     model here, so a folder needs its weights and a hub model not on disk must be downloadable from here (a dry run
     reads only config.json, for any machine, and passes False: weights_problem is its note). ``hint``: what to do
-    about a hub model this machine cannot fetch, in the caller's words (default: unavailable_model_hint)."""
+    about a hub model this machine cannot fetch, in the caller's words, or a function that says it (asked only then:
+    a run's hint reads its data); default: unavailable_model_hint."""
     if looks_local(name):
         p = Path(name).expanduser()
         if not p.is_dir():
@@ -100,11 +112,13 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
     check_model_name(name)
     if model_on_disk(name):
         return
+    said = (hint() if callable(hint) else hint) if local_only or loads and (hub_offline() or not hub_reachable()) \
+        else None
     if local_only:
         raise UserError(f"model '{name}' is not in the local HF cache and {offline_because}; "
-                        f"{hint or unavailable_model_hint(name)}")
+                        f"{said or unavailable_model_hint(name)}")
     if loads and (hub_offline() or not hub_reachable()):  # one line now, not a minute of download retries
         why = ("this machine is offline (HF_HUB_OFFLINE=1)" if hub_offline() else
                "the Hugging Face Hub cannot be reached from here")
         raise UserError(f"model '{name}' is not in the local HF cache and {why}; "
-                        f"{hint or unavailable_model_hint(name)}")
+                        f"{said or unavailable_model_hint(name)}")

@@ -22,7 +22,8 @@ from app.config.reward_components import NAMES as REWARD_COMPONENTS
 from app.config.schema import AppConfig, RewardConfig
 from app.errors import UserError
 from app.host.offline import hub_offline
-from app.model.source import check_model_source
+from app.data.preview import peek_detections
+from app.model.source import check_model_source, run_model_hint
 from app.rewards import effective_weights
 from app.run import integrity, layout, lookup, newrun
 from app.run.summary import run_summary
@@ -262,7 +263,11 @@ def form_view(form: dict, runs_dir: str | Path) -> tuple[str, str]:
     try:
         preset, flags, sets, argv = form_to_cli(form, runs_dir)
         cfg = build_config(_load_preset(preset), flags, sets)
-        verdicts, plan = card_verdicts(cfg)
+        # what the dry run refuses before it plans: a model not to be had here (Local only), data with pictures
+        # for a text model (the plan reads the data's detection, from a peek that downloads nothing)
+        check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False, hint=run_model_hint(cfg))
+        found = peek_detections(cfg.data) if not cfg.data.mix else []
+        verdicts, plan = card_verdicts(cfg, det=found[0] if found else None)
     except UserError as e:
         return f"# not valid yet: {e}", f"**Memory estimate:** not available ({e})"
     if plan is None:  # too big for every card
@@ -285,7 +290,7 @@ def start_run(jobs, runs_dir: str | Path, form: dict) -> Path:
     # a model that cannot be found is said here, before a run is started that would only fail
     check_model_source(model_name(cfg), cfg.runtime.local_only or hub_offline(),
                        "'Local only (offline)' forbids downloads" if cfg.runtime.local_only else
-                       "this machine is offline (HF_HUB_OFFLINE=1 where the UI was started)")
+                       "this machine is offline (HF_HUB_OFFLINE=1 where the UI was started)", hint=run_model_hint(cfg))
     jobs.check_free()
     _, _, _, argv = form_to_cli(form, runs_dir)
     d = newrun.unused_run_dir(runs_dir, cfg.run_name or newrun.default_run_name(cfg.method, cfg.data.datasets))

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from app.errors import UserError
@@ -87,6 +88,7 @@ class JobManager:
         self.run_dir: Path | None = None  # the current or most recent run started here (may not exist yet)
         self.console: Path | None = None  # its process's console output
         self.error: str | None = None  # why it ended before its session made the run folder
+        self.error_at: float = 0.0  # when: a run made after it (from the CLI, another UI) supersedes the refusal
         self.stop_requested = False
         self.killed = False
 
@@ -144,6 +146,7 @@ class JobManager:
                 # the CLI's "error: ..." line, without its label: the page labels it once
                 self.error = (re.sub(r"^(error:\s*)+", "", line or "")
                               or f"the training process ended with exit code {rc}")
+                self.error_at = time.time()
             return
         record_exit(run_dir, rc, self.stop_requested, self.killed, line)
 

@@ -149,6 +149,10 @@ def live_status(jobs, runs_dir: str | Path) -> dict:
     session has not made its folder yet (it checks and plans first) shows its console; one refused before that
     shows why."""
     d = jobs.run_dir or running_elsewhere(Path(runs_dir))
+    if d is not None and d == jobs.run_dir and jobs.error and not lookup.is_run_dir(Path(d)):
+        # a refused Start stands until a run is made after it (from the CLI, another UI): then that run is news
+        later = [r for r in lookup.list_runs(Path(runs_dir)) if lookup.created(r) > jobs.error_at]
+        d = later[0] if later else d
     if d is None:
         return _no_run("No run started yet.")
     if not lookup.is_run_dir(Path(d)):

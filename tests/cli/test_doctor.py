@@ -10,10 +10,12 @@ from app.config.schema import AppConfig
 from app.run import layout
 
 
-def _run(tmp_path, lines):
+def _run(tmp_path, lines, method="grpo"):
     d = tmp_path / "run"
     d.mkdir()
-    (d / layout.CONFIG).write_text(AppConfig.model_validate({"method": "grpo", "data": {"dataset": "arith"}}).to_yaml())
+    extra = {"distill": {"teacher": "arith-teacher"}} if method == "distill" else {}
+    (d / layout.CONFIG).write_text(AppConfig.model_validate({"method": method, "data": {"dataset": "arith"},
+                                                             **extra}).to_yaml())
     (d / layout.METRICS).write_text("".join(json.dumps(r) + "\n" for r in lines))
     return d
 
@@ -41,3 +43,16 @@ def test_a_failing_judge_is_said_before_any_window(tmp_path):
     (tmp_path / "quiet").mkdir()
     n, said = _doctor(_run(tmp_path / "quiet", [{"step": 1, "loss": 0.1}]))
     assert n == 0 and "too few training steps to read (1; the checks need 20)" in said
+
+
+def test_a_run_without_a_reward_is_not_said_to_have_a_healthy_one(tmp_path):
+    """A distillation (or SFT) run samples no reward: doctor says there is none to read, not "no sign of a flat
+    reward"; a GRPO run with healthy signals still gets that line."""
+    lines = [{"step": i, "loss": 0.3 - i / 100, "grad_norm": 0.3} for i in range(1, 31)]
+    n, said = _doctor(_run(tmp_path, lines, "distill"))
+    assert n == 0 and "no reward to read: a DISTILL run" in said and "no sign of a flat reward" not in said
+    (tmp_path / "grpo").mkdir()
+    healthy = [{"step": i, "loss": 0.1, "grad_norm": 0.3, "reward": i / 30, "reward_std": 0.4,
+                "frac_reward_zero_std": 0.1} for i in range(1, 31)]
+    n, said = _doctor(_run(tmp_path / "grpo", healthy))
+    assert "no sign of a flat reward" in said

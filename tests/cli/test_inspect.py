@@ -145,7 +145,7 @@ def test_image_data_is_read_as_a_run_reads_it(tmp_path, capsys, monkeypatch):
     (tmp_path / "good.jsonl").write_text("\n".join(json.dumps(r) for r in good))
     assert run_inspect(str(tmp_path / "good.jsonl"), None, None, None, None, True, False) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "4 picture(s) of the first sampled rows read as a run reads them: all readable" in out
+    assert "4 picture(s) of all 4 rows read as a run reads them: all readable" in out
     assert "name images" in out and "would refuse" not in out
     cases = {"missing.png": "not found (looked for", "broken.png": "is not a readable image",
              "https://example.com/a.png": "is a URL and downloads are off (--local-only or HF_HUB_OFFLINE)", "": "has no image in"}
@@ -159,3 +159,17 @@ def test_image_data_is_read_as_a_run_reads_it(tmp_path, capsys, monkeypatch):
         assert run_inspect(str(tmp_path / f"bad{i}.jsonl"), None, None, None, None, True, True) == 2
         checked = json.loads(capsys.readouterr().out)["images_checked"]
         assert checked["pictures"] == 3 and len(checked["problems"]) == 1 and said in checked["problems"][0]
+        assert checked["rows"] == checked["of_rows"] == 4
+    # a bad picture far past the sampled rows (row 41 of 60) is found: every row of a small dataset is checked
+    far = good * 10 + [{"image": "missing.png", "question": "colour?", "answer": "red"}] + good * 5
+    (tmp_path / "far.jsonl").write_text("\n".join(json.dumps(r) for r in far))
+    assert run_inspect(str(tmp_path / "far.jsonl"), None, None, None, None, True, False) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "60 picture(s) of all 61 rows" in out and "train would refuse this data: row 41" in out
+
+
+def test_the_share_of_a_large_datasets_rows_whose_pictures_were_checked():
+    from app.cli.inspect import _checked_rows
+
+    assert _checked_rows(2000, 10_000) == "the first 2,000 rows, 20% of 10,000"
+    assert _checked_rows(61, 61) == "all 61 rows" and _checked_rows(2000, None) == "the first 2,000 rows"

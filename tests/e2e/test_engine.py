@@ -186,7 +186,7 @@ def test_export_copies_or_merges_and_never_overwrites(tiny_model, math_jsonl, tm
     assert (copied / "adapter_model.safetensors").read_bytes() == (
         d / layout.ADAPTER / "adapter_model.safetensors").read_bytes()
     before = {p.name: p.read_bytes() for p in copied.iterdir()}
-    with pytest.raises(UserError, match="is not empty; pass a new or empty --out folder, or --force"):
+    with pytest.raises(UserError, match=r"is not empty \(an earlier export\?\); add --force to replace"):
         export_run(d, tmp_path / "copy")
     assert {p.name: p.read_bytes() for p in copied.iterdir()} == before  # nothing overwritten
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".copy.")]  # no staging folder left

@@ -38,7 +38,7 @@ def test_bad_requests_are_one_line_and_keep_what_exists(bare_run, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep.txt").write_text("mine")
-    with pytest.raises(UserError, match="is not empty; pass a new or empty --out folder, or --force"):
+    with pytest.raises(UserError, match=r"is not empty \(an earlier export\?\); add --force to replace"):
         export_run(bare_run, full)
     assert (full / "keep.txt").read_text() == "mine" and len(list(full.iterdir())) == 1
     with pytest.raises(UserError, match="--format tgz is not one of adapter, merged, gguf, gguf-lora, ollama"):
@@ -55,8 +55,10 @@ def test_bad_requests_are_one_line_and_keep_what_exists(bare_run, tmp_path):
     # --force writes into a full folder, replacing only its own names
     res = export_run(bare_run, full, force=True)
     assert (full / "keep.txt").read_text() == "mine" and (full / "adapter_model.safetensors").is_file()
-    assert res.files["card"] == "README.md"
+    assert res.files["card"] == "README.md" and res.files["weights"] == "adapter_model.safetensors"
     assert not [p for p in tmp_path.iterdir() if ".export-" in p.name]  # no staging folder left
+    merged = export_run(bare_run, tmp_path / "merged", fmt="merged")  # what the export reports names the weights
+    assert merged.files["weights"] == "model.safetensors" and (merged.out / merged.files["weights"]).is_file()
 
 
 def test_cli_errors_exit_2(bare_run, tmp_path):

@@ -32,3 +32,23 @@ def test_a_moe_run_says_which_parameters_were_4bit():
                               "lora_expert_targets": ["mlp.experts.down_proj"]})
     assert "the experts 4-bit (NF4, each quantized as it loaded)" in quantized
     assert "`mlp.experts.down_proj`" in quantized
+
+
+def test_a_distilled_runs_card_names_its_local_teacher_without_its_path(tmp_path):
+    """The card may be pushed: a teacher that is a local run or folder is named by its last part, as the base is,
+    never by the user's directory layout (the proof's teacher line and the method line)."""
+    from app.config.schema import AppConfig
+    from app.export.card import method_lines, proof_table
+
+    teacher = tmp_path / "secret-home" / "runs" / "my-grpo-run"
+    teacher.mkdir(parents=True)
+    cfg = AppConfig.model_validate({"method": "distill", "distill": {"teacher": str(teacher)},
+                                    "data": {"dataset": "arith"}})
+    side = {"accuracy": 0.5, "mean_reward": 1.0, "mean_tokens": 9.0}
+    cmp = {"summary": {"n": 4, "wins": 2, "ties": 2, "losses": 0, "base": side, "adapter": side, "teacher": side,
+                       "closed": 0.5},
+           "config": {"teacher": f"run {teacher} (asked with its system prompt 'Be brief.')"}}
+    text = "\n".join(proof_table(cmp) + method_lines(cfg))
+    assert str(tmp_path) not in text and "secret-home" not in text
+    assert "Teacher: run `my-grpo-run` (a local model folder) (asked with its system prompt 'Be brief.')" in text
+    assert "from teacher `my-grpo-run` (a local model folder)" in text

@@ -495,3 +495,16 @@ def test_another_dataset_starts_from_auto_detection_and_the_presets_keeps_its_co
     assert df.column_overrides(str(SCHEMAS / "hh_rlhf.jsonl"), "demo-grpo") == [h.AUTO] * 5
     assert df.column_overrides("", "demo-grpo") == [h.AUTO] * 5
     assert df.column_overrides("arith", "no-such-preset") == [h.AUTO] * 5
+
+
+def test_the_estimate_says_what_the_cli_would_refuse(tmp_path):
+    """A text model on data with pictures, and a hub model not in the cache under Local only: the estimate says the
+    refusal the dry run gives, never "fits" on every card."""
+    form = h.widget_values(h.form_defaults("demo-grpo"))
+    _, memory = h.form_view({**form, "dataset": "shapes", "method": "sft"}, tmp_path)
+    assert "not available (the dataset has images" in memory and "fits" not in memory
+    _, memory = h.form_view({**form, "model": "nobody/not-cached-7b", "local_only": True}, tmp_path)
+    assert "not available (model 'nobody/not-cached-7b' is not in the local HF cache" in memory
+    assert "fits" not in memory
+    _, memory = h.form_view(form, tmp_path)  # the demo as it is: an estimate
+    assert "**fits**" in memory

@@ -204,3 +204,18 @@ def test_an_offline_miss_of_the_default_model_says_what_to_do_and_leaves_no_fold
     assert "Qwen/Qwen2.5-1.5B-Instruct" in line and "qlora-app prefetch --model Qwen/Qwen2.5-1.5B-Instruct" in line
     assert "--model arith-base" in line
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_refused_start_gives_way_to_a_run_made_after_it(tmp_path, monkeypatch):
+    """A refusal shown under the status (the process said why before any folder was made) stands until a run is
+    made after it: a run started from the CLI then is what the Train tab shows, not the old error (which the UI
+    kept across page reloads)."""
+    _fake(monkeypatch, "import sys; print('error: dataset file not found; pass an existing file'); sys.exit(2)")
+    jobs = JobManager(tmp_path)
+    jobs.start(tmp_path / "never-made")
+    assert _wait(lambda: not jobs.is_running() and jobs.error)
+    assert "did not start" in rv.live_status(jobs, tmp_path)["markdown"]
+    later = _new_run(tmp_path, "from-the-cli")  # a run made after the refusal (the CLI, another UI)
+    store.write_status(later, layout.FINISHED, step=3, max_steps=3)
+    live = rv.live_status(jobs, tmp_path)
+    assert "did not start" not in live["markdown"] and live["run_dir"] == later and live["status"] == layout.FINISHED

@@ -45,7 +45,7 @@ from app.eval.heldout import sample_examples
 from app.export.card import write_card
 from app.host.procs import is_main
 from app.host.threads import ThreadGovernor
-from app.model.source import check_model_source
+from app.model.source import check_model_source, run_model_hint
 from app.model.unsloth_backend import import_first
 from app.run import integrity, layout, store
 from app.run.counts import RunCounts
@@ -156,7 +156,7 @@ class Session:
             self.machine = decide_machine(cfg)
             import_first(self.machine[1])  # before anything imports transformers / trl / peft
             self.threads = ThreadGovernor(cfg.runtime.threads, note=self.busy.append)
-        check_model_source(model_name(cfg), cfg.runtime.local_only)  # fail fast, before data
+        check_model_source(model_name(cfg), cfg.runtime.local_only, hint=run_model_hint(cfg))  # before data
         # Data first: a wrong column name should fail in a second, not after the model has loaded.
         self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
                                                               local_only=cfg.runtime.local_only,

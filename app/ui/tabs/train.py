@@ -1,12 +1,15 @@
 """The Train tab: the form (one widget per config key, its description as the tooltip), field detection, the
 memory estimate, the equivalent CLI command, Start / Stop and the live view of the run."""
 
+import time
+
 from app.config.flags import WIDGETS
 from app.config.resolve import DEFAULT_GRPO_MODEL
 from app.config.reward_components import BY_NAME
 from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS, REFERENCE_MATCHES
 from app.data.images import IMAGE_SUFFIXES
 from app.errors import UserError
+from app.run import lookup
 from app.tools.builtin import BUILTIN_TOOLS
 from app.ui import data_form as df
 from app.ui import handlers as h
@@ -316,17 +319,19 @@ def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
     shown_curves = gr.State(None)  # the curves_key of what the curves show: redraw only when it changes
     timer = gr.Timer(POLL_SECONDS)
 
+    refused_at = gr.State(0.0)  # when Start was last refused: a run made after it makes that error history
+
     def on_start(*values):
         try:
             d = h.start_run(ctx.jobs, ctx.runs_dir, dict(zip(names, values)))
         except Exception as e:  # noqa: BLE001
-            return err(e)
-        return f"{STARTED} **{d.name}**"
+            return err(e), time.time()
+        return f"{STARTED} **{d.name}**", 0.0
 
-    panel["start"].click(on_start, inputs, panel["message"])
+    panel["start"].click(on_start, inputs, [panel["message"], refused_at])
     panel["stop"].click(lambda: ctx.jobs.stop(), None, panel["message"])
 
-    def on_tick(shown_message, shown_key):
+    def on_tick(shown_message, shown_key, refused):
         s = rv.live_status(ctx.jobs, ctx.runs_dir)
         key = s["curves_key"]
         if key == shown_key:
@@ -337,9 +342,11 @@ def _wire_run(ctx: Context, w: dict, panel: dict) -> None:
         # start (the status says why): do not leave them on the page.
         stale = bool(shown_message) and not ctx.jobs.is_running() and (
             BUSY_MESSAGE in shown_message or (shown_message.startswith(STARTED) and bool(ctx.jobs.error)))
+        # a refused Start's error, once a run was made after it (here, from the CLI or another UI)
+        stale = stale or bool(refused and s["run_dir"] is not None and lookup.created(s["run_dir"]) > refused)
         return (gr.update(value="") if stale else gr.update(), s["markdown"], s["progress"], s["log"], curves, key)
 
-    timer.tick(on_tick, [panel["message"], shown_curves],
+    timer.tick(on_tick, [panel["message"], shown_curves, refused_at],
                [panel["message"], panel["status"], panel["progress"], panel["log"], panel["curves"], shown_curves],
                show_progress="hidden")
     # Gradio's own autoscroll does not follow a value set from the server (found in Chromium: at 10/10 the box still
