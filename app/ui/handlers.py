@@ -263,13 +263,17 @@ def form_view(form: dict, runs_dir: str | Path) -> tuple[str, str]:
     try:
         preset, flags, sets, argv = form_to_cli(form, runs_dir)
         cfg = build_config(_load_preset(preset), flags, sets)
+    except UserError as e:
+        return f"# not valid yet: {e}", f"**Memory estimate:** not available ({e})"
+    try:
         # what the dry run refuses before it plans: a model not to be had here (Local only), data with pictures
-        # for a text model (the plan reads the data's detection, from a peek that downloads nothing)
+        # for a text model (the plan reads the data's detection, from a peek that downloads nothing); the command
+        # itself stands, the run it starts would be refused
         check_model_source(model_name(cfg), cfg.runtime.local_only, loads=False, hint=run_model_hint(cfg))
         found = peek_detections(cfg.data) if not cfg.data.mix else []
         verdicts, plan = card_verdicts(cfg, det=found[0] if found else None)
     except UserError as e:
-        return f"# not valid yet: {e}", f"**Memory estimate:** not available ({e})"
+        return shlex.join(argv), f"**Memory estimate:** not available ({e})"
     if plan is None:  # too big for every card
         return shlex.join(argv), "**Memory estimate:** too big for an 80 GB card; " + ", ".join(
             f"{g} GB: **{v}**" for g, v in verdicts.items())

@@ -501,8 +501,9 @@ def test_the_estimate_says_what_the_cli_would_refuse(tmp_path):
     """A text model on data with pictures, and a hub model not in the cache under Local only: the estimate says the
     refusal the dry run gives, never "fits" on every card."""
     form = h.widget_values(h.form_defaults("demo-grpo"))
-    _, memory = h.form_view({**form, "dataset": "shapes", "method": "sft"}, tmp_path)
+    command, memory = h.form_view({**form, "dataset": "shapes", "method": "sft"}, tmp_path)
     assert "not available (the dataset has images" in memory and "fits" not in memory
+    assert command.startswith("qlora-app train")  # the command stands; the run it starts would be refused
     _, memory = h.form_view({**form, "model": "nobody/not-cached-7b", "local_only": True}, tmp_path)
     assert "not available (model 'nobody/not-cached-7b' is not in the local HF cache" in memory
     assert "fits" not in memory
