@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from app.config.resolve import model_name
 from app.data.preview import has_pictures
 from app.errors import UserError
 from app.host.offline import hub_offline, hub_reachable
@@ -51,7 +52,7 @@ def unavailable_model_hint(name: str, pictures: bool = False) -> str:
 def run_model_hint(cfg):
     """A run's hint for a model it cannot fetch, asked only when one is missing: the shipped model that reads the
     run's data (shapes-vlm-base for data with pictures, arith-base otherwise)."""
-    name = cfg.model.name_or_path or ""
+    name = model_name(cfg)  # the method's default model when none is set
     return lambda: unavailable_model_hint(name, pictures=has_pictures(cfg.data, cfg.runtime.local_only))
 
 

@@ -50,7 +50,9 @@ def test_sft_max_length_is_cut_to_the_context_in_the_plan():
     cfg = _arith("training.max_length=1024", method="sft")
     plan = make_plan(cfg, *_rows(cfg))
     assert plan.cfg.training.max_length == 256
-    assert [(a.key, a.was, a.now) for a in plan.adjustments] == [("training.max_length", "1024", "256")]
+    # and the reference match its proof scores with, recorded for every method (app/train/planning/reward_checks.py)
+    assert [(a.key, a.was, a.now) for a in plan.adjustments] == [("reward.reference_match", "auto", "numeric"),
+                                                                 ("training.max_length", "1024", "256")]
 
 
 def test_a_plan_without_data_or_model_files_says_so_and_adjusts_nothing():
