@@ -30,6 +30,9 @@ IMAGES = "images"  # the column the conversions carry (TRL's name)
 IMAGE_NAME_WORDS = IMAGE_WORDS | {"path", "paths", "file", "files", "url", "urls", "uri"}
 MARKER = re.compile(r"<image>\s*")  # LLaVA's placeholder in the text
 _MAGIC = (b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF", b"BM")
+# A folder whose pictures were kept by their names alone (the UI's upload of loose files: a browser sends names
+# without folders): only there is a row's 'pics/0.png' read as the '0.png' beside the data file.
+BY_NAME = ".pictures-by-name"
 
 
 def is_image(v) -> bool:
@@ -186,9 +189,10 @@ def _read(src, base: Path | None, local_only: bool, shared: frozenset = frozense
             raise ValueError(f"is a URL that {e}") from None
     p = Path(s).expanduser()
     if not p.is_absolute() and base is not None:
-        # beside the data file by its path; else by its name alone (a data file uploaded with its pictures as loose
-        # files: the browser sends names without folders), but only a name no other path of the data carries
-        by_name = p.name not in shared and not (base / p).is_file() and (base / p.name).is_file()
+        # beside the data file by its path; else, in a folder of pictures kept by name (BY_NAME: the UI's upload of
+        # loose files), by its name alone, and only a name no other path of the data carries
+        by_name = ((base / BY_NAME).is_file() and p.name not in shared and not (base / p).is_file()
+                   and (base / p.name).is_file())
         p = base / p.name if by_name else base / p
     if not p.is_file():
         if p.name in shared:

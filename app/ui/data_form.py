@@ -12,7 +12,8 @@ from pathlib import Path
 
 from app.config.flags import split_datasets
 from app.data import prompt_text, reference_text, resolve_dataset
-from app.data.images import IMAGE_SUFFIXES, IMAGES, attach_images, decoded, images_folder, thumbnails
+from app.data.images import (BY_NAME, IMAGE_SUFFIXES, IMAGES, attach_images, dataset_shared_names, decoded, images_folder,
+                             thumbnails)
 from app.data.preference import pair_of
 from app.data.splits import detect_dataset
 from app.errors import UserError
@@ -69,6 +70,8 @@ def save_upload(tmp_paths: str | list[str] | None, runs_dir: str | Path) -> str:
         if not to.exists():
             to.parent.mkdir(parents=True, exist_ok=True)
             to.write_bytes(files[rel])
+    if any("/" not in r for r in pictures):  # loose pictures, kept by name: rows' folders are read by name here
+        (folder / BY_NAME).touch()
     return str(dest.resolve())
 
 
@@ -179,7 +182,9 @@ def _thumbnails(ds, det, dataset: str, local_only: bool, n: int = 4) -> list[str
     """Small copies of the first rows' images (an image dataset), read as training reads them."""
     if not det.image_field:
         return []
-    first = attach_images(ds.select(range(min(n, len(ds)))), det, images_folder(dataset), local_only)
+    # the file names several folders share are those of the whole split, as training reads it
+    first = attach_images(ds.select(range(min(n, len(ds)))), det, images_folder(dataset), local_only,
+                          shared=dataset_shared_names([ds], det.image_field))
     return [url for row in first.to_list() for url in thumbnails(decoded(row[IMAGES]), side=72)][:n]
 
 

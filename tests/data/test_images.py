@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from PIL import Image
 
-from app.data.images import IMAGES, decoded, find_image_field, image_values, is_image
+from app.data.images import BY_NAME, IMAGES, decoded, find_image_field, image_values, is_image
 from app.data.splits import build_splits
 from app.errors import DataError
 
@@ -164,7 +164,8 @@ def test_pictures_pass_through_the_conversions_as_stored(tmp_path):
 def test_a_name_two_folders_share_is_never_read_from_another_folder(tmp_path):
     """cats/1.png and dogs/1.png: a row's path resolves to its own file or to nothing. With only one 1.png beside
     the data file (the pictures uploaded loose), neither row may take it by name alone: each is one line naming the
-    fix. A name only one path carries is still found by its name (a data file uploaded with its pictures)."""
+    fix. A name only one path carries is found by its name only in a folder of pictures kept by name (the UI's
+    upload of loose files marks it); anywhere else a missing file is missing, never another file."""
     rows = [{"question": f"colour of {k}/{i}?", "answer": c, "image": f"{k}/{i}.png"}
             for k, c in (("cats", "red"), ("dogs", "blue")) for i in range(6)]
     data = _jsonl(tmp_path / "d.jsonl", rows)
@@ -178,6 +179,7 @@ def test_a_name_two_folders_share_is_never_read_from_another_folder(tmp_path):
             assert img.getpixel((0, 0)) == Image.new("RGB", (1, 1), row["answer"]).getpixel((0, 0)), row["question"]
     flat = tmp_path / "flat"
     flat.mkdir()
+    (flat / BY_NAME).touch()
     data = _jsonl(flat / "d.jsonl", rows)
     for i in range(6):  # the folders lost: one i.png each, the cats' (red)
         _png(flat / f"{i}.png", "red")
@@ -188,5 +190,8 @@ def test_a_name_two_folders_share_is_never_read_from_another_folder(tmp_path):
     one = [{"question": f"q{i}", "answer": "red", "image": f"cats/{i}.png"} for i in range(6)]
     for i in range(6):
         _png(solo / f"{i}.png", "red")
+    with pytest.raises(DataError, match=r"not found \(looked for .*cats/\d\.png\)"):  # unrelated files of one name
+        build_splits(_data(_jsonl(solo / "d.jsonl", one)), seed=1)
+    (solo / BY_NAME).touch()  # pictures kept by name (the UI's upload of loose files)
     train, _, _ = build_splits(_data(_jsonl(solo / "d.jsonl", one)), seed=1)
     assert len(train) > 0  # found by the name no other path carries

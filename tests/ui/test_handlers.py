@@ -169,7 +169,7 @@ def test_a_data_file_uploaded_with_its_pictures_finds_them(tmp_path):
     saved = Path(df.save_upload([str(tmp_path / "data.jsonl"), *(str(tmp_path / f"up{i}" / f"{i}.png")
                                                                  for i in range(3))], runs))
     assert saved.name == "data.jsonl" and sorted(p.name for p in saved.parent.iterdir()) == [
-        "0.png", "1.png", "2.png", "data.jsonl"]
+        ".pictures-by-name", "0.png", "1.png", "2.png", "data.jsonl"]  # marked: pictures kept by name
     res = df.detect(str(saved), local_only=True)
     assert res["detection"]["image_field"] == "image" and len(res["thumbnails"]) == 3
     for bad, said in ((["a.txt"], "got a.txt"), ([], "no file uploaded"),
@@ -209,6 +209,7 @@ def test_pictures_in_class_folders_are_never_swapped(tmp_path):
     saved = Path(df.save_upload([str(tmp_path / "data.jsonl"), str(tmp_path / "pics.zip")], runs))
     assert sorted(p.relative_to(saved.parent).as_posix() for p in saved.parent.rglob("*.png")) == [
         "cats/0.png", "cats/1.png", "dogs/0.png", "dogs/1.png"]
+    assert not (saved.parent / ".pictures-by-name").exists()  # in their folders: read by their paths only
     res = df.detect(str(saved), local_only=True)
     colours = []
     for url in res["thumbnails"]:
