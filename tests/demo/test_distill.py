@@ -79,6 +79,9 @@ def test_off_policy_distillation_trains_on_the_teachers_answers(tmp_path):
     run = next(d for d in tmp_path.iterdir() if (d / layout.CONFIG).is_file())
     log = (run / layout.LOG).read_text()
     assert "the teacher answers 24 training prompts once (off-policy distillation)" in log
+    # the plan says what runs (it said on-policy words before)
+    assert "off-policy: the teacher answers each training prompt once, greedily" in log
+    assert "the teacher scores every token" not in log
     proof = json.loads((run / layout.COMPARE_JSON).read_text())
     assert proof["summary"]["teacher"]["accuracy"] is not None and len(proof["rows"]) == 16
     assert "completions/mean_length" not in json.dumps(store.read_metrics(run))  # SFT: nothing sampled in training
