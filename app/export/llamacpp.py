@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import signal
@@ -30,6 +31,7 @@ from app.export.gguf import convert, native_stderr, pre_tokenizer
 from app.host.loading import llama_plain_buffers
 
 PROBE_TIMEOUT_S = 120
+log = logging.getLogger("qlora_app")
 MODES = {
     "default": "llama.cpp runs quantized GGUF files here",
     "plain": "this CPU faults on llama.cpp's repacked CPU kernels (it advertises AMX but faults on it, as some cloud "
@@ -119,6 +121,9 @@ def open_gguf(path: Path, plain: bool | None = None, **kw):
     import llama_cpp
 
     use_plain = probe().plain if plain is None else plain
+    if use_plain and plain is None and not _SAID:  # said once a process: this machine runs llama.cpp another way
+        _SAID.append(True)
+        log.warning("note: %s", probe().line)
     with native_stderr(), llama_plain_buffers(use_plain):  # llama.cpp's notes, printed even with verbose=False
         return llama_cpp.Llama(model_path=str(path), verbose=False, **{"n_ctx": 256, "n_threads": 2, **kw})
 
@@ -155,6 +160,7 @@ def _machine_key() -> str:
 
 
 _FOUND: dict[str, Probe] = {}
+_SAID: list = []
 
 
 def probe(runner=_one_token, probe_file: Path | None = None, cache: bool = True) -> Probe:

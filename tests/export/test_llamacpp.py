@@ -72,3 +72,26 @@ def test_the_real_probe_and_the_plain_buffers():
     if found.mode != "broken":
         assert in_child(_extra_bufts, str(f), True) is False
         assert in_child(_extra_bufts, str(f), False) is (found.mode == "default")
+
+
+def test_open_gguf_runs_llama_cpp_the_probes_way_and_says_so(monkeypatch, caplog):
+    """On a machine the probe found faulting (AMX advertised, not working), every GGUF opened by our helpers takes
+    the plain CPU buffers, and the first open says so."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("conversion")
+    import logging
+
+    import app.export.llamacpp as m
+
+    monkeypatch.setattr(m, "probe", lambda *a, **k: m.Probe("plain"))
+    monkeypatch.setattr(m, "_SAID", [])
+    with caplog.at_level(logging.WARNING, logger="qlora_app"):
+        llm = m.open_gguf(m.probe_gguf(), n_ctx=32)
+    try:
+        assert llm.model_params.use_extra_bufts is False
+    finally:
+        llm.close()
+    assert "use_extra_bufts=False" in caplog.text
+    import llama_cpp
+
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True  # the patch ended with the open
