@@ -285,8 +285,8 @@ def with_label_override(det, d, column: str, said: str):
     if not (p.kind == "bool" or p.labels):
         shown = ", ".join(repr(v) for v in p.values) or "other values"
         raise DataError(f"{said} '{column}' holds {shown}, which spell no good / bad label (true / false, yes / no, "
-                        "1 / 0, good / bad, up / down, 👍 / 👎 do, both of them); map them to those, or name another "
-                        "column")
+                        "1 / 0, good / bad, up / down, 👍 / 👎 do, both of them); map them to those, or name "
+                        "another column")
     det.desirable_field = column
     d.reasons["desirable_field"] = (f"set by override: '{column}' says whether each row's '{det.reference_field}' is "
                                     "an answer to learn (KTO learns from both; the other methods use the good ones)")

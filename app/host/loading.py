@@ -1,6 +1,6 @@
-"""The patches of a library qlora-app makes, each around one model load only. transformers' loader, for the length of one load, hands each
-parameter it has just placed to a callback (a mixture-of-experts model's fused experts are quantized to 4-bit there,
-as each is read: app/model/experts.quantize_as_loaded).
+"""The patches of a library qlora-app makes, each around one model load only. transformers' loader, for the length
+of one load, hands each parameter it has just placed to a callback (a mixture-of-experts model's fused experts are
+quantized to 4-bit there, as each is read: app/model/experts.quantize_as_loaded).
 
 Why a patch: transformers 5.23's bitsandbytes quantizer converts ``nn.Linear`` weights only, so a MoE model's fused
 3-D experts (most of its bytes) would load whole in 16-bit and be quantized afterwards: the load's peak holds every

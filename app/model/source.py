@@ -46,7 +46,8 @@ def unavailable_model_hint(name: str, pictures: bool = False) -> str:
     shipped = ("--model shapes-vlm-base (the tiny vision-language model shipped for offline use: this data has "
                "pictures)" if pictures else
                "--model arith-base (the tiny model shipped for offline use; shapes-vlm-base for data with pictures)")
-    return f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use {shipped}"
+    return (f"run 'qlora-app prefetch --model {name}' on a connected machine, pass a local model folder, or use "
+            f"{shipped}")
 
 
 def run_model_hint(cfg):

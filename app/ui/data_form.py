@@ -12,8 +12,8 @@ from pathlib import Path
 
 from app.config.flags import split_datasets
 from app.data import prompt_text, reference_text, resolve_dataset
-from app.data.images import (BY_NAME, IMAGE_SUFFIXES, IMAGES, attach_images, dataset_shared_names, decoded, images_folder,
-                             thumbnails)
+from app.data.images import (BY_NAME, IMAGE_SUFFIXES, IMAGES, attach_images, dataset_shared_names, decoded,
+                             images_folder, thumbnails)
 from app.data.preference import pair_of
 from app.data.splits import detect_dataset
 from app.errors import UserError

@@ -148,7 +148,8 @@ def test_image_data_is_read_as_a_run_reads_it(tmp_path, capsys, monkeypatch):
     assert "4 picture(s) of all 4 rows read as a run reads them: all readable" in out
     assert "name images" in out and "would refuse" not in out
     cases = {"missing.png": "not found (looked for", "broken.png": "is not a readable image",
-             "https://example.com/a.png": "is a URL and downloads are off (--local-only or HF_HUB_OFFLINE)", "": "has no image in"}
+             "https://example.com/a.png": "is a URL and downloads are off (--local-only or HF_HUB_OFFLINE)",
+             "": "has no image in"}
     for i, (bad, said) in enumerate(cases.items()):
         rows = good[:3] + [{"image": bad or None, "question": "colour?", "answer": "red"}]
         (tmp_path / f"bad{i}.jsonl").write_text("\n".join(json.dumps(r) for r in rows))

@@ -56,7 +56,8 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     parts = {}
     parts["upload"] = gr.File(label="…or upload a dataset file (with its pictures, if it has any: in class "
                                     "folders, as one .zip)",
-                              file_types=[*df.UPLOAD_TYPES, *df.ARCHIVES, *IMAGE_SUFFIXES], file_count="multiple", height=120,
+                              file_types=[*df.UPLOAD_TYPES, *df.ARCHIVES, *IMAGE_SUFFIXES], file_count="multiple",
+                              height=120,
                               elem_id="upload")
     parts["detect_btn"] = gr.Button("Detect fields", elem_id="detect-btn", size="sm")
     parts["detect_md"] = gr.Markdown(elem_id="detect-md")
