@@ -8,6 +8,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+from app.errors import UserError
+
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 
 
@@ -23,6 +25,29 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_exposure(host: str, guarded: bool, what: str, guard: str) -> None:
+    """One line when ``what`` (the UI, the model) would listen beyond this machine without ``guard`` (a login, a
+    key): the one rule `ui` and `serve` check before anything loads."""
+    if not is_loopback(host) and not guarded:
+        raise UserError(f"--host {host} serves {what} beyond this machine; add {guard}, or use --host 127.0.0.1")
+
+
+def check_port(host: str, port: int, default: int) -> None:
+    """A port that is no TCP port, or that another process holds, is one line before anything loads (not a banner,
+    minutes of loading, then the server's own traceback); IPv4 and IPv6 hosts alike. Bound as the servers bind:
+    a port in TIME_WAIT is free."""
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port} is not a TCP port; pass one from 1 to 65535 (default {default})")
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host.strip("[]"), port))
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port, or stop what "
+                            "holds it") from None
 
 
 def is_this_machine(host: str) -> bool:

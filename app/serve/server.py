@@ -10,7 +10,7 @@ import os
 import threading
 
 from app.errors import UserError
-from app.host.net import is_loopback
+from app.host.net import check_exposure, check_port, is_loopback
 
 KEY_ENV = "QLORA_APP_API_KEY"
 
@@ -19,31 +19,10 @@ def api_key(given: str | None) -> str | None:
     return given or os.environ.get(KEY_ENV) or None
 
 
-def check_exposure(host: str, key: str | None) -> None:
-    if not is_loopback(host) and not key:
-        raise UserError(f"--host {host} serves the model beyond this machine; add --api-key KEY (or set {KEY_ENV}), "
-                        "or use --host 127.0.0.1")
-
-
-def check_port(host: str, port: int) -> None:
-    """A port another process holds is one line before the model loads (not a banner, minutes of loading, then
-    uvicorn's own error)."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a port in TIME_WAIT is free
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise UserError(f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port, or stop what "
-                            "holds it") from None
-
-
 def check_serving(host: str, port: int, key: str | None) -> None:
     """Everything about where a server binds, before any model loads (either engine)."""
-    check_exposure(host, key)
-    check_port(host, port)
+    check_exposure(host, bool(key), "the model", f"--api-key KEY (or set {KEY_ENV})")
+    check_port(host, port, 8000)
 
 
 def banner(engine, host: str, port: int, key: str | None) -> str:

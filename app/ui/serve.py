@@ -8,11 +8,10 @@ or the home directory).
 from __future__ import annotations
 
 import atexit
-import socket
 from pathlib import Path
 
 from app.errors import UserError
-from app.host.net import is_loopback
+from app.host.net import check_exposure, check_port, is_loopback
 from app.ui.app import CSS, build_app
 from app.ui.data_form import UPLOAD_DIR
 
@@ -28,20 +27,16 @@ def parse_auth(auth: str | None) -> tuple[str, str] | None:
     return user, password
 
 
-def check_exposure(host: str, share: bool, auth: str | None) -> None:
+def check_ui_exposure(host: str, share: bool, auth: str | None) -> None:
     """The UI starts training on any model path and previews local files: beyond this machine it needs a login."""
-    if auth:
-        return
-    if share:
+    if share and not auth:
         raise UserError("--share publishes the UI on the internet; add --auth USER:PASS (or drop --share)")
-    if not is_loopback(host):
-        raise UserError(f"--host {host} serves the UI beyond this machine; add --auth USER:PASS, or use "
-                        "--host 127.0.0.1")
+    check_exposure(host, bool(auth), "the UI", "--auth USER:PASS")
 
 
 def launch_kwargs(host: str, port: int, share: bool, auth: str | None, runs_dir: Path) -> dict:
     """Everything passed to Blocks.launch (separate so tests can check the safe defaults)."""
-    check_exposure(host, share, auth)
+    check_ui_exposure(host, share, auth)
     runs_dir = Path(runs_dir).resolve()
     return dict(
         server_name=host, server_port=port, share=bool(share), auth=parse_auth(auth),
@@ -58,7 +53,7 @@ def launch(host: str = "127.0.0.1", port: int = 7860, share: bool = False, auth:
     """Build and serve the app; say where it is (and open a browser there with ``open_browser``). With block=False
     returns the running Blocks (tests; call .close() and .jobs.shutdown())."""
     kwargs = launch_kwargs(host, port, share, auth, runs_dir)
-    _check_port_free(host, port)  # before the app is built: Gradio's own error is a long traceback
+    check_port(host, port, 7860)  # before the app is built: Gradio's own error is a long traceback
     demo = build_app(runs_dir, local_only=local_only)
     atexit.register(demo.jobs.shutdown)  # a UI closed with Ctrl-C still stops its run gracefully
     demo.queue(default_concurrency_limit=4)
@@ -81,15 +76,3 @@ def serving_message(demo, host: str, share: bool, auth: str | None) -> str:
         return f"{where} (this machine only" + ("; login required)" if auth else
                                                 "; qlora-app ui --share --auth USER:PASS publishes it, with a login)")
     return f"{where} (login required)"
-
-
-def _check_port_free(host: str, port: int) -> None:
-    if not 1 <= port <= 65535:
-        raise UserError(f"--port {port} is not a TCP port; pass one from 1 to 65535 (default 7860)")
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise UserError(f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --port, or stop "
-                            "what is using it") from None

@@ -230,11 +230,11 @@ def test_exposed_ui_without_auth_is_refused(argv, needle):
 
 
 def test_loopback_needs_no_auth_and_auth_allows_exposure():
-    from app.ui.serve import check_exposure, launch_kwargs
+    from app.ui.serve import check_ui_exposure, launch_kwargs
 
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
-        check_exposure(host, False, None)
-    check_exposure("0.0.0.0", True, "alice:s3cret")
+        check_ui_exposure(host, False, None)
+    check_ui_exposure("0.0.0.0", True, "alice:s3cret")
     assert launch_kwargs("0.0.0.0", 1, False, "alice:s3cret", Path("runs"))["auth"] == ("alice", "s3cret")
 
 

@@ -100,3 +100,32 @@ def test_a_slow_or_large_answer_is_cut_at_the_caps(server):
 def test_public_addresses():
     assert public_address(ipaddress.ip_address("8.8.8.8"))
     assert not public_address(ipaddress.ip_address("fe80::1")) and not public_address(ipaddress.ip_address("0.0.0.0"))
+
+
+def test_one_port_check_for_ipv4_and_ipv6_and_one_exposure_rule():
+    """`ui` and `serve` share these: a held port is one line on IPv4 and IPv6 alike (the UI's check was IPv4 only:
+    '::1' failed with an address-family error), a number that is no port is one line, and a host beyond this
+    machine without its guard is refused with the guard named."""
+    import socket
+
+    from app.errors import UserError
+    from app.host.net import check_exposure, check_port
+
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            held = socket.socket(family, socket.SOCK_STREAM)
+            held.bind((host, 0))
+        except OSError:
+            continue  # no IPv6 on this machine
+        with held:
+            held.listen()
+            port = held.getsockname()[1]
+            with pytest.raises(UserError, match=f"cannot listen on {host}:{port} .*pass another --port"):
+                check_port(host, port, 7860)
+        check_port(host, port, 7860)  # free again
+    with pytest.raises(UserError, match="--port 99999 is not a TCP port; pass one from 1 to 65535 \\(default 8000\\)"):
+        check_port("127.0.0.1", 99999, 8000)
+    with pytest.raises(UserError, match="--host 0.0.0.0 serves the model beyond this machine; add --api-key KEY"):
+        check_exposure("0.0.0.0", False, "the model", "--api-key KEY")
+    check_exposure("0.0.0.0", True, "the model", "--api-key KEY")
+    check_exposure("::1", False, "the UI", "--auth USER:PASS")

@@ -191,7 +191,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads(served):
         r = subprocess.run([sys.executable, "-m", "app.cli", "serve", str(run), "--port", str(port)],
                            capture_output=True, text=True, env=env, timeout=60)
     err = r.stderr.strip()
-    assert r.returncode == 2 and f"cannot serve on 127.0.0.1:{port}" in err and "--port" in err, err
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err, err
     assert len(err.splitlines()) == 1 and "serving" not in r.stdout and "Traceback" not in err
     assert time.monotonic() - t0 < 30  # no model was loaded
 
