@@ -18,7 +18,6 @@ the base's config.json is read.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.export import gguf as gguf_mod
+from app.run import lookup
 
 TYPES = ("f16", "bf16", "q8_0", "f32")  # what llama.cpp's LoRA files hold (its own converter's choices)
 DEFAULT = "f16"
@@ -56,7 +56,7 @@ def read_pairs(adapter_dir: Path) -> Pairs:
     from peft.utils.other import get_pattern_key
     from safetensors.torch import load_file
 
-    cfg = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8"))
+    cfg = lookup.adapter_config(adapter_dir)
     if cfg.get("peft_type", "LORA") != "LORA":
         raise UserError(f"the adapter is {cfg.get('peft_type')}, not LoRA; llama.cpp's adapter files hold LoRA "
                         f"only: {_MERGED}")

@@ -15,7 +15,6 @@ data; torch / transformers / peft are imported inside the functions.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,14 +49,7 @@ class Target:
 
 
 def _adapter_base(adapter_dir: Path) -> str | None:
-    try:
-        data = json.loads((adapter_dir / layout.ADAPTER_CONFIG).read_text())
-    except (OSError, ValueError):
-        raise UserError(f"'{adapter_dir / layout.ADAPTER_CONFIG}' is not valid JSON; pass an adapter saved by PEFT") \
-            from None
-    if not isinstance(data, dict) or "peft_type" not in data:
-        raise UserError(f"'{adapter_dir}' has an {layout.ADAPTER_CONFIG} without peft_type; it is not a PEFT adapter")
-    return data.get("base_model_name_or_path")
+    return lookup.adapter_config(adapter_dir).get("base_model_name_or_path")
 
 
 def _run_config(adapter_dir: Path) -> AppConfig | None:

@@ -3,12 +3,26 @@ runs of a folder, and the adapter of a run (final, best, or the last checkpoint'
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from app.errors import UserError
 from app.run.integrity import last_checkpoint
 from app.run.layout import ADAPTER, ADAPTER_CONFIG, BEST_ADAPTER, CHECKPOINTS, CONFIG, CREATED, RUN_FOLDERS, RUNNING
 from app.run.store import read_status
+
+
+def adapter_config(adapter_dir: Path) -> dict:
+    """A PEFT adapter's adapter_config.json (its rank, targets, base, type): the one reader of it. Not JSON, or no
+    peft_type: one line saying it is no PEFT adapter."""
+    path = Path(adapter_dir) / ADAPTER_CONFIG
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise UserError(f"'{path}' is not valid JSON; pass an adapter saved by PEFT") from None
+    if not isinstance(data, dict) or "peft_type" not in data:
+        raise UserError(f"'{adapter_dir}' has an {ADAPTER_CONFIG} without peft_type; it is not a PEFT adapter")
+    return data
 
 
 def locate(path: str | Path) -> Path:

@@ -15,7 +15,6 @@ only at import.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from app.host.machine import installed
 from app.host.offline import hub_offline
 from app.model.pair import find_target
 from app.model.templates import template_file
+from app.run import lookup
 from app.serve.engine import served_names
 
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's --max-lora-rank takes
@@ -54,7 +54,7 @@ def vllm_command(run, host: str, port: int, key: str | None, model: str | None =
     adapter_dir, mc = target.adapter_dir, target.base
     names = served_names(adapter_dir)
     adapter, base = (next(n for n, side in names.items() if side == s) for s in ("adapter", "base"))
-    r = json.loads((adapter_dir / "adapter_config.json").read_text()).get("r") or 16
+    r = lookup.adapter_config(adapter_dir).get("r") or 16
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(mc.name_or_path),
             "--served-model-name", base, "--enable-lora", "--lora-modules", f"{adapter}={adapter_dir}",
             "--max-lora-rank", str(max_lora_rank(int(r))), "--host", host, "--port", str(port)]
