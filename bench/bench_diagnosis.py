@@ -128,11 +128,12 @@ def read_again(d: Path) -> tuple[list[str], int, list[str]]:
     from app.config.build import load_yaml_file, validate
     from app.run import layout, store
     from app.run.diagnosis import Facts, diagnose, step_lines, steps_of
+    from app.run.watch import standing
 
     records = store.read_metrics(d)
     found = diagnose(records, Facts.of(validate(load_yaml_file(d / layout.CONFIG))))
     # what the run said live and still held at its end (a warning its learning contradicted is withdrawn: watch.py)
-    live = [x["kind"] for x in (store.read_status(d) or {}).get(layout.DIAGNOSIS) or [] if not x.get("withdrawn")]
+    live = [x["kind"] for x in standing((store.read_status(d) or {}).get(layout.DIAGNOSIS))]
     return [f.kind for f in found], steps_of(step_lines(records)), live
 
 

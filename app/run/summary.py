@@ -10,6 +10,7 @@ import yaml
 from app.config.data_section import DataConfig
 from app.host.procs import pid_alive
 from app.run import benchmarks, integrity, layout, lookup, proof, store
+from app.run.watch import standing
 
 
 def _ms(ms: float) -> str:
@@ -72,7 +73,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "calls": calls_brief(st),
         # why the reward may be flat, as the run said it (app/run/diagnosis.py): the sentences, and their kinds
         "diagnosis": [d.get("message", "") for d in st.get(layout.DIAGNOSIS) or []],
-        "notes": ", ".join(d.get("kind", "") for d in st.get(layout.DIAGNOSIS) or [] if not d.get("withdrawn"))
+        "notes": ", ".join(d.get("kind", "") for d in standing(st.get(layout.DIAGNOSIS)))
         or None,  # a withdrawn warning keeps its words above, with why; the runs list names only those that hold
         "resumable": resumable,
         # what to type next for a run that stopped before its end

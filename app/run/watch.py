@@ -26,6 +26,11 @@ from app.run.diagnosis import (
 CONTRADICTED_KINDS = ("flat_groups", "saturated", "frozen", "gamed")  # what a run that learns withdraws
 
 
+def standing(found: list[dict] | None) -> list[dict]:
+    """The diagnoses of a run (status.json's, as the watch recorded them) that still stand: not withdrawn."""
+    return [d for d in found or [] if not d.get("withdrawn")]
+
+
 def withdraw(found: list[dict], step: int, why: str) -> list[dict]:
     """Withdraw what ``found`` said that a learning run contradicts (CONTRADICTED_KINDS, not withdrawn yet): each
     keeps its words and gains why it no longer holds; returns a notice per withdrawal (kind ``<kind>_withdrawn``)."""

@@ -66,3 +66,11 @@ def test_the_runs_list_names_only_the_warnings_that_hold(tmp_path):
     store.write_status(d, layout.FINISHED, step=60, **{layout.DIAGNOSIS: said})
     st = run_summary(d)
     assert st["notes"] == "truncated" and st["diagnosis"][0].endswith("[withdrawn at step 40: ...]")
+
+
+def test_what_still_stands_is_read_in_one_place():
+    """The runs list (run/summary.py) and bench/bench_diagnosis.py read the standing diagnoses through one helper."""
+    from app.run.watch import standing
+
+    said = [{"kind": "flat_groups"}, {"kind": "saturated", "withdrawn": {"step": 30, "why": "it learned"}}]
+    assert [d["kind"] for d in standing(said)] == ["flat_groups"] and standing(None) == []
