@@ -15,9 +15,8 @@ from typing import Any
 
 from app.model.load import load_tokenizer
 from app.model.placement import context_length
-from app.model.shape import read_config
+from app.model.shape import meta_model, read_config
 from app.model.source import model_load_error, model_on_disk
-from app.model.vision import meta_model
 
 
 @dataclass(eq=False)

@@ -13,9 +13,10 @@ from app.host.loading import after_each_param
 from app.host.machine import torch_dtype
 from app.model.experts import QuantizeAsLoaded, expert_parameters, quantize_experts
 from app.model.placement import Placement, placement, quant_storage
+from app.model.shape import meta_model
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
-from app.model.vision import load_processor, meta_model, skip_modules
+from app.model.vision import load_processor, skip_modules
 
 
 @contextlib.contextmanager

@@ -2,8 +2,9 @@
 config.json (a local folder, or a hub model already in the HF cache: never downloaded), else guessed from the size in
 a hub id ("1.5B", "7B", "500M") with the nearest typical shape.
 
-Owns the shape facts the memory estimate (app/train/planning/memory.py) multiplies. Must not estimate memory itself.
-Standard library only (huggingface_hub's cache lookup is imported inside the function that needs it).
+Owns the shape facts the memory estimate (app/train/planning/memory.py) multiplies, and the model built on the meta
+device (``meta_model``: its module tree and shapes, no memory). Must not estimate memory itself. Standard library only
+at module level (huggingface_hub, torch and transformers are imported inside the functions that need them).
 """
 
 from __future__ import annotations
@@ -134,3 +135,19 @@ def linear_attention_layers(config: dict | None) -> int:
         if isinstance(types, list):
             return sum(t == "linear_attention" for t in types)
     return 0
+
+
+def meta_model(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False,
+               images: bool = True, config=None):
+    """The model of ``name_or_path`` built from its config on the meta device, as a run loads it (image-text-to-text,
+    or causal LM when not ``images``): its module tree and shapes without memory or weights. ``config``: its
+    transformers config when the caller has it (a plan's ModelFiles), else read here."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if config is None:
+        config = AutoConfig.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code,
+                                            local_files_only=local_only)
+    auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
+    with torch.device("meta"):
+        return auto.from_config(config, trust_remote_code=trust_remote_code)

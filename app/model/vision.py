@@ -24,22 +24,6 @@ def reads_images(config: dict | None) -> bool:
     return bool(config) and isinstance(config.get("vision_config"), dict)
 
 
-def meta_model(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False,
-               images: bool = True, config=None):
-    """The model of ``name_or_path`` built from its config on the meta device, as a run loads it (image-text-to-text,
-    or causal LM when not ``images``): its module tree and shapes without memory or weights. ``config``: its
-    transformers config when the caller has it (a plan's ModelFiles), else read here."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    if config is None:
-        config = AutoConfig.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code,
-                                            local_files_only=local_only)
-    auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
-    with torch.device("meta"):
-        return auto.from_config(config, trust_remote_code=trust_remote_code)
-
-
 def language_model_path(model) -> str:
     """The dotted path of the language model inside a vision-language model (``model.language_model``)."""
     decoder = model.get_decoder()

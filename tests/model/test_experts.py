@@ -36,7 +36,7 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
     from app.model.experts import census, expert_count, expert_parameters, quantize_experts
     from app.model.load import eval_keeping_4bit
     from app.model.shape import read_config
-    from app.model.vision import meta_model
+    from app.model.shape import meta_model
     from app.train.planning.memory import GB, Decisions, estimate_memory
 
     path = tiny_moe[family]
@@ -74,7 +74,7 @@ def test_experts_are_found_and_counted_as_they_load(family, tiny_moe):
 def test_a_dense_model_has_no_experts(tiny_model):
     from app.model.experts import census, expert_count, router_settings
     from app.model.shape import read_config
-    from app.model.vision import meta_model
+    from app.model.shape import meta_model
 
     assert expert_count(read_config(str(tiny_model))) == 0 and router_settings(read_config(str(tiny_model))) == {}
     c = census(meta_model(str(tiny_model), local_only=True, images=False))
@@ -166,7 +166,7 @@ def test_a_mid_size_moe_loads_without_its_16bit_experts_and_as_planned(family, e
     from app.config.schema import AppConfig
     from app.model.experts import census, expert_count
     from app.model.shape import read_config
-    from app.model.vision import meta_model
+    from app.model.shape import meta_model
     from app.train.planning.memory import GB, Decisions, estimate_memory
 
     tiny.build_tokenizer(tmp_path / "tok")

@@ -10,7 +10,8 @@ import torch
 from app.config.schema import ModelConfig
 from app.model.load import load_base_model
 from app.model.shape import read_config
-from app.model.vision import language_model_path, lora_target_pattern, meta_model, reads_images, skip_modules
+from app.model.shape import meta_model
+from app.model.vision import language_model_path, lora_target_pattern, reads_images, skip_modules
 
 
 def test_the_vision_side_is_found_by_module_path(tiny_vlm):

@@ -188,10 +188,9 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
 
     import app.model.files
     import app.model.shape
-    import app.model.vision
 
     parsed, built = [], []
-    read, meta = app.model.shape.read_config, app.model.vision.meta_model
+    read, meta = app.model.shape.read_config, app.model.shape.meta_model
     from_json = transformers.PretrainedConfig._dict_from_json_file.__func__
 
     def reading(name):
@@ -209,7 +208,7 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
 
     for module in (app.model.shape, app.model.files):
         monkeypatch.setattr(module, "read_config", reading)
-    for module in (app.model.vision, app.model.files):
+    for module in (app.model.shape, app.model.files):
         monkeypatch.setattr(module, "meta_model", building)
     monkeypatch.setattr(transformers.PretrainedConfig, "_dict_from_json_file", classmethod(json_file))
     r = cli_here("train", "--model", vision_moe, "--dataset", "shapes", "--method", "sft", "--dry-run",
