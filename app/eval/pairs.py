@@ -35,6 +35,7 @@ from app.data.convert import prompt_messages, reference_text, render_conversatio
 from app.data.loading import PAIRS_MANIFEST
 from app.data.turns import with_system
 from app.errors import UserError
+from app.eval.asking import uses_tools
 from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
 from app.model.pair import find_target, load_pair
@@ -130,6 +131,24 @@ def _row(prompt: list[dict], reference: str | None, answers: list[str], scores: 
             "chosen_score": round(scores[best], 4), "rejected_score": round(scores[worst], 4), "reference": reference}
 
 
+def check_text_only(cfg: AppConfig, det, target) -> None:
+    """Pairs are sampled from the prompt's text alone: data with pictures, a model trained on them, or a run that
+    answers with tools would be sampled otherwise than it trains and is asked; each is one line before the folder
+    is made, not pairs that silently drop the pictures or the tool calls."""
+    if det.image_field:
+        raise UserError(f"pairs samples answers from the prompt's text alone, and this data has pictures (column "
+                        f"'{det.image_field}'): its pairs would be answers to questions about pictures nobody saw; "
+                        "train on it with --method sft or grpo, or bring preference pairs you have")
+    run_cfg = target.run_cfg if target is not None else None
+    if target is not None and target.base.images:
+        raise UserError("pairs samples answers from the prompt's text alone, and this adapter was trained on "
+                        "pictures; pass a text run's adapter (or none: the base answers)")
+    if uses_tools(run_cfg) or cfg.tools.enabled:
+        raise UserError("pairs samples plain answers, and this run answers with tools (tool calls and their "
+                        "results): its pairs would not be the answers it gives; train it further with --method grpo "
+                        "--tools ..., or make pairs from a run without tools")
+
+
 def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), adapter: str | None = None,
                resume: bool = False, on_progress=None, note=None) -> dict:
     """Write (or continue) the pairs folder ``out``; returns its progress record. ``on_progress(done, total)``
@@ -141,9 +160,11 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
     manifest = _open_folder(out, _settings(cfg, req, adapter), resume)
     for entry in cfg.reward.custom:  # everything is checked before the folder is made
         load_custom(entry)
+    target = find_target(adapter) if adapter else None
     if not adapter:
         check_model_source(cfg.model.name_or_path, cfg.runtime.local_only)
     train, heldout, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
+    check_text_only(cfg, det, target)
     if det.reference_field is None and note:
         note("the data has no reference answers: answers are ranked by the reward's format, length and "
              "boilerplate parts only (and any custom reward)")
