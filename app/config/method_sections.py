@@ -178,7 +178,8 @@ class DistillSection(StrictModel):
                                   "16-bit, about 4x its memory")
     teacher_system_prompt: str | None = _d(None, "the system prompt the teacher is asked with: unset, as it was "
                                                  "trained (a run teacher: its run's data.system_prompt; a model: the "
-                                                 "student's); a text: that one; an empty text: none")
+                                                 "student's); a text: that one; an empty text (--set "
+                                                 "distill.teacher_system_prompt='\"\"'): none")
     mode: Literal["on_policy", "off_policy"] = _d(
         "on_policy", "on_policy: the student samples, the teacher scores every token (TRL's DistillationTrainer); "
                      "off_policy: the teacher answers each prompt once, greedily, then SFT on its answers")
