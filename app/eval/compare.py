@@ -186,21 +186,21 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
                  recorded: dict | None = None) -> tuple[list[dict] | None, str]:
     """(the teacher's answers to ``items``, what it was) for a distillation run's comparison: its teacher loaded as
-    the run loaded it (its head cut to the student's rows where padded), asked as training asked it (the student's
-    tokenizer; the system prompt the run's plan decided for the teacher: ``recorded``, status.json's teacher), then
-    freed. A teacher that cannot be loaded now (moved, deleted) leaves the comparison with two sides and says why."""
+    the run loaded it (its head cut to the rows the plan kept) and asked as training asked it (the student's
+    tokenizer; the system prompt the plan decided for the teacher): both read from ``recorded``, status.json's
+    teacher, never decided again; then freed. A teacher that cannot be loaded now (moved, deleted) leaves the comparison with two sides and says why."""
     import gc
 
     try:
         source = find_teacher(run_cfg.distill, run_cfg.model, local_only)
     except UserError as e:
         return None, f"not compared: {e}"
-    rows = vocab_size(read_config(run_cfg.model.name_or_path or ""))
-    keep = rows if rows and (vocab_size(source.config) or 0) > rows else None
     student = run_cfg.data.system_prompt
-    if recorded and "system_prompt" in recorded:  # the plan's decision, as the run recorded it
-        system = recorded["system_prompt"]
-    else:  # an adapter folder without its run's status: the same rule the plan applies
+    if recorded and "system_prompt" in recorded:  # the plan's decisions, as the run recorded them
+        keep, system = recorded.get("head_rows_kept"), recorded["system_prompt"]
+    else:  # an adapter folder without its run's status: the rules the plan applies, on what is at hand
+        rows = vocab_size(read_config(run_cfg.model.name_or_path or ""))
+        keep = rows if rows and (vocab_size(source.config) or 0) > rows else None
         system, _ = teacher_system(run_cfg.distill, source, student)
     asked = [{**it, "messages": reasked(it["messages"], student, system),
               "plain": reasked(it["plain"], student, system) if it.get("plain") is not None else None}

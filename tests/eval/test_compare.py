@@ -388,3 +388,38 @@ def test_a_base_that_already_scores_near_100_percent_is_said():
     assert line.startswith("note: the base already answers 100% of these 20 rows right (scored by overlap")
     assert line in summary_markdown(full) and "no room to show a lift" in page_html(full)
     assert ceiling_line(proof(16).summary) is None
+
+
+def test_the_proof_reads_the_teachers_decisions_from_the_run(monkeypatch):
+    """The teacher's head rows and its system prompt are the plan's, read from status.json's record: the proof
+    neither reads the model's config again nor applies the rule again (either would fail this test)."""
+    from types import SimpleNamespace
+
+    import app.eval.compare as C
+    from app.config.schema import AppConfig
+
+    seen = {}
+    monkeypatch.setattr(C, "find_teacher", lambda *a, **k: SimpleNamespace(label="run t", config={"vocab_size": 9}))
+    monkeypatch.setattr(C, "read_config", lambda *a, **k: pytest.fail("the student's config read again"))
+    monkeypatch.setattr(C, "teacher_system", lambda *a, **k: pytest.fail("the system prompt decided again"))
+
+    def load_teacher(source, where, local_only, keep, device="auto"):
+        seen["keep"] = keep
+        return object()
+
+    class Asker:
+        def __init__(self, *a, **k):
+            pass
+
+        def answers(self, items, **gen):
+            seen["items"] = items
+            return [{"text": "x", "tokens": 1}] * len(items)
+
+    monkeypatch.setattr(C, "load_teacher", load_teacher)
+    monkeypatch.setattr(C, "Asker", Asker)
+    run_cfg = AppConfig.model_validate({"method": "distill", "distill": {"teacher": "t"},
+                                        "data": {"dataset": "arith", "system_prompt": "S"}})
+    items = [{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], "plain": "S\n\nq"}]
+    out, label = C.teacher_side(run_cfg, items, None, {}, True, {"head_rows_kept": 128, "system_prompt": "T"})
+    assert seen["keep"] == 128 and seen["items"][0]["messages"][0] == {"role": "system", "content": "T"}
+    assert seen["items"][0]["plain"] == "T\n\nq" and label == "run t (asked with its system prompt 'T')"
