@@ -15,6 +15,7 @@ from rich.markup import escape
 from app.cli.options import switch
 from app.data.images import open_image
 from app.errors import UserError
+from app.eval.asking import check_generation
 from app.eval.chat import Chat
 from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch
@@ -53,8 +54,7 @@ def chat(
         raise UserError("--base and --both exclude each other; pass one (adapter alone is the default)")
     if as_json and message is None:
         raise UserError("--json goes with --message TEXT (one-shot); drop it for a conversation")
-    if temperature < 0 or max_new_tokens < 1:
-        raise UserError("--temperature must be >= 0 and --max-new-tokens >= 1")
+    check_generation(temperature, max_new_tokens)  # before the model loads
     sides = ["adapter", "base"] if both else ["base"] if base else ["adapter"]
     pictures = [open_image(p) for p in image or []]  # a missing or broken file: one line before the model loads
     use_free_cores()  # this command's CPU threads: the cores other processes leave free (OMP_NUM_THREADS fixes it)

@@ -37,6 +37,16 @@ NO_IMAGES = "this run's model reads no images (it was trained on text)"  # the o
 NO_PICTURE = "this run was trained on pictures and is asked without one: it answers from the text alone"
 
 
+def check_generation(temperature: float, max_new_tokens: int, batch_size: int = 1) -> None:
+    """The generation settings a command asks with, checked in one place (chat, compare): one line each."""
+    if temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
+    if max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1 (got {batch_size})")
+
+
 def uses_tools(run_cfg) -> bool:
     return bool(run_cfg is not None and run_cfg.tools.enabled)
 

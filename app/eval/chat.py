@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from app.errors import UserError
-from app.eval.asking import Ask, Asker, item_tools
+from app.eval.asking import Ask, Asker, check_generation, item_tools
 from app.model.generation import adds_special_tokens
 from app.model.pair import SIDES, conversation_prompt, open_pair
 from app.model.placement import context_length
@@ -90,10 +90,7 @@ class Chat:
         """The ``side``'s answer to ``message`` (added to its history). ``on_text`` gets each streamed piece."""
         if side not in SIDES:
             raise UserError(f"side {side!r} is not one of {', '.join(SIDES)}")
-        if temperature < 0:
-            raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
-        if max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
+        check_generation(temperature, max_new_tokens)
         if not message or not message.strip():
             raise UserError("the message is empty; type something to send")
         path = self.asker.path(bool(self.images))

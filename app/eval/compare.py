@@ -17,7 +17,7 @@ from __future__ import annotations
 from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
-from app.eval.asking import Ask, Asker, tool_names
+from app.eval.asking import Ask, Asker, check_generation, tool_names
 from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
@@ -113,12 +113,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts).
     ``record``: where a comparison of a run's adapter is kept (app/run/proof.py): "adhoc" (a file of its own in
     RUN/comparisons/), "proof" (RUN/compare.json: the session's, at the end of training), None (not kept)."""
-    if temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (got {temperature}); 0 means greedy")
-    if max_new_tokens < 1:
-        raise UserError(f"--max-new-tokens must be >= 1 (got {max_new_tokens})")
-    if batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1 (got {batch_size})")
+    check_generation(temperature, max_new_tokens, batch_size)
     if num_samples <= 0 and not any(p and p.strip() for p in prompts):
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
     target = open_target(adapter, model, local_only)  # a missing base fails in a second, before any data loads
