@@ -16,7 +16,7 @@ from app.model.placement import Placement, placement, quant_storage
 from app.model.shape import meta_model
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
-from app.model.vision import load_processor, skip_modules
+from app.model.vision import kept_16bit, load_processor, skip_modules
 
 
 @contextlib.contextmanager
@@ -66,11 +66,14 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False, config=None):
 
 
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
-                    fsdp: bool = False, where: Placement | None = None, tok=None, images: bool = False):
+                    fsdp: bool = False, where: Placement | None = None, tok=None, images: bool = False,
+                    vision_paths: tuple | None = None, processor=None):
     """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
     runtime.device (auto / cpu / cuda), used when ``where`` (the decided placement) is not given; ``tok``: the
     tokenizer when the caller has loaded it already. ``images``: load the vision-language model whole (its
-    image-text-to-text class, the vision side in 16-bit) with its processor, in info["processor"]."""
+    image-text-to-text class, the vision side in 16-bit) with its processor, in info["processor"];
+    ``vision_paths`` / ``processor``: the vision side's modules and the processor as a plan decided and loaded them
+    (read, never worked out again: no second meta-device shell, no second processor load)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -85,7 +88,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         dtype=torch_dtype(dtype),
     )
     skip = None
-    if images:  # the vision side's module paths, read from the model's tree on the meta device
+    if images and vision_paths:  # the plan's
+        skip = kept_16bit(vision_paths)
+    elif images:  # no plan: the vision side's module paths, read from the model's tree on the meta device
         shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
         skip = skip_modules(shell)
     if mc.load_in_4bit:
@@ -122,7 +127,8 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         info["experts"] = {"params": experts, "4bit": mc.experts_in_4bit,
                            "quantized_as_loaded": as_loaded.elements if as_loaded else 0, "quantized_after": late}
     if images:
-        info["processor"] = processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        processor = processor or load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        info["processor"] = processor
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)
         info["kept_16bit"] = skip
     return model, tok, info

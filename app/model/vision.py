@@ -44,7 +44,12 @@ def vision_paths(model) -> list[str]:
 
 def skip_modules(model) -> list[str]:
     """What 4-bit loading leaves in 16-bit: the vision side and the LM head."""
-    return [*vision_paths(model), LM_HEAD]
+    return kept_16bit(vision_paths(model))
+
+
+def kept_16bit(paths) -> list[str]:
+    """The modules 4-bit loading leaves in 16-bit, from the vision side's paths (as a plan decided them)."""
+    return [*paths, LM_HEAD]
 
 
 def tower_params(model) -> int:

@@ -8,7 +8,7 @@ trainer builders read. Must not load weights: the vision side is measured on the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.data.images import stored_bytes, stored_sizes, undecoded
 from app.errors import UserError
@@ -29,6 +29,7 @@ class Vision:
     tower_params: int | None  # the vision side's parameters (16-bit); None: not measured (files not on disk)
     kept_16bit: tuple[str, ...] = ()  # its module paths
     host: str = ""  # what the pictures take in host RAM
+    processor: object = field(default=None, compare=False, repr=False)  # as the plan loaded it: the load reuses it
 
     def record(self) -> dict:
         """What status.json keeps (the card reads it)."""
@@ -87,7 +88,7 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
     sizes = _sizes(rows)
     tokens, source = image_tokens(processor, config, sizes)
     vision = Vision(det.image_field, per_row, tokens, source, tower, paths,
-                    host_memory(rows, sizes, per_row[1] * cfg.training.per_device_train_batch_size))
+                    host_memory(rows, sizes, per_row[1] * cfg.training.per_device_train_batch_size), processor)
     say(vision.line())
     changes = {} if mc.images else {"model.images": True}
     if cfg.method == "sft" and cfg.training.packing is not False:

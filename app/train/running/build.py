@@ -43,8 +43,10 @@ def load_model(plan: RunPlan) -> Loaded:
     if plan.backend == "unsloth":
         model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
         return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit, teacher=teacher)
+    v = plan.vision  # the vision side and the processor as the plan decided and loaded them
     model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, fsdp=cfg.runtime.fsdp,
-                                       where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images))
+                                       where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images),
+                                       vision_paths=v.kept_16bit if v else None, processor=v.processor if v else None)
     return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"), teacher)
 
 

@@ -54,6 +54,27 @@ def test_the_plan_counts_image_tokens_and_the_vision_weights(tiny_vlm):
     assert plan.estimate["weights_gb"] > text_only.estimate["weights_gb"]
 
 
+def test_the_load_reads_the_plans_vision_side_and_processor(tiny_vlm, monkeypatch):
+    """The modules kept 16-bit and the processor are the plan's: loading the planned run builds no second
+    meta-device shell and loads no second processor (each would fail this test), and the model it loads keeps
+    exactly those modules out of 4-bit."""
+    import app.model.load as load
+    from app.data.splits import build_splits
+    from app.train.running.build import load_model
+
+    cfg = build_config({"method": "sft", "model": {"name_or_path": str(tiny_vlm)}, "data": {"dataset": "shapes"},
+                        "runtime": {"local_only": True, "device": "cpu"}})
+    train, _, det = build_splits(cfg.data, 42, local_only=True)
+    plan = make_plan(cfg, train, det)
+    assert plan.vision.kept_16bit and plan.vision.processor is not None
+    monkeypatch.setattr(load, "meta_model", lambda *a, **k: pytest.fail("the shell built again at load"))
+    monkeypatch.setattr(load, "load_processor", lambda *a, **k: pytest.fail("the processor loaded again"))
+    loaded = load_model(plan)
+    assert loaded.processor is plan.vision.processor
+    tower = loaded.model.get_submodule(plan.vision.kept_16bit[0])
+    assert not any("4bit" in type(m).__name__ for m in tower.modules())  # the plan's modules stayed 16-bit
+
+
 def _text_det(det):
     from dataclasses import replace
 
