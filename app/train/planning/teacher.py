@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from app.config.method_sections import DISTILL_MODES
 from app.errors import UserError
-from app.model.load import load_tokenizer
+from app.model.files import ModelFiles
 from app.model.pair import same_model
 from app.model.shape import model_shape
 from app.model.teacher import (TeacherSource, causal_problem, find_teacher, teacher_system, vocab_size,
@@ -77,7 +77,9 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     if problem:
         raise UserError(problem)
     # the two tokenizers (small files, where on disk) tell another vocabulary from a padded head
-    student_tok, teacher_tok = student_files.tokenizer_on_disk(cfg.model), _tokenizer(source)
+    teacher_files = ModelFiles(source.model.name_or_path or "", source.model.revision,
+                               source.model.trust_remote_code, source.config)  # its config.json as find_teacher read it
+    student_tok, teacher_tok = student_files.tokenizer_on_disk(cfg.model), teacher_files.tokenizer_on_disk(source.model)
     problem, keep = vocabulary_problem(source, cfg.model.name_or_path, vocab_size(student_files.config), student_tok,
                                        teacher_tok)
     if problem:
@@ -93,14 +95,6 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
 
 def _quoted(text: str, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
-
-
-def _tokenizer(source: TeacherSource):
-    """The teacher's tokenizer where its files are on disk, else None."""
-    try:
-        return load_tokenizer(source.model, local_only=True)
-    except Exception:  # noqa: BLE001 - not on disk: the sizes alone decide
-        return None
 
 
 def teacher_bytes(teacher: TeacherPlan | None, tokens: int, d: int) -> tuple[float, float]:
