@@ -15,7 +15,7 @@ from rich.markup import escape
 from app.cli.options import switch
 from app.data.images import open_image
 from app.errors import UserError
-from app.eval.asking import check_generation
+from app.ask.asking import check_generation
 from app.eval.chat import Chat
 from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch

@@ -3,8 +3,6 @@
     result.py   the typed ``Comparison`` every view renders from (its ``to_dict`` is compare.json)
     heldout.py  the one held-out sampler (seeded by the run's own split seed)
     compare.py  the held-out rows and prompts, both sides' answers (the run's pair: app/model/pair.py), scored
-    asking.py   the one way to ask a model (compare, the held-out points, chat, serve, the preference log-probs):
-                a request (``Ask``) and one dispatcher (``Asker``): pictures, a tool run's tool loop, or text
     chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
     divergence.py   a distillation student's KL from its teacher on its held-out answers
     render.py   terminal table, --html page, the UI's summary and rows
@@ -13,6 +11,7 @@
 
 Standard library only at import; torch / transformers / peft load inside the functions that need them.
 
-Owns: running base and adapter on rows and scoring them (compare, chat, pairs, held-out preference log-probs).
+Owns: running base and adapter on rows and scoring them (compare, chat, pairs, held-out preference log-probs); the
+asking itself is app/ask's.
 Must not import the trainer (tests/structure/test_homes.py) nor write a run's config.yaml/status.json.
 """

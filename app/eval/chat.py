@@ -14,7 +14,7 @@ import threading
 from typing import Callable
 
 from app.errors import UserError
-from app.eval.asking import Ask, Asker, check_generation, item_tools
+from app.ask.asking import Ask, Asker, check_generation, item_tools
 from app.model.generation import adds_special_tokens
 from app.model.pair import SIDES, conversation_prompt, open_pair
 from app.model.placement import context_length
@@ -54,7 +54,7 @@ class Chat:
         self.images = list(images or [])
 
     def picture_note(self) -> str | None:
-        """What to say when a run trained on pictures is chatted with without one (app.eval.asking.NO_PICTURE)."""
+        """What to say when a run trained on pictures is chatted with without one (app.ask.asking.NO_PICTURE)."""
         return self.asker.missing_picture(bool(self.images))
 
     def tools(self, side: str) -> list:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
-from app.eval.asking import Ask, Asker, check_generation, tool_names
+from app.ask.asking import Ask, Asker, check_generation, tool_names
 from app.eval.heldout import heldout_examples
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
@@ -136,7 +136,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
                on_batch=tick)
     asker = Asker(peft_model, tok, pair.processor, run_cfg, fix="compare it with rows without images")
     sides = {}
-    for side in ("base", "adapter"):  # a tool run answers with its tools on both sides (app/eval/asking.py)
+    for side in ("base", "adapter"):  # a tool run answers with its tools on both sides (app/ask/asking.py)
         with pair.side(side):
             sides[side] = asker.answers(items, **gen)
     base_out, adapter_out = sides["base"], sides["adapter"]

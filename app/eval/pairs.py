@@ -27,6 +27,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.ask.asking import Asker, uses_tools
 from app.config.build import with_absolute_paths
 from app.config.resolve import resolve
 from app.config.schema import AppConfig
@@ -35,8 +36,6 @@ from app.data.convert import prompt_messages, reference_text, render_conversatio
 from app.data.loading import PAIRS_MANIFEST
 from app.data.turns import with_system
 from app.errors import UserError
-from app.eval.asking import uses_tools
-from app.model.generation import format_prompt, generate
 from app.model.load import load_base_model
 from app.model.pair import find_target, load_pair
 from app.model.source import check_model_source
@@ -173,6 +172,7 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
     total = sum(len(ds) for ds in splits.values())
     done_before = sum(manifest["splits"][name]["done"] for name in splits)
     model, tok = _load_model(cfg, adapter)
+    asker = Asker(model, tok)  # text alone (check_text_only): sampled as every model is asked
     out.mkdir(parents=True, exist_ok=True)
     _save(out, manifest)
     for index, (name, filename) in enumerate(SPLITS):
@@ -186,11 +186,11 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
             msgs = [prompt_messages(r, det, None) for r in rows]
             sampled = [with_system(m, cfg.data.system_prompt) for m in msgs]
             # the prompt exactly as a DPO run on the folder renders this row (its system prompt included)
-            texts = [format_prompt(tok, {"messages": m, "plain": render_conversation(m)}) for m in sampled]
+            items = [{"messages": m, "plain": render_conversation(m)} for m in sampled]
             # every batch has its own seed: a resumed run samples what an uninterrupted one would have
-            outs = generate(model, tok, [t for t in texts for _ in range(req.samples)], req.max_new_tokens,
-                            req.temperature, batch_size=len(texts) * req.samples,
-                            seed=cfg.training.seed * 1_000_003 + index * 100_003 + start)
+            outs = asker.answers([it for it in items for _ in range(req.samples)], req.max_new_tokens,
+                                 req.temperature, batch_size=len(items) * req.samples,
+                                 seed=cfg.training.seed * 1_000_003 + index * 100_003 + start)
             lines = []
             for k, row in enumerate(rows):
                 answers = [o["text"] for o in outs[k * req.samples:(k + 1) * req.samples]]

@@ -157,7 +157,7 @@ def open_pair(adapter: str | Path, model: str | None = None, local_only: bool = 
 def system_first(messages: list[dict], system: str | None) -> list[dict]:
     """The conversation a model is asked: the run's ``system`` prompt first when the conversation has no system turn
     of its own (a user's own system turn stands, as a chat or API client meant it). The one rule of every way a run
-    is asked (app/eval/asking.py); training rows merge the two instead (app/data/turns.with_system), which held-out
+    is asked (app/ask/asking.py); training rows merge the two instead (app/data/turns.with_system), which held-out
     rows keep."""
     msgs = list(messages)
     if system and not any(m["role"] == "system" for m in msgs):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from app.errors import UserError
-from app.eval.asking import Ask, Asker
+from app.ask.asking import Ask, Asker
 from app.model.generation import adds_special_tokens
 from app.model.pair import conversation_prompt, open_pair
 from app.model.placement import context_length

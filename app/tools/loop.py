@@ -107,11 +107,11 @@ def _render(tok, messages: list[dict], tools: list[Callable]) -> list[int]:
 
 
 def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[Callable]], max_calls: int,
-                  max_new_tokens: int, generate_ids: Callable) -> list[Rollout]:
+                  max_new_tokens: int, generate_batch: Callable) -> list[Rollout]:
     """Answer each conversation with its tools (``tools[i]``: conversation i's guarded callables; the chat template
     renders their schemas from their signatures and docstrings, as TRL's does).
 
-    ``generate_ids(prompt_ids: list[list[int]], max_new_tokens) -> list[list[int]]`` generates one batch (the
+    ``generate_batch(prompt_ids: list[list[int]], max_new_tokens) -> list[list[int]]`` generates one batch (the
     caller's generation path: greedy or sampled, one model or the base side)."""
     ensure_tool_parser(tok)
     by_name = [{f.__name__: f for f in row} for row in tools]
@@ -133,7 +133,7 @@ def run_tool_loop(model, tok, conversations: list[list[dict]], tools: list[list[
         fitted = [fit_prompt(tok, p, None if context is None else max(1, context - budget)) for p in prompts]
         for i, (_, was_cut) in zip(active, fitted):
             cut[i] = cut[i] or was_cut
-        new = generate_ids([ids for ids, _ in fitted], budget)
+        new = generate_batch([ids for ids, _ in fitted], budget)
         for i, p, ids in zip(active, prompts, new):
             ids = ids[:max_new_tokens - used[i]]  # each answer within its own budget, as TRL cuts it
             used[i] += len(ids)

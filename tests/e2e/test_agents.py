@@ -72,7 +72,7 @@ def test_the_tool_loop_reads_and_runs_calls_in_each_template(tiny_models, tmp_pa
         return [tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]]
 
     no_context = SimpleNamespace(config=SimpleNamespace())  # a config that gives no context: nothing is cut
-    [r] = run_tool_loop(no_context, tok, [conv], [[tool]], max_calls=2, max_new_tokens=400, generate_ids=scripted)
+    [r] = run_tool_loop(no_context, tok, [conv], [[tool]], max_calls=2, max_new_tokens=400, generate_batch=scripted)
     assert r.calls == 1 and r.failures == 0 and r.text == "Final answer: 42"
     assert r.turns[0]["tool_calls"][0]["function"]["arguments"] == {"expression": "12 + 30"}
     assert r.turns[1] == {"role": "tool", "name": "calculator", "content": "42"}

@@ -152,8 +152,9 @@ def test_dpo_run_learns_records_and_proves_on_held_out_pairs(dpo_run):
 def test_preference_logprobs_match_a_plain_forward_and_a_fresh_adapter_is_the_base(dpo_run):
     import torch
 
-    from app.eval.asking import Asker
-    from app.eval.preference import _encode, compare_pairs
+    from app.ask.asking import Asker
+    from app.ask.logprobs import _encode
+    from app.eval.preference import compare_pairs
     from app.model.pair import find_target, load_pair
 
     pair = load_pair(find_target(dpo_run), True, device="cpu")

@@ -1,7 +1,7 @@
-"""app/eval/asking.py: what the one way to ask a model says about pictures."""
+"""app/ask/asking.py: what the one way to ask a model says about pictures."""
 
 from app.config.schema import AppConfig
-from app.eval.asking import NO_PICTURE, Asker
+from app.ask.asking import NO_PICTURE, Asker
 
 
 def test_a_run_trained_on_pictures_asked_without_one_is_said():
@@ -17,7 +17,7 @@ def test_generation_settings_are_checked_in_one_place():
     import pytest
 
     from app.errors import UserError
-    from app.eval.asking import check_generation
+    from app.ask.asking import check_generation
 
     check_generation(0.0, 1, 1)
     for args, said in (((-0.1, 8), "--temperature must be >= 0 (got -0.1); 0 means greedy"),

@@ -24,6 +24,7 @@ LAYERS = (
     ("app.config",),
     ("app.run",),
     ("app.data", "app.rewards", "app.model", "app.tools"),
+    ("app.ask",),
     ("app.train", "app.eval", "app.export"),
     ("app.demo", "app.ui", "app.serve"),
     ("app.cli",),

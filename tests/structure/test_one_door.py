@@ -222,7 +222,7 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
 
 # ------------------------------------------------------------------------------------------- one way to ask a model
 
-ASKING = APP / "eval" / "asking.py"
+ASKING = APP / "ask" / "asking.py"
 # The paths a request can take, each called by the dispatcher only (their own modules define them)
 PATH_CALLS = {"generate_with_images", "generate_one", "run_tool_loop", "text_logprobs", "image_logprobs"}
 ASKERS = ("app/eval/compare.py", "app/train/running/heldout_eval.py", "app/eval/chat.py", "app/serve/engine.py")
@@ -252,7 +252,7 @@ def _system_turns_made(path: Path) -> list[str]:
 
 def test_one_dispatcher_asks_a_model():
     """compare, the held-out points, chat, the API server and the preference log-probs ask through
-    app/eval/asking.py: its Asker alone calls the paths (pictures, a tool loop, text, log-probs), holds the one
+    app/ask/asking.py: its Asker alone calls the paths (pictures, a tool loop, text, log-probs), holds the one
     refusal of pictures for a model without a processor, and every asker uses it."""
     strays = [c for p in MODULES if p != ASKING for c in _called(p, PATH_CALLS)]
     assert not strays, strays
@@ -260,7 +260,23 @@ def test_one_dispatcher_asks_a_model():
     for path in ASKERS:
         assert "Asker" in {name for name, _ in _calls(ROOT / path)}, f"{path} asks a model without the Asker"
     refusals = [str(p.relative_to(ROOT)) for p in MODULES if "reads no images" in p.read_text()]
-    assert refusals == ["app/eval/asking.py"], refusals
+    assert refusals == ["app/ask/asking.py"], refusals
+
+
+# Where generation may be called: the dispatcher, the module that defines it (torch's generate, once), and GRPO's
+# training sampler (TRL's generation phase: training samples, not a model asked)
+GENERATION_HOMES = {ASKING, APP / "model" / "generation.py", APP / "train" / "methods" / "sampler.py"}
+
+
+def test_nothing_but_the_asker_calls_generation():
+    """generate / generate_ids (and a model's own .generate) are called by app/ask/asking.py alone: compare, chat,
+    the API server, the held-out points, pairs and off-policy distillation's teacher ask through the Asker, so a
+    picture, a run's tools or its prompt rule cannot be skipped by a caller of its own."""
+    strays = [c for p in MODULES if p not in GENERATION_HOMES for c in _called(p, {"generate", "generate_ids"})]
+    assert not strays, strays
+    assert _called(ASKING, {"generate", "generate_ids"})  # the scan sees the dispatcher's own calls
+    for path in ("app/eval/pairs.py", "app/train/methods/distill.py"):
+        assert "Asker" in {name for name, _ in _calls(ROOT / path)}, f"{path} asks a model without the Asker"
 
 
 def test_one_system_prompt_rule_at_ask_time():

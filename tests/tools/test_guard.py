@@ -242,7 +242,7 @@ def test_tool_files_are_saved_as_absolute_paths_and_built_ins_stay_names(tmp_pat
 
 
 def test_an_environment_is_reset_with_the_rows_columns_and_a_failing_reset_is_one_line(tmp_path):
-    from app.eval.asking import item_tools
+    from app.ask.asking import item_tools
 
     env = _write(tmp_path, "env.py", '''
         class Needs:

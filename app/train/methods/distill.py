@@ -20,7 +20,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from app.model.generation import format_prompt, generate
+from app.ask.asking import Asker
 from app.train.methods.args import distill_kwargs
 from app.train.methods.common import make_trainer
 from app.train.methods.sft import build_sft_trainer
@@ -99,8 +99,9 @@ def build_off_policy_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path,
 
 def teacher_answers(teacher, tok, prompts: list, max_new_tokens: int, batch_size: int = 32,
                     on_batch=None) -> list[str]:
-    """The teacher's greedy answer to each prompt (chat messages or text): what off-policy distillation trains the
-    student on, written once before training."""
-    texts = [format_prompt(tok, {"messages": p, "plain": p}) if isinstance(p, list) else p for p in prompts]
-    out = generate(teacher, tok, texts, max_new_tokens=max_new_tokens, batch_size=batch_size, on_batch=on_batch)
+    """The teacher's greedy answer to each prompt (chat messages, or a model without a chat template's text): what
+    off-policy distillation trains the student on, written once before training, asked as every model is asked."""
+    items = [{"messages": p, "plain": p} if isinstance(p, list) else
+             {"messages": [{"role": "user", "content": p}], "plain": p} for p in prompts]
+    out = Asker(teacher, tok).answers(items, max_new_tokens=max_new_tokens, batch_size=batch_size, on_batch=on_batch)
     return [o["text"] for o in out]

@@ -62,7 +62,7 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
                         f"train on images yet; use --method {' or '.join(METHODS_WITH_IMAGES)}, or a dataset without "
                         "images")
     if cfg.tools.enabled:
-        # the tool loop of training, compare and chat reads text only (app/eval/asking.py): a run on pictures with
+        # the tool loop of training, compare and chat reads text only (app/ask/asking.py): a run on pictures with
         # tools would be proved without its tools and chatted without its pictures
         raise UserError(f"the dataset has images (column '{det.image_field}') and tools are on: a run on pictures "
                         "cannot call tools yet; drop the tools (--set tools.use=[] --set tools.environment=) or use a "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from app.eval.asking import Asker
+from app.ask.asking import Asker
 from app.eval.compare import score_cell
 from app.eval.divergence import answer_divergence
 from app.eval.preference import compare_pairs
@@ -51,7 +51,7 @@ class HeldoutEval(TrainerCallback):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
         reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
-        (if any) answer with the model as in training (app/eval/asking.py); ``rewards``: the run's own reward
+        (if any) answer with the model as in training (app/ask/asking.py); ``rewards``: the run's own reward
         functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring; ``processor``:
         a model that reads images, whose held-out rows are asked with their images; ``teacher``: a distillation
         run's, whose divergence from the model on the held-out answers is logged too (app/eval/divergence.py)."""

@@ -170,7 +170,7 @@ def test_held_out_pairs_with_images_are_scored_with_them():
     demo's pretrained base: a random tiny Gemma 3 starts with a zero projector and ignores its pictures)."""
     from app.config.builtin import VISION_MODEL, builtin_model_path
     from app.config.schema import ModelConfig
-    from app.eval.asking import Asker
+    from app.ask.asking import Asker
     from app.model.load import load_base_model
 
     model, tok, info = load_base_model(ModelConfig(name_or_path=str(builtin_model_path(VISION_MODEL))),

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from app.errors import UserError
-from app.eval.preference import image_logprobs, text_logprobs
+from app.ask.logprobs import image_logprobs, text_logprobs
 from app.model.generation import format_prompt, generate, generate_ids, generate_one, generate_with_images
 from app.model.pair import system_first
 from app.run.counts import CallCounts
