@@ -279,6 +279,16 @@ def test_nothing_but_the_asker_calls_generation():
         assert "Asker" in {name for name, _ in _calls(ROOT / path)}, f"{path} asks a model without the Asker"
 
 
+def test_the_api_server_asks_without_the_evaluation_package():
+    """serve asks through app/ask like every other caller: it imports nothing of app/eval (compare, scoring)."""
+    found = [f"{_at(p)}:{n.lineno} {n.module}" for p in (APP / "serve").glob("*.py")
+             for n in ast.walk(ast.parse(p.read_text()))
+             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("app.eval")]
+    assert not found, found
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "app.ask.asking"
+               for n in ast.walk(ast.parse((APP / "serve" / "engine.py").read_text())))
+
+
 def test_one_system_prompt_rule_at_ask_time():
     """The run's system prompt is put first by app/model/pair.system_first (asking) and merged into a row's own by
     app/data/turns.with_system (training rows, which held-out rows keep); nowhere else; the exported template
