@@ -183,7 +183,8 @@ def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
     """(the teacher's answers to ``items``, what it was) for a distillation run's comparison: its teacher loaded as
     the run loaded it (its head cut to the rows the plan kept) and asked as training asked it (the student's
     tokenizer; the system prompt the plan decided for the teacher): both read from ``recorded``, status.json's
-    teacher, never decided again; then freed. A teacher that cannot be loaded now (moved, deleted) leaves the comparison with two sides and says why."""
+    teacher, never decided again; then freed. A teacher that cannot be loaded now (moved, deleted) leaves the
+    comparison with two sides and says why."""
     import gc
 
     try:

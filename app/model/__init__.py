@@ -1,6 +1,6 @@
 """A base model: where it comes from (source), where and how it runs (placement: device, compute dtype, attention,
-packing), loading it in 4-bit (load), attaching LoRA (lora), its size and its meta-device shell (shape), its small files as a plan reads
-them, each once (files: config.json, the meta-device shell), the Unsloth backend
+packing), loading it in 4-bit (load), attaching LoRA (lora), its size and its meta-device shell (shape), its small
+files as a plan reads them, each once (files: config.json, the meta-device shell), the Unsloth backend
 (unsloth_backend), its chat templates (templates), generating from it (generation), a run's adapter opened
 on its base (pair: the one way every command loads a trained adapter), and what a vision-language model is made of
 (vision: its vision side kept 16-bit, its language model's LoRA targets, its processor) or a mixture-of-experts
