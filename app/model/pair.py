@@ -25,6 +25,7 @@ from app.model.generation import format_prompt
 from app.model.load import load_base_model
 from app.model.source import check_model_source
 from app.run import layout, lookup
+from app.run.store import read_status
 
 SIDES = ("adapter", "base")
 
@@ -121,8 +122,11 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
     from peft import PeftModel  # heavy
 
     mc = target.base
+    # a run on pictures recorded the modules its plan kept 16-bit: the pair loads as it trained, never works them out
+    run = lookup.run_of_adapter(target.adapter_dir) if mc.images else None
+    kept = ((read_status(run) or {}).get(layout.VISION) or {}).get("kept_16bit") if run is not None else None
     base, tok, info = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device,
-                                      images=bool(mc.images))
+                                      images=bool(mc.images), vision_paths=tuple(kept) if kept else None)
     try:
         model = PeftModel.from_pretrained(base, str(target.adapter_dir), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:

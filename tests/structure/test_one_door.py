@@ -220,6 +220,36 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
     assert parsed == ["ours"] and len(built) == 1, (parsed, built)
 
 
+@pytest.mark.slow
+def test_a_real_run_on_pictures_builds_the_meta_model_once(monkeypatch, tmp_path):
+    """A real run of the shipped vision model (train, then its proof): the modules kept 16-bit are decided once, by
+    the plan on the one meta-device shell; the training load reads the plan's, the proof's pair the run's record
+    (status.json's images.kept_16bit), so no second shell is built."""
+    from conftest import cli_here
+
+    import app.model.files
+    import app.model.load
+    import app.model.shape
+    from app.config.builtin import VISION_MODEL, builtin_model_path
+    from app.run import layout, store
+
+    built, meta = [], app.model.shape.meta_model
+
+    def building(*a, **k):
+        built.append(1)
+        return meta(*a, **k)
+
+    for module in (app.model.shape, app.model.files, app.model.load):
+        monkeypatch.setattr(module, "meta_model", building)
+    r = cli_here("train", "--model", str(builtin_model_path(VISION_MODEL)), "--dataset", "shapes", "--method", "sft",
+                 "--max-steps", "1", "--set", "training.proof_rows=4", "--set", "training.eval_every=0",
+                 "--local-only", "--no-progress", "--run-dir", tmp_path / "run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = store.read_status(tmp_path / "run")
+    assert st["status"] == layout.FINISHED and st[layout.VISION]["kept_16bit"]
+    assert (tmp_path / "run" / layout.COMPARE_JSON).is_file() and len(built) == 1, built
+
+
 # ------------------------------------------------------------------------------------------- one way to ask a model
 
 ASKING = APP / "ask" / "asking.py"
