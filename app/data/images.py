@@ -115,7 +115,11 @@ def images_per_row(rows: list[dict], field: str) -> tuple[int, int]:
 
 
 def _row_sources(row: dict, field: str) -> list:
-    v = row.get(field)
+    return _cell_sources(row.get(field))
+
+
+def _cell_sources(v) -> list:
+    """The image sources one cell holds: an image or a list of them, or the image parts of a conversation."""
     return image_values(v) or (message_images(v) if isinstance(v, list) else [])
 
 
@@ -138,7 +142,7 @@ def shared_names(columns) -> frozenset[str]:
     by_name: dict[str, set[str]] = {}
     for cells in columns:
         for v in cells:
-            for src in (image_values(v) or (message_images(v) if isinstance(v, list) else [])):
+            for src in _cell_sources(v):
                 if (s := _path_of(src)) and not Path(s).is_absolute():
                     by_name.setdefault(Path(s).name, set()).add(Path(s).as_posix())
     return frozenset(n for n, paths in by_name.items() if len(paths) > 1)

@@ -70,10 +70,10 @@ class PairsRequest:
                             "least 0")
 
 
-def _settings(cfg: AppConfig, req: PairsRequest, adapter: str | None) -> dict:
-    """What decides the pairs: a resume must ask for the same."""
+def _settings(cfg: AppConfig, req: PairsRequest, adapter: str | None, target) -> dict:
+    """What decides the pairs: a resume must ask for the same. ``target``: the adapter's, found once."""
     d = cfg.data
-    sampled_with = find_target(adapter).base.name_or_path if adapter else cfg.model.name_or_path
+    sampled_with = target.base.name_or_path if target is not None else cfg.model.name_or_path
     return {"dataset": d.dataset, "config_name": d.config_name, "prompt_field": d.prompt_field,
             "reference_field": d.reference_field, "model": cfg.model.name_or_path, "adapter": adapter,
             "sampled_with": sampled_with,  # the base that answered (the adapter's own, with one)
@@ -107,10 +107,10 @@ def _save(out: Path, manifest: dict) -> None:
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=2))
 
 
-def _load_model(cfg: AppConfig, adapter: str | None):
-    """(model, tokenizer): the base in 4-bit, or a trained adapter on it (its own run's base)."""
-    if adapter:
-        pair = load_pair(find_target(adapter), cfg.runtime.local_only, device=cfg.runtime.device)
+def _load_model(cfg: AppConfig, target):
+    """(model, tokenizer): the base in 4-bit, or a trained adapter (``target``, found once) on its own run's base."""
+    if target is not None:
+        pair = load_pair(target, cfg.runtime.local_only, device=cfg.runtime.device)
         return pair.model, pair.tok
     model, tok, _ = load_base_model(cfg.model, local_only=cfg.runtime.local_only, for_training=False,
                                     device=cfg.runtime.device)
@@ -156,10 +156,10 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
     # the GRPO resolution: the model's default, and the system prompt the shaped reward's format bonus asks for
     cfg = resolve(with_absolute_paths(cfg.model_copy(update={"method": "grpo"}), Path.cwd()))
     out = Path(out)
-    manifest = _open_folder(out, _settings(cfg, req, adapter), resume)
+    target = find_target(adapter) if adapter else None
+    manifest = _open_folder(out, _settings(cfg, req, adapter, target), resume)
     for entry in cfg.reward.custom:  # everything is checked before the folder is made
         load_custom(entry)
-    target = find_target(adapter) if adapter else None
     if not adapter:
         check_model_source(cfg.model.name_or_path, cfg.runtime.local_only)
     train, heldout, det = build_splits(cfg.data, cfg.training.seed, local_only=cfg.runtime.local_only)
@@ -171,7 +171,7 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
               "test": heldout.select(range(min(len(heldout), req.max_heldout)))}
     total = sum(len(ds) for ds in splits.values())
     done_before = sum(manifest["splits"][name]["done"] for name in splits)
-    model, tok = _load_model(cfg, adapter)
+    model, tok = _load_model(cfg, target)
     asker = Asker(model, tok)  # text alone (check_text_only): sampled as every model is asked
     out.mkdir(parents=True, exist_ok=True)
     _save(out, manifest)

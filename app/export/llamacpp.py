@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import platform
+import re
 import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -93,7 +94,7 @@ def _child_main() -> None:
 def in_child(fn, *args, what: str = "running a GGUF file", timeout: float = 600, **kwargs):
     """``fn(*args, **kwargs)`` (a module-level function, its arguments and result picklable) in a fresh Python
     process: its result, or LlamaCppDied naming how the child ended (a signal, a timeout, an error raised there).
-    llama.cpp's own output goes to this process's stderr."""
+    The child's own output (llama.cpp's notes) is kept out of the caller's terminal."""
     import pickle
     import subprocess
     import sys
@@ -183,7 +184,6 @@ def probe(runner=_one_token, probe_file: Path | None = None, cache: bool = True)
             pass
     path = probe_file or probe_gguf()
     died = []
-    result = Probe("broken")
     for plain in (False, True):
         try:
             in_child(runner, str(path), plain, what="on one token of a quantized file", timeout=PROBE_TIMEOUT_S)
@@ -191,7 +191,7 @@ def probe(runner=_one_token, probe_file: Path | None = None, cache: bool = True)
             break
         except LlamaCppDied as e:
             died.append(str(e).removeprefix("llama.cpp ").split(" (", 1)[0] + _signal_of(str(e)))
-    if result.mode == "broken":
+    else:
         result = Probe("broken", "; ".join(died))
     if cache:
         _FOUND[key] = result
@@ -205,8 +205,6 @@ def probe(runner=_one_token, probe_file: Path | None = None, cache: bool = True)
 
 
 def _signal_of(line: str) -> str:
-    import re
-
     found = re.search(r"\bSIG[A-Z]+\b", line)
     return f" ({found.group(0)})" if found else ""
 
