@@ -16,8 +16,9 @@ layer and the ones below, never one above; docs/architecture.md draws it):
                             loaded, paired with an adapter, given LoRA and asked to generate; the tools a model calls
                             and the guard around them
     ask                     the one service that asks a model: a request, pictures, a run's tool loop, or text
-    train, eval, export     the session and everything it plans and builds; compare, chat, pairs and the harness;
-                            getting an adapter out
+    train, eval, export, synth
+                            the session and everything it plans and builds; compare, chat and the harness; getting
+                            an adapter out; training data made by asking a model (pairs)
     demo, ui, serve         the offline demo; the web UI (which runs the CLI in a subprocess); the OpenAI-compatible
                             API server
     cli                     every command and all terminal rendering

@@ -26,6 +26,16 @@ quiet_library_noise()
 import pytest  # noqa: E402
 
 ARCHS = ("llama", "qwen2", "qwen3")
+E2E = Path(__file__).parent / "e2e"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the marker it adds is what `-m "not e2e"` reads
+def pytest_collection_modifyitems(items):
+    """The e2e tier: a slow test in tests/e2e/ (a user's whole path: the family matrix, the demo-sized runs, faults
+    survived) is `e2e` too, beside the tests elsewhere marked so by hand (a demo of their own); docs/testing.md."""
+    for item in items:
+        if item.get_closest_marker("slow") and E2E in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
@@ -82,12 +92,18 @@ def cli(*args, cwd=None, timeout: float = 600, env: dict | None = None, stdin: s
     """`qlora-app ARGS` (``python -m app.cli``; or a script of the repository) in a process of its own: for a test whose
     subject is the process (a real run's output, exit code on a signal, import order, what a user's terminal shows).
     A one-line refusal is checked in this process instead: ``cli_here``."""
-    cmd = [sys.executable, script] if script else [sys.executable, "-m", "app.cli"]
+    cmd = [sys.executable, script] if script else cli_command()
     # this checkout's app, wherever the command runs from (an installed copy could be another one)
     root = str(Path(__file__).resolve().parent.parent)
     here = {"PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
                           input=stdin, env={**os.environ, **here, **(env or {})})
+
+
+def cli_command(*args) -> list[str]:
+    """The command line of `qlora-app ARGS` for a test that needs the process itself (Popen: a signal, a kill, a
+    server it stops), the one spelling of it beside ``cli``."""
+    return [sys.executable, "-m", "app.cli", *map(str, args)]
 
 
 def cli_here(*args, cwd=None) -> subprocess.CompletedProcess:

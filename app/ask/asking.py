@@ -26,7 +26,7 @@ from typing import Callable
 from app.errors import UserError
 from app.ask.logprobs import image_logprobs, text_logprobs
 from app.model.generation import format_prompt, generate, generate_ids, generate_one, generate_with_images
-from app.model.pair import system_first
+from app.model.pair import plain_conversation, system_first
 from app.run.counts import CallCounts
 from app.tools.guard import Limits, public_methods
 from app.tools.loop import run_tool_loop
@@ -80,7 +80,7 @@ class Ask:
     @classmethod
     def of(cls, messages: list[dict], system: str | None = None, images=()) -> Ask:
         msgs = system_first(messages, system)
-        return cls(msgs, list(images or []), "\n\n".join(m["content"] for m in msgs))
+        return cls(msgs, list(images or []), plain_conversation(messages, system))
 
     def item(self) -> dict:
         """As compare's and the held-out evaluation's items are written (messages, images, plain)."""

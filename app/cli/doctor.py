@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from app.config.build import build_config, load_yaml_file, validate
+from app.config.methods import method_of
 from app.errors import UserError
 from app.eval.harness import INSTALL_HINT
 from app.export.gguf import EXTRA, converter_version
@@ -114,7 +115,7 @@ def report_run(run, console) -> int:
         console.print(f"too few training steps to read ({steps}; the checks need {WINDOW}): nothing to say yet",
                       highlight=False)
         return 0
-    if not found and cfg.method != "grpo":  # SFT, DPO, KTO, distillation: no reward was sampled
+    if not found and not method_of(cfg).rewarded:  # SFT, DPO, KTO, distillation: no reward was sampled
         console.print(f"no reward to read: a {cfg.method.upper()} run trains on no sampled reward, so the checks "
                       "for a flat reward (GRPO's) have nothing to say; its held-out curve (curves.png) and its proof "
                       "(compare.json) say whether it learned", highlight=False)

@@ -30,8 +30,8 @@ from app.cli.score import run_score
 from app.config.build import build_config, load_config_file, load_yaml_file
 from app.config.flags import CLI_FLAGS, flags_layer
 from app.config.presets import list_presets, load_preset, preset_path
-from app.config.resolve import DEFAULT_GRPO_MODEL
-from app.config.schema import METHODS, METHODS_IN_WORDS, AppConfig
+from app.config.methods import DEFAULT_MODEL, IN_WORDS, METHODS
+from app.config.schema import AppConfig
 from app.demo.choose import run_chosen_demo
 from app.demo.run import DemoInterrupted
 from app.errors import UserError
@@ -52,7 +52,7 @@ from app.ui.serve import launch
 app = typer.Typer(
     cls=Group,
     name="qlora-app",
-    help=f"QLoRA fine-tuning ({METHODS_IN_WORDS}) on one consumer GPU: train, inspect data, score, compare, UI.",
+    help=f"QLoRA fine-tuning ({IN_WORDS}) on one consumer GPU: train, inspect data, score, compare, UI.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -88,13 +88,13 @@ SetOpt = typer.Option(None, "--set", help="Override any config key: --set traini
 # ---------------------------------------------------------------------------------------------------------- train
 
 
-@app.command(cls=Command, help=f"Fine-tune a LoRA adapter on a 4-bit base with {METHODS_IN_WORDS}.")
+@app.command(cls=Command, help=f"Fine-tune a LoRA adapter on a 4-bit base with {IN_WORDS}.")
 def train(
     dataset: Optional[List[str]] = typer.Option(None, help="Hub id, local file or 'arith'; repeat it for a mix."),
     mix: Optional[str] = typer.Option(None, help="A mix's shares, one per --dataset: 0.7,0.3 (default: each whole)."),
-    method: Optional[str] = typer.Option(None, help="; ".join(f"{m}: {what}" for m, what in METHODS.items())
+    method: Optional[str] = typer.Option(None, help="; ".join(f"{n}: {m.learns_from}" for n, m in METHODS.items())
                                          + f" (default {AppConfig.model_fields['method'].default})."),
-    model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_GRPO_MODEL}; "
+    model: Optional[str] = typer.Option(None, help=f"Hub id or local model folder (default: {DEFAULT_MODEL}; "
                                               "'arith-base' is the tiny model shipped for offline use)."),
     preset: Optional[str] = typer.Option(None, help="Preset name (qlora-app presets list) or YAML file."),
     config: Optional[Path] = typer.Option(None, help="A full config YAML (as written into run directories)."),
@@ -136,7 +136,7 @@ def train(
     gpu_memory: Optional[float] = options.GPU_MEMORY,
     as_json: bool = switch("--json", help="With --dry-run: the plan as one JSON object on stdout."),
 ):
-    """Fine-tune a LoRA adapter on a 4-bit base: `qlora-app train --help` lists the methods (config.schema.METHODS)."""
+    """Fine-tune a LoRA adapter on a 4-bit base: `qlora-app train --help` lists the methods (app/config/methods/)."""
     apply_local_only(local_only)  # before anything imports huggingface_hub (it reads the flags at import)
     flags = flags_layer({name: value for name, value in locals().items() if name in CLI_FLAGS})
 

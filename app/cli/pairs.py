@@ -1,5 +1,5 @@
 """`qlora-app pairs`: a preference dataset made by sampling a model and scoring its answers with the run's reward
-(app/eval/pairs.py), registered on the main Typer app by app.cli. Light imports only, as in app.cli."""
+(app/synth/pairs.py), registered on the main Typer app by app.cli. Light imports only, as in app.cli."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from app.config.build import build_config, load_config_file
 from app.config.flags import flags_layer
 from app.config.presets import load_preset
 from app.errors import UserError
-from app.eval.pairs import PairsRequest, make_pairs
+from app.synth.pairs import PairsRequest, make_pairs
 from app.host.offline import apply_local_only
 from app.host.threads import use_free_cores
 from app.model.pair import find_target

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from app.config.help import explain_rows
+from app.config.methods import method_of
 from app.config.resolve import model_name, resolve, warnings_for
 from app.config.schema import AppConfig
 from app.data import build_splits
@@ -47,7 +48,7 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []
     if cfg.data.datasets:
         try:
-            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True, labelled=cfg.method == "kto")
+            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True, labelled=method_of(cfg).rows == "labelled")
         except UserError as e:
             # what the run would refuse, the dry run refuses: a local or built-in dataset is read as the run reads
             # it; a hub dataset not in the cache is planned without its data, and said so
@@ -110,7 +111,7 @@ def plan_json(plan, shown: AppConfig, refused: UserError | None, notes: list[str
     out.update(torch_peak_gb=est.get("torch_peak_gb"), total_gb=est.get("total_gb"),
                device=w.gpu or "cpu", card_gb=w.vram_gb if w.cuda else None, verdict=plan.verdict,
                compute_dtype=w.compute_dtype, backend=plan.backend,
-               sampler="vllm" if f.vllm else f.sampler if plan.cfg.method == "grpo" else None,
+               sampler="vllm" if f.vllm else f.sampler if method_of(plan.cfg).rewarded else None,
                compiled=f.compiled, generation_batch_size=f.completions_at_once,
                steps_per_generation=f.steps_per_generation, packing=plan.decisions().packing,
                offloading=f.offloading, liger=f.liger, world_size=plan.world_size,

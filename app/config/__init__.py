@@ -10,6 +10,8 @@
     reward_components.py  the shaped reward's components: names, default weights, ranges, plot colours
     builtin.py            where the tiny built-in base model lives
     fields.py             the sections' building blocks, and the one walk of a dotted key (get_key / set_key)
+    methods/              what each training method is, one module each (its rows, sampling, reward, teacher,
+                          defaults, warnings, checks, card line, demo): asked, never compared by name
     method_sections.py    the sections one method reads (GRPO with its tools, DPO)
     reward_section.py     the reward's section, beside its table
     help.py               --explain's help per key, each method's auto value stated

@@ -10,7 +10,7 @@ from app.config.build import validate
 from app.config.fields import get_key
 from app.config.keys import field_help, value_rows
 from app.config.resolve import resolve
-from app.config.schema import METHODS
+from app.config.methods import METHODS
 
 # The keys "auto" fills differently per method (app/config/resolve.py), with what depends on the data for SFT.
 BY_METHOD = {

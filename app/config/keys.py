@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from app.config.fields import get_key, set_key
+from app.config.methods import METHODS, named
 from app.config.schema import AppConfig
 from app.errors import UserError
 
@@ -111,10 +112,6 @@ def unknown_key_message(dotted: str) -> str:
     return f"unknown config key '{dotted}'{hint}"
 
 
-# The section a bare key of a method's own means: `--set beta=0.04` is grpo.beta in a GRPO run, dpo.beta in a DPO one.
-METHOD_SECTIONS = {"grpo": "grpo", "dpo": "dpo", "orpo": "dpo", "kto": "kto", "distill": "distill"}
-
-
 def resolve_set_key(key: str, method: str | None = None) -> str:
     """Turn a bare leaf name ('save_steps') into its dotted key; dotted keys pass through if they exist. A name
     several sections have ('beta') is the run's ``method``'s own."""
@@ -125,11 +122,16 @@ def resolve_set_key(key: str, method: str | None = None) -> str:
         return key
     if "." not in key:
         matches = [k for k in keys if k.rsplit(".", 1)[-1] == key]
-        if method != "distill" and len(matches) > 1:  # distill's keys take TRL's names, GRPO's: theirs elsewhere
-            matches = [k for k in matches if not k.startswith("distill.")]
+        # The section a bare key of a method's own means: `--set beta=0.04` is grpo.beta in a GRPO run, dpo.beta in
+        # a DPO one; a shadowed section's keys (distillation's take TRL's names, GRPO's) only in its own run
+        mine = named(method)
+        section = mine.section if mine else None
+        if len(matches) > 1:
+            shadowed = {m.section for m in METHODS.values() if m.shadowed} - {section}
+            matches = [k for k in matches if k.split(".")[0] not in shadowed]
         if len(matches) == 1:
             return matches[0]
-        own = [k for k in matches if k.split(".")[0] == METHOD_SECTIONS.get(method or "")]
+        own = [k for k in matches if k.split(".")[0] == section]
         if len(own) == 1:
             return own[0]
         if len(matches) > 1:

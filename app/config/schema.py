@@ -20,6 +20,7 @@ from pydantic import (
 
 from app.config.data_section import DataConfig, MixPart  # noqa: F401 - re-exported: the data section's own file
 from app.config.fields import AutoBool, StrictModel, _d
+from app.config.methods import METHODS, NAMES, with_
 from app.config.method_sections import (  # noqa: F401 - re-exported: the sections live with their method
     DPO_LOSS_TYPES,
     LOSS_TYPES,
@@ -164,23 +165,8 @@ class RuntimeConfig(StrictModel):
         return self
 
 
-# The methods and what each learns from (the UI's radio, the CLI's help, the config's check).
-METHODS = {"grpo": "learn from rewards", "sft": "learn from reference answers", "dpo": "learn from preference pairs",
-           "kto": "learn from answers labelled good or bad, one per row, or both sides of preference pairs (KTO)",
-           "orpo": "learn from preference pairs without a reference model (TRL's experimental ORPO)",
-           "distill": "learn from a stronger teacher model's next-token distributions on prompts (distillation)"}
-EXPERIMENTAL_METHODS = ("orpo",)
-# How help and descriptions name the methods: "GRPO, SFT and DPO; ORPO experimental".
-METHOD_WORDS = {m: "distillation" if m == "distill" else m.upper() for m in METHODS}  # how prose names each
-_STABLE = [METHOD_WORDS[m] for m in METHODS if m not in EXPERIMENTAL_METHODS]
-METHODS_IN_WORDS = (", ".join(_STABLE[:-1]) + " and " + _STABLE[-1]
-                    + "".join(f"; {METHOD_WORDS[m]} experimental" for m in EXPERIMENTAL_METHODS))
-PREFERENCE_METHODS = ("dpo", "orpo")  # trained on preference pairs (app/data/preference.py)
-
-
 class AppConfig(StrictModel):
-    method: Literal["grpo", "sft", "dpo", "kto", "orpo", "distill"] = _d("grpo", "; ".join(f"{k}: {v}"
-                                                                          for k, v in METHODS.items()))
+    method: Literal[NAMES] = _d(NAMES[0], "; ".join(f"{k}: {m.learns_from}" for k, m in METHODS.items()))
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -199,37 +185,14 @@ class AppConfig(StrictModel):
     _notes: list[str] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
-    def _check_grpo_batch(self) -> "AppConfig":
-        # TRL generates `generation_batch_size` completions at a time (default: per-device batch x accumulation
-        # steps) and they must form whole groups of num_generations; catch it here, not deep inside TRL.
-        t = self.training
-        if self.method == "grpo" and t.per_device_train_batch_size and t.gradient_accumulation_steps:
-            total = self.grpo.generation_batch_size or t.extra_args.get("generation_batch_size") or (
-                t.per_device_train_batch_size * t.extra_args.get("steps_per_generation", t.gradient_accumulation_steps)
-            )
-            if total % self.grpo.num_generations:
-                source = ("grpo.generation_batch_size" if self.grpo.generation_batch_size
-                          else "training.extra_args" if "generation_batch_size" in t.extra_args
-                          or "steps_per_generation" in t.extra_args
-                          else "per_device_train_batch_size x gradient_accumulation_steps")
-                raise ValueError(
-                    f"a generation batch of {total} completions ({source}) is not a multiple of "
-                    f"grpo.num_generations = {self.grpo.num_generations}; change one so it divides"
-                )
-        return self
-
-    @model_validator(mode="after")
-    def _orpo_has_one_loss(self) -> "AppConfig":
-        if self.method == "orpo" and (self.dpo.loss_type != ["sigmoid"] or self.dpo.loss_weights):
-            raise ValueError(f"dpo.loss_type={','.join(self.dpo.loss_type)} is a DPO setting and ORPO has one loss of "
-                             "its own; drop it, or train with --method dpo")
-        return self
-
-    @model_validator(mode="after")
-    def _tools_are_grpo(self) -> "AppConfig":
-        if self.tools.enabled and self.method != "grpo":
+    def _method_checks(self) -> "AppConfig":
+        problem = METHODS[self.method].check(self)  # what the method itself refuses (app/config/methods/)
+        if problem:
+            raise ValueError(problem)
+        if self.tools.enabled and not METHODS[self.method].rewarded:
             raise ValueError(f"tools and environments train with GRPO (the model learns from the rewards of its "
-                             f"rollouts); use --method grpo, or drop --tools / --environment for {self.method.upper()}")
+                             f"rollouts); use --method {' or '.join(with_('rewarded'))}, or drop --tools / "
+                             f"--environment for {self.method.upper()}")
         return self
 
     def to_yaml(self) -> str:

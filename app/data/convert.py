@@ -16,7 +16,7 @@ from app.data.detect import SOURCE, DataError, Detection
 from app.data.images import IMAGES, decoding, undecoded
 from app.data.preference import answer_text, pair_of, require_labels, require_pairs, shared_prompt
 from app.data.profile import label_value, name_words, value_kind
-from app.data.turns import ROLE_MAP, normalize_messages, render_conversation, value_text, with_system
+from app.data.turns import ROLE_MAP, normalize_messages, plain_text, render_conversation, value_text, with_system
 from app.data.vocabulary import CHOICE_WORDS, PASSAGE_WORDS
 
 # the cell and turn helpers live in app/data/turns.py; they are part of this module's interface too
@@ -132,8 +132,8 @@ def prompt_messages(row: dict, det: Detection, system_prompt: str | None) -> lis
 
 
 def plain_prompt(row: dict, det: Detection, system_prompt: str | None) -> str:
-    text = prompt_text(row, det)
-    return f"{system_prompt}\n\n{text}" if system_prompt else text
+    """A row's prompt for a model without a chat template (app.data.turns.plain_text: the one rule)."""
+    return plain_text(prompt_text(row, det), system_prompt)
 
 
 def _has_template(tokenizer) -> bool:

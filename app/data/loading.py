@@ -229,7 +229,7 @@ def _load_dir(path: Path, config_name: str | None):
                         "a save_to_disk folder or a folder of .jsonl/.csv/.parquet files") from None
 
 
-# A folder `qlora-app pairs` wrote (app/eval/pairs.py owns its format) holds its settings in this hidden file.
+# A folder `qlora-app pairs` wrote (app/synth/pairs.py owns its format) holds its settings in this hidden file.
 PAIRS_MANIFEST = ".qlora-pairs.json"
 
 

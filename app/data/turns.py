@@ -62,6 +62,13 @@ def render_conversation(msgs: list[dict]) -> str:
     return "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in msgs)
 
 
+def plain_text(text: str, system: str | None = None) -> str:
+    """A prompt as a model without a chat template is trained on it and asked, the one rule (training's rows, pairs,
+    chat, the API server): ``system`` (the run's system prompt), a blank line, then the prompt's ``text`` (a
+    conversation's: render_conversation); ``reasked`` reads it back."""
+    return f"{system}\n\n{text}" if system else text
+
+
 def reasked(prompt, was: str | None, now: str | None):
     """A prompt written with system prompt ``was`` (by ``with_system``, or as ``system\n\nprompt`` text for a model
     without a chat template) rewritten with ``now`` instead: how a distillation's teacher is asked the student's

@@ -22,13 +22,13 @@ import re
 import time
 from pathlib import Path
 
-from app.config.resolve import DEFAULT_GRPO_SYSTEM_PROMPT
+from app.config.methods.grpo import DEFAULT_SYSTEM_PROMPT
 from app.data.arith import MAX_OPERAND, generate_arith, split_rows
 
 PRETRAIN_SEED = 777
 _EQ = re.compile(r"(\d+) ([+-]) (\d+) = \d+\.")
 SYSTEM_PROMPTS = [
-    DEFAULT_GRPO_SYSTEM_PROMPT,
+    DEFAULT_SYSTEM_PROMPT,
     "You are a helpful assistant.",
     "Answer the question.",
 ]

@@ -1,7 +1,7 @@
 """`qlora-app demo --method dpo` (or `kto`): preference pairs from a reward, then DPO (or KTO on each pair split into a
 good and a bad answer), offline on a CPU, through the real engine.
 
-1. pairs (app/eval/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
+1. pairs (app/synth/pairs.py, as `qlora-app pairs` makes them): the shipped tiny base in 4-bit answers every built-in
    `arith` training prompt 8 times at temperature 1; the shaped reward scores the answers; the best and the worst
    make a pair where their scores differ. The held-out problems get their pairs too (test.jsonl), for preference
    accuracy;
@@ -22,10 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from app.config.build import build_config
+from app.config.methods import METHODS
 from app.config.presets import load_preset
 from app.demo.recipe import EVAL_SIZE, base_model_path
 from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
-from app.eval.pairs import MANIFEST, PairsRequest, make_pairs
+from app.synth.pairs import MANIFEST, PairsRequest, make_pairs
 from app.eval.render import print_result
 from app.eval.result import Comparison
 from app.run import layout, store
@@ -70,7 +71,7 @@ def run_dpo_demo(output_dir: Path, quick: bool = False, console=None, progress: 
     console.print(f"   {counts['train']['pairs']} pairs from {counts['train']['done']} prompts; "
                   f"{counts['test']['pairs']} of the {counts['test']['rows']} held-out problems have one too")
 
-    split = " (each pair as a good and a bad answer)" if method == "kto" else ""
+    split = " (each pair as a good and a bad answer)" if METHODS[method].rows == "labelled" else ""
     console.print(f"[bold]2/3[/] {name} on the pairs{split}, from the same 4-bit base (the base is also the "
                   "reference)")
     t = time.time()
@@ -141,7 +142,7 @@ def _record(result: Comparison, output_dir: Path, pairs_dir: Path, run: Path, qu
                             "preference_accuracy": p.get("accuracy")}},
         f"{method}_lift": s.adapter.accuracy - s.base.accuracy,
         "timings": {k: round(v, 1) for k, v in timings.items()}}
-    out = output_dir / layout.DEMO_PREFERENCE_JSON[method]
+    out = output_dir / layout.demo_preference_json(method)
     _keep_previous(out)
     store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     return out

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from app.config.build import build_config
+from app.config.methods import METHODS
 from app.config.builtin import VISION_MODEL
 from app.demo.recipe import base_model_path, images_preset
 from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
@@ -41,13 +42,14 @@ def run_images_demo(output_dir: Path, quick: bool = False, console=None, progres
                  "offline")
     base = base_model_path(name=VISION_MODEL)
     console.print(f"base model: {base} (vision tower 16-bit, language model 4-bit)")
-    preset = images_preset(base, grpo=method == "grpo")
+    rewarded = METHODS[method].rewarded  # GRPO: sampled answers and the shaped reward; SFT: the labels
+    preset = images_preset(base, grpo=rewarded)
     n_eval = QUICK["eval"] if quick else preset["training"]["proof_rows"]
     sets = [f"training.seed={seed}", f"training.proof_rows={n_eval}", *sets]
-    if quick and method == "sft":
+    if quick and not rewarded:
         sets.append(f"training.max_steps={QUICK['steps']}")
     console.print(f"[bold]1/2[/] {method.upper()} on the built-in shapes images: 'What color is the <shape>?'"
-                  + (" (8 sampled answers a picture, the shaped reward)" if method == "grpo" else ""))
+                  + (" (8 sampled answers a picture, the shaped reward)" if rewarded else ""))
     cfg = build_config({**preset, "output_dir": str(output_dir), "run_name": f"demo-images-{method}"}, sets=sets)
     show = console.is_terminal if progress is None else progress
     run = Session(cfg, progress=show, console=console).run()
@@ -65,7 +67,7 @@ def run_images_demo(output_dir: Path, quick: bool = False, console=None, progres
     result.config["demo"] = {"quick": quick, "seed": seed, "images": True, "method": method, "run": str(run),
                              "stages": stages, "lift": lift,
                              "timings": {"train_s": round(train_s, 1), "total_s": round(time.time() - t0, 1)}}
-    out = output_dir / (layout.DEMO_IMAGES_JSON if method == "sft" else layout.DEMO_IMAGES_GRPO_JSON)
+    out = output_dir / (layout.DEMO_IMAGES_GRPO_JSON if rewarded else layout.DEMO_IMAGES_JSON)
     _keep_previous(out)
     store.write_atomic(out, json.dumps(result.to_dict(), indent=2))
     print_result(result, console, max_rows=4)

@@ -6,12 +6,11 @@
     chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
     divergence.py   a distillation student's KL from its teacher on its held-out answers
     render.py   terminal table, --html page, the UI's summary and rows
-    pairs.py    `qlora-app pairs`: sample a model, score with the reward, write chosen/rejected pairs
     harness.py  `qlora-app eval`: lm-evaluation-harness on the base and the adapter (lm_tasks/: the shipped tasks)
 
 Standard library only at import; torch / transformers / peft load inside the functions that need them.
 
-Owns: running base and adapter on rows and scoring them (compare, chat, pairs, held-out preference log-probs); the
-asking itself is app/ask's.
+Owns: running base and adapter on rows and scoring them (compare, chat, held-out preference log-probs); the asking
+itself is app/ask's; making pairs from a model's answers is app/synth's.
 Must not import the trainer (tests/structure/test_homes.py) nor write a run's config.yaml/status.json.
 """

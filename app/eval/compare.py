@@ -14,6 +14,7 @@ inside functions so `qlora-app --help` stays fast.
 
 from __future__ import annotations
 
+from app.config.methods import method_of
 from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
@@ -108,11 +109,14 @@ def correct_when(reward_cfg, references: list) -> str | None:
 
 def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(), prompt_field=None,
                    reference_field=None, max_new_tokens=128, temperature=0.0, batch_size=16, seed=0,
-                   local_only=False, progress=None, record: str | None = "adhoc") -> Comparison:
+                   local_only=False, progress=None, record: str | None = "adhoc", files=None,
+                   teacher=None) -> Comparison:
     """Compare base and adapter (``Comparison.to_dict()`` is the --json schema).
     ``progress``: optional callable(done, total) called after each generated batch (total = 2 x prompts).
     ``record``: where a comparison of a run's adapter is kept (app/run/proof.py): "adhoc" (a file of its own in
-    RUN/comparisons/), "proof" (RUN/compare.json: the session's, at the end of training), None (not kept)."""
+    RUN/comparisons/), "proof" (RUN/compare.json: the session's, at the end of training), None (not kept).
+    ``files``: the base's ModelFiles as the run's plan read them (the session's proof; app.model.pair.load_pair);
+    ``teacher``: a distillation run's TeacherSource as its plan found it (the session's proof: not found again)."""
     check_generation(temperature, max_new_tokens, batch_size)
     if num_samples <= 0 and not any(p and p.strip() for p in prompts):
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
@@ -120,10 +124,10 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     adapter_dir, run_cfg, mc = target.adapter_dir, target.run_cfg, target.base
     items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,
                             local_only)
-    pair = load_pair(target, local_only)
+    pair = load_pair(target, local_only, files=files)
     peft_model, tok = pair.model, pair.tok
     system_prompt = target.system_prompt
-    teaches = bool(run_cfg and run_cfg.method == "distill" and run_cfg.distill.teacher)
+    teaches = bool(run_cfg and method_of(run_cfg).teacher and run_cfg.distill.teacher)
     total, done = (3 if teaches else 2) * len(items), 0
 
     def tick(n: int) -> None:
@@ -145,7 +149,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 
     recorded = (read_status(run) or {}).get(layout.TEACHER) if teaches and (run := lookup.run_of_adapter(
         adapter_dir)) is not None else None
-    teacher_out, teacher_said = (teacher_side(run_cfg, items, tok, gen, local_only, recorded) if teaches
+    teacher_out, teacher_said = (teacher_side(run_cfg, items, tok, gen, local_only, recorded, teacher) if teaches
                                  else (None, None))
 
     reward_cfg = run_cfg.reward if run_cfg else None
@@ -179,16 +183,16 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
 
 
 def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
-                 recorded: dict | None = None) -> tuple[list[dict] | None, str]:
+                 recorded: dict | None = None, source=None) -> tuple[list[dict] | None, str]:
     """(the teacher's answers to ``items``, what it was) for a distillation run's comparison: its teacher loaded as
     the run loaded it (its head cut to the rows the plan kept) and asked as training asked it (the student's
     tokenizer; the system prompt the plan decided for the teacher): both read from ``recorded``, status.json's
     teacher, never decided again; then freed. A teacher that cannot be loaded now (moved, deleted) leaves the
-    comparison with two sides and says why."""
+    comparison with two sides and says why. ``source``: the teacher as the run's plan found it (its files read)."""
     import gc
 
     try:
-        source = find_teacher(run_cfg.distill, run_cfg.model, local_only)
+        source = source or find_teacher(run_cfg.distill, run_cfg.model, local_only)
     except UserError as e:
         return None, f"not compared: {e}"
     student = run_cfg.data.system_prompt

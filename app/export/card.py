@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+from app.config.methods import method_of
 from app.run import benchmarks, integrity, layout, proof, store
 from app.run.layout import PREFERENCE_WORDS
 from app.run.summary import dataset_lines
@@ -174,37 +175,9 @@ def data_words(cfg, st: dict) -> str:
 
 
 def method_lines(cfg) -> list[str]:
-    """The card's lines of what the run's method did: GRPO's completions and reward, DPO's and KTO's losses, the
-    distillation's teacher."""
-    out: list[str] = []
-    weights = ", ".join(f"{k} {v:g}" for k, v in cfg.reward.weights.items())
-    if cfg.method == "grpo":
-        g = cfg.grpo
-        out += [f"- GRPO: {g.num_generations} completions per prompt, loss {g.loss_type}, up to "
-                f"{g.max_completion_length} tokens each; reward weights: {weights}"]
-        if cfg.tools.enabled:
-            out += [tools_line(cfg)]
-    elif cfg.method == "dpo":
-        d = cfg.dpo
-        out += [f"- DPO on preference pairs: loss {' + '.join(d.loss_type)}"
-                + (f" (weights {', '.join(f'{w:g}' for w in d.loss_weights)})" if d.loss_weights else "")
-                + f", beta {d.beta:g}; the reference is the base with the adapter switched off"]
-    elif cfg.method == "kto":
-        k = cfg.kto
-        out += [f"- KTO on answers labelled good or bad: beta {k.beta:g}, desirable_weight "
-                f"{k.desirable_weight or 1:g}, undesirable_weight {k.undesirable_weight:g}; the reference is the "
-                "base with the adapter switched off"]
-    elif cfg.method == "distill":
-        d = cfg.distill
-        out += [f"- distillation ({d.mode.replace('_', '-')}) from teacher {code_name(d.teacher, 'model')}"
-                + f" ({'4' if d.teacher_4bit else '16'}-bit)"
-                + (f": beta {d.beta:g} (0 forward KL, 1 reverse KL), temperature {d.temperature:g}"
-                   if d.mode == "on_policy" else ": SFT on the teacher's greedy answers")
-                + f", answers up to {d.max_completion_length} tokens"]
-    elif cfg.method == "orpo":
-        out += [f"- ORPO on preference pairs (TRL's experimental trainer): lambda {cfg.dpo.beta:g}, no reference "
-                "model"]
-    return out
+    """The card's lines of what the run's method did (its own line: app/config/methods/), and the tools it called."""
+    line = method_of(cfg).card_line(cfg, code_name)
+    return ([line] if line else []) + ([tools_line(cfg)] if cfg.tools.enabled else [])
 
 
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],

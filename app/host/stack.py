@@ -7,12 +7,13 @@ from __future__ import annotations
 CPU_GRPO_FLOORS = {"trl": "1.16", "transformers": "5.23"}
 
 
-def stack_problem(method: str, cuda: bool, versions: dict[str, str] | None = None) -> str | None:
-    """A one-line refusal when the installed stack cannot run this job here, else None. GRPO on a CPU needs
-    CPU_GRPO_FLOORS; Unsloth's own pins (trl <= 1.15, transformers <= 5.17) fall below them."""
+def stack_problem(rollouts: bool, cuda: bool, versions: dict[str, str] | None = None) -> str | None:
+    """A one-line refusal when the installed stack cannot run this job here, else None. ``rollouts``: the method
+    samples and scores its own answers as GRPO does (app/config/methods/); on a CPU that needs CPU_GRPO_FLOORS, and
+    Unsloth's own pins (trl <= 1.15, transformers <= 5.17) fall below them."""
     from packaging.version import Version
 
-    if method != "grpo" or cuda:
+    if not rollouts or cuda:
         return None
     if versions is None:
         import importlib.metadata as md

@@ -3,7 +3,9 @@ from that dict, the model built from it on the meta device (one per class a run 
 tokenizer with the context length. app/train/planning/plan.py makes one ``ModelFiles`` per plan (or per set of plans:
 card_verdicts) and hands it to every step that asks about the model (its family and class, images, experts, the
 memory estimate, the precision lines), so config.json is parsed once and the meta model built once, a vision
-mixture-of-experts model included, and the tokenizer loaded once.
+mixture-of-experts model included, and the tokenizer and a vision model's processor loaded once. The session hands
+the plan's to the training load and to the proof (app.model.load.load_base_model's ``files``), so a run's stages
+read them too, never again.
 
 Owns ``ModelFiles``. Must not load weights; transformers is imported inside its methods.
 """
@@ -17,6 +19,7 @@ from app.model.load import load_tokenizer
 from app.model.placement import context_length
 from app.model.shape import meta_model, read_config
 from app.model.source import model_load_error, model_on_disk
+from app.model.vision import load_processor
 
 
 @dataclass(eq=False)
@@ -31,6 +34,7 @@ class ModelFiles:
     _hf_config: Any = field(default=None, repr=False)
     _shells: dict = field(default_factory=dict, repr=False)
     _tokenizer: Any = field(default=None, repr=False)
+    _processor: Any = field(default=None, repr=False)
 
     @classmethod
     def read(cls, mc) -> "ModelFiles":
@@ -71,6 +75,15 @@ class ModelFiles:
             config = self.hf_config(local_only) if self.config is not None else None  # the class it names
             self._tokenizer = load_tokenizer(mc, local_only, config)
         return self._tokenizer
+
+    def processor(self, local_only: bool = True):
+        """The processor of a model that reads images (app.model.vision.load_processor), loaded once for the plan,
+        the training load and the proof; raises what loading raises."""
+        if self._processor is None:
+            config = self.hf_config(local_only) if self.config is not None else None  # the class it names
+            self._processor = load_processor(self.name, self.revision, self.trust_remote_code, local_only=local_only,
+                                             config=config)
+        return self._processor
 
     def tokenizer_on_disk(self, mc):
         """The tokenizer where its files are on disk, else None (the memory estimate counts characters then: it runs

@@ -5,6 +5,7 @@ bitsandbytes path, which runs on CPU too (slowly), so tests exercise it on tiny 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 
 from app.config.schema import ModelConfig
@@ -67,13 +68,15 @@ def load_tokenizer(mc: ModelConfig, local_only: bool = False, config=None):
 
 def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: bool = True, device: str = "auto",
                     fsdp: bool = False, where: Placement | None = None, tok=None, images: bool = False,
-                    vision_paths: tuple | None = None, processor=None):
+                    vision_paths: tuple | None = None, processor=None, files=None):
     """Returns (model, tokenizer, info). The model is 4-bit unless model.load_in_4bit is false; ``device`` is
     runtime.device (auto / cpu / cuda), used when ``where`` (the decided placement) is not given; ``tok``: the
     tokenizer when the caller has loaded it already. ``images``: load the vision-language model whole (its
     image-text-to-text class, the vision side in 16-bit) with its processor, in info["processor"];
     ``vision_paths`` / ``processor``: the vision side's modules and the processor as a plan decided and loaded them
-    (read, never worked out again: no second meta-device shell, no second processor load)."""
+    (read, never worked out again: no second meta-device shell, no second processor load); ``files``: the model's
+    app.model.files.ModelFiles as a plan read them (its transformers config and processor: config.json not parsed
+    again)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -87,11 +90,15 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         local_files_only=local_only,
         dtype=torch_dtype(dtype),
     )
+    config = files.hf_config(local_only) if files is not None and files.config is not None else None
+    if config is not None:  # a copy: loading writes its choices (quantization, attention) into the config it gets
+        kwargs["config"] = copy.deepcopy(config)
     skip = None
     if images and vision_paths:  # the plan's
         skip = kept_16bit(vision_paths)
     elif images:  # no plan: the vision side's module paths, read from the model's tree on the meta device
-        shell = meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        shell = (files.shell(images=True) if files is not None else
+                 meta_model(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only))
         skip = skip_modules(shell)
     if mc.load_in_4bit:
         kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp, skip)
@@ -111,7 +118,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         model = _from_pretrained(auto, mc, kwargs)
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
-    tok = tok if tok is not None else load_tokenizer(mc, local_only)
+    tok = tok if tok is not None else load_tokenizer(mc, local_only, config)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tok.pad_token_id
     if not for_training:
@@ -127,7 +134,8 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         info["experts"] = {"params": experts, "4bit": mc.experts_in_4bit,
                            "quantized_as_loaded": as_loaded.elements if as_loaded else 0, "quantized_after": late}
     if images:
-        processor = processor or load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only)
+        processor = processor or (files.processor(local_only) if files is not None else
+                                   load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only))
         info["processor"] = processor
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)
         info["kept_16bit"] = skip

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from app.config.build import load_yaml_file, validate
 from app.config.schema import AppConfig, ModelConfig
+from app.data.turns import plain_text, render_conversation
 from app.errors import UserError
 from app.model.generation import format_prompt
 from app.model.load import load_base_model
@@ -116,9 +117,10 @@ def base_side(model):
     return model.disable_adapter()
 
 
-def load_pair(target: Target, local_only: bool = False, device: str | None = None) -> Pair:
+def load_pair(target: Target, local_only: bool = False, device: str | None = None, files=None) -> Pair:
     """The base loaded once in 4-bit as it trained and wrapped with the adapter (inference only). A base the adapter
-    does not fit is one line naming the base it was trained on."""
+    does not fit is one line naming the base it was trained on. ``files``: the base's app.model.files.ModelFiles as
+    the run's plan read them (the session's proof: config.json, the processor and the shell not read again)."""
     from peft import PeftModel  # heavy
 
     mc = target.base
@@ -126,7 +128,8 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
     run = lookup.run_of_adapter(target.adapter_dir) if mc.images else None
     kept = ((read_status(run) or {}).get(layout.VISION) or {}).get("kept_16bit") if run is not None else None
     base, tok, info = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device,
-                                      images=bool(mc.images), vision_paths=tuple(kept) if kept else None)
+                                      images=bool(mc.images), vision_paths=tuple(kept) if kept else None,
+                                      files=files if files is not None and files.name == mc.name_or_path else None)
     try:
         model = PeftModel.from_pretrained(base, str(target.adapter_dir), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
@@ -172,9 +175,17 @@ def system_first(messages: list[dict], system: str | None) -> list[dict]:
 def conversation_prompt(tok, messages: list[dict], system: str | None = None, tools: list | None = None) -> str:
     """A conversation's prompt text: ``system`` first when the conversation has no system turn of its own (the run's
     system prompt: how the adapter was taught to be asked), then the tokenizer's chat template, or without one the
-    texts one after another, as compare's plain prompt is (system prompt, blank line, message). Chat's and the API
-    server's. ``tools``: their schemas (or functions), rendered by the chat template as training rendered them."""
+    plain prompt training wrote (app.data.turns.plain_text: system prompt, blank line, the conversation). Chat's and
+    the API server's. ``tools``: their schemas (or functions), rendered by the chat template as training rendered them."""
     msgs = system_first(messages, system)
     if tools:
         return tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)
-    return format_prompt(tok, {"messages": msgs, "plain": "\n\n".join(m["content"] for m in msgs)})
+    return format_prompt(tok, {"messages": msgs, "plain": plain_conversation(messages, system)})
+
+
+def plain_conversation(messages: list[dict], system: str | None = None) -> str:
+    """A conversation's prompt for a tokenizer without a chat template, as training wrote it
+    (app.data.turns.plain_text): ``system`` first unless the conversation has a system turn of its own (then one of
+    its turns)."""
+    own = any(m["role"] == "system" for m in messages)
+    return plain_text(render_conversation(messages), None if own else system)

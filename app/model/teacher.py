@@ -15,7 +15,8 @@ torch, transformers and peft are imported inside the functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from app.config.schema import ModelConfig
@@ -32,13 +33,15 @@ CAUSAL_CLASS_ENDINGS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration"
 @dataclass(frozen=True)
 class TeacherSource:
     """What ``distill.teacher`` names: ``model`` the model to load (a run's base for a run teacher), ``adapter_dir``
-    a run teacher's adapter (None: the model alone) and ``config`` its config.json as read here."""
+    a run teacher's adapter (None: the model alone) and ``config`` its config.json as read here; ``files``: its
+    app.model.files.ModelFiles once a plan has read them (loading then parses no config.json again)."""
 
     given: str
     model: ModelConfig
     adapter_dir: Path | None
     config: dict | None
     trained_system: str | None = None  # a run teacher's data.system_prompt: how it was taught to be asked
+    files: Any = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -169,10 +172,10 @@ def load_teacher(source: TeacherSource, where, local_only: bool, keep_rows: int 
     head: vocabulary_problem)."""
     if source.adapter_dir is not None:
         device = ("cuda" if where.cuda else "cpu") if where is not None else device
-        model = load_pair(find_target(source.adapter_dir), local_only, device).model
+        model = load_pair(find_target(source.adapter_dir), local_only, device, files=source.files).model
     else:
         model, _, _ = load_base_model(source.model, local_only=local_only, for_training=False, device=device,
-                                      where=where)
+                                      where=where, files=source.files)
     if keep_rows:
         cut_head(model, keep_rows)
     for p in model.parameters():

@@ -72,11 +72,14 @@ def lora_target_pattern(model, target_modules) -> str:
     return rf"{re.escape(lm)}\..*\.({'|'.join(map(re.escape, names))})"
 
 
-def load_processor(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False):
+def load_processor(name_or_path: str, revision=None, trust_remote_code: bool = False, local_only: bool = False,
+                   config=None):
+    """The model's processor. ``config``: its transformers config when the caller has it (AutoProcessor then
+    parses no config.json to find the processor's class)."""
     from transformers import AutoProcessor
 
     return AutoProcessor.from_pretrained(name_or_path, revision=revision, trust_remote_code=trust_remote_code,
-                                         local_files_only=local_only)
+                                         local_files_only=local_only, **({"config": config} if config else {}))
 
 
 def with_images(messages: list[dict], images: list) -> list[dict]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 
+from app.config.methods import named
 from app.config.reward_components import BY_NAME, TASK_COMPONENTS
 from app.run import layout
 
@@ -79,6 +80,12 @@ class Facts:
     temperature: float | None = None
     max_completion_length: int | None = None
     reference_match: str | None = None
+
+    @property
+    def rewarded(self) -> bool:
+        """Whether the run sampled and scored rewards (GRPO): the reward's checks have something to read."""
+        method = named(self.method)
+        return bool(method and method.rewarded)
 
     @classmethod
     def of(cls, cfg) -> "Facts":
@@ -238,7 +245,7 @@ def _judge_failing(judged: tuple[float, float], last: list[dict]):
 
 def _constant(last, early, held, f: Facts):
     spread = _series(last, "reward_std")
-    if f.method != "grpo" or _points(last, "reward_std") < MIN_POINTS or max(spread) > CONSTANT:
+    if not f.rewarded or _points(last, "reward_std") < MIN_POINTS or max(spread) > CONSTANT:
         return None
     spreads = {k for r in last for k in r if k.startswith(layout.COMPONENT_PREFIX) and k.endswith("/std")}
     names = sorted(k[len(layout.COMPONENT_PREFIX):-len("/std")] for k in spreads
@@ -254,7 +261,7 @@ def _constant(last, early, held, f: Facts):
 
 def _flat_groups(last, early, held, f: Facts):
     flat = step_mean(last, "frac_reward_zero_std")
-    if f.method != "grpo" or _points(last, "frac_reward_zero_std") < MIN_POINTS or flat < FLAT_GROUPS:
+    if not f.rewarded or _points(last, "frac_reward_zero_std") < MIN_POINTS or flat < FLAT_GROUPS:
         return None
     if max(_series(last, "reward_std") or [1.0]) <= CONSTANT:
         return None  # every completion scored the same: the reward's fault (constant), not the sampling's
@@ -270,7 +277,7 @@ def _flat_groups(last, early, held, f: Facts):
 
 def _truncated(last, early, held, f: Facts):
     clipped = step_mean(last, "completions/clipped_ratio")
-    if f.method != "grpo" or _points(last, "completions/clipped_ratio") < MIN_POINTS or clipped < TRUNCATED:
+    if not f.rewarded or _points(last, "completions/clipped_ratio") < MIN_POINTS or clipped < TRUNCATED:
         return None
     return ("truncated",
             f"{clipped:.0%} of completions hit max_completion_length ({f.max_completion_length} tokens) over "

@@ -27,7 +27,6 @@ EXPORTS = "exports"  # `qlora-app export RUN` without --out writes RUN/exports/<
 CURVES = "curves.png"
 COMPARE_JSON = "compare.json"  # inside a run: its proof (app/run/proof.py); the demo's folder: the demo's result
 DEMO_DPO_JSON = "compare-dpo.json"  # the demo's folder: `demo --method dpo`'s result
-DEMO_PREFERENCE_JSON = {"dpo": DEMO_DPO_JSON, "kto": "compare-kto.json"}  # and `demo --method kto`'s
 DEMO_TOOLS_JSON = "compare-tools.json"  # the demo's folder: `demo --tools`'s result
 DEMO_IMAGES_JSON = "compare-images.json"  # demo --images: the image demo's comparison
 DEMO_IMAGES_GRPO_JSON = "compare-images-grpo.json"  # demo --images --method grpo
@@ -134,3 +133,8 @@ OPTIMIZER = "optimizer.pt"
 # Where a bare run name (what `runs list` prints) is looked up, relative to the working folder: train's and the
 # demo's default output folders.
 RUN_FOLDERS = ("runs", "demo-runs")
+
+
+def demo_preference_json(method: str) -> str:
+    """The demo folder's result of `demo --method dpo` (DEMO_DPO_JSON) or of another method on its pairs (kto)."""
+    return f"compare-{method}.json"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 
-from app.errors import UserError
 from app.host.net import check_exposure, check_port, is_loopback
 
 KEY_ENV = "QLORA_APP_API_KEY"

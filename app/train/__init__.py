@@ -13,8 +13,10 @@ above: tests/structure/test_architecture.py):
                 heldout_eval.py, peakmem.py), logs (runlog.py) and scales out through torchrun (launcher.py,
                 torchrun.py)
 
-A new method lands as its rows (planning/rows.py and app/data's conversion), its TRL arguments (methods/args.py),
-its trainer (methods/<method>.py) and one line in running/build.py.
+What a method is (its rows, whether it samples, its reward, its teacher, its defaults) is app/config/methods/'s: the
+plan asks the method object, never compares its name. A new method lands as that module, its TRL arguments
+(methods/args.py), its trainer (methods/<method>.py) and its line in methods/registry.py (docs/architecture.md,
+"Adding a method").
 
 Owns: the plan and every decision in it, the trainers and their callbacks, the torchrun launcher. Must not write
 config.yaml/status.json itself (app/run/record.py does, for the session) nor change process-wide settings

@@ -7,7 +7,6 @@ Owns: reading a dataset for the form. Must not start runs or build the command l
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 from app.config.flags import split_datasets

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import cli as in_a_process
-from conftest import cli_here
+from conftest import cli_command, cli_here
 from repo_paths import ROOT
 
 from app.run import layout, lookup, newrun, store
@@ -147,8 +147,7 @@ def test_runs_list_keeps_run_names_whole_and_takes_the_folder_as_an_argument(tmp
     (d / layout.CONFIG).write_text(f"method: sft\nmodel:\n  name_or_path: {tmp_path}/models/llama-tiny\n")
     store.write_status(d, layout.FINISHED, step=2)
     for width, wide in (("80", False), ("160", True)):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list", str(tmp_path)], capture_output=True,
-                           text=True, env={**os.environ, "COLUMNS": width})
+        r = in_a_process("runs", "list", str(tmp_path), env={**os.environ, "COLUMNS": width})
         assert r.returncode == 0 and name in r.stdout and "finished" in r.stdout, r.stdout
         assert max(len(line) for line in r.stdout.splitlines()) <= int(width)
         assert ("llama-tiny" in r.stdout) is wide and str(tmp_path / "models") not in r.stdout  # a path's last part
@@ -170,15 +169,12 @@ def test_a_bare_run_name_is_found_in_runs_and_demo_runs(tmp_path):
         made[name] = d
     env = {**os.environ, "COLUMNS": "120"}
     for name, d in made.items():
-        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", name], capture_output=True, text=True,
-                           cwd=tmp_path, env=env)
+        r = in_a_process("runs", "show", name, env=env, cwd=tmp_path)
         assert r.returncode == 0 and "method: grpo" not in r.stdout and d.name in r.stdout, r.stderr
         assert "(--config prints it)" in r.stdout  # the config on request, not 150 lines before the status
-        r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", name, "--config"], capture_output=True,
-                           text=True, cwd=tmp_path, env=env)
+        r = in_a_process("runs", "show", name, "--config", env=env, cwd=tmp_path)
         assert r.returncode == 0 and "method: grpo" in r.stdout, r.stderr
-    r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list"], capture_output=True, text=True,
-                       cwd=tmp_path, env=env)
+    r = in_a_process("runs", "list", env=env, cwd=tmp_path)
     assert r.returncode == 0 and all(n in r.stdout for n in made) and "runs in demo-runs" in r.stdout
     # --resume takes the bare name too: this one has no checkpoint, which is what it then says
     r = cli("train", "--resume", "demo-grpo", cwd=tmp_path)
@@ -198,8 +194,7 @@ def test_presets_list_keeps_every_preset_and_what_it_is_for_at_80_columns():
 
     from app.config.presets import list_presets
 
-    r = subprocess.run([sys.executable, "-m", "app.cli", "presets", "list"], capture_output=True, text=True,
-                       env={**os.environ, "COLUMNS": "80"})
+    r = in_a_process("presets", "list", env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0 and max(len(line) for line in r.stdout.splitlines()) <= 80
     flat = " ".join(r.stdout.replace("│", " ").split())
     for p in list_presets():
@@ -273,7 +268,7 @@ def test_dry_run_names_the_detected_fields_and_explain_can_be_filtered(tmp_path)
     from app.cli.main import explain_value
 
     env = {**os.environ, "COLUMNS": "80"}
-    base = [sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--model", "arith-base", "--dry-run"]
+    base = [*cli_command(), "train", "--dataset", "arith", "--model", "arith-base", "--dry-run"]
     r = subprocess.run(base + ["--explain", "lora"], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0 and "lora.r " in r.stdout and "lora.alpha" in r.stdout, r.stderr
     assert "grpo.loss_type" not in r.stdout and "training.learning_rate" not in r.stdout
@@ -333,7 +328,7 @@ def test_ui_says_where_it_serves_before_it_blocks(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    p = subprocess.Popen([sys.executable, "-m", "app.cli", "ui", "--port", str(port), "--runs-dir",
+    p = subprocess.Popen([*cli_command(), "ui", "--port", str(port), "--runs-dir",
                           str(tmp_path / "runs"), "--auth", "me:pw"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=tmp_path, start_new_session=True)
     try:

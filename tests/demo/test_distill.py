@@ -19,6 +19,7 @@ def distill_demo(tmp_path_factory):
     return _demo(tmp_path_factory, "distill-demo", "--method", "distill", "--quick", "--seed", "13")
 
 
+@pytest.mark.e2e  # a demo of its own
 def test_the_distillation_demo_lifts_the_student_toward_its_teacher(distill_demo):
     r, out = distill_demo
     assert r.returncode == 0, r.stderr[-3000:]

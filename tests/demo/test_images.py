@@ -3,10 +3,9 @@ accuracy (measured over seeds in docs/performance.md); the trained run then chat
 with its processor, and exports to GGUF with its vision projector, which answers in llama.cpp as transformers does."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli
 
 from app.run import layout
 
@@ -38,25 +37,22 @@ def test_chat_about_a_picture_and_a_bad_picture_in_one_line(images_demo, tmp_pat
     out, result = _run(images_demo)
     run = result["config"]["demo"]["run"]
     Image.new("RGB", (48, 48), COLORS["blue"]).save(tmp_path / "blue.png")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "What color is the square?", "--image",
-                        str(tmp_path / "blue.png"), "--both", "--json", "--local-only"], capture_output=True,
-                       text=True, timeout=300)
+    r = cli("chat", run, "-m", "What color is the square?", "--image", str(tmp_path / "blue.png"), "--both", "--json",
+            "--local-only", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     replies = json.loads(r.stdout)
     assert replies["adapter"] == "blue" and replies["base"] in COLORS
     assert "trained on pictures" not in r.stderr
     # asked without a picture, a run trained on them answers, and says so (on stderr: --json stays one object)
-    blind = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "What color is the square?", "--json",
-                            "--local-only"], capture_output=True, text=True, timeout=300)
+    blind = cli("chat", run, "-m", "What color is the square?", "--json", "--local-only", timeout=300)
     assert blind.returncode == 0 and isinstance(json.loads(blind.stdout)["adapter"], str), blind.stderr[-2000:]
     assert "this run was trained on pictures and is asked without one" in " ".join(blind.stderr.split())
-    typed = subprocess.run([sys.executable, "-m", "app.cli", "compare", run, "--prompt", "What color is the square?",
-                            "--num-samples", "0", "--local-only"], capture_output=True, text=True, timeout=300)
+    typed = cli("compare", run, "--prompt", "What color is the square?", "--num-samples", "0", "--local-only",
+                timeout=300)
     assert typed.returncode == 0, typed.stderr[-2000:]
     assert "1 row(s) had no picture, and this run was trained on pictures" in " ".join(typed.stdout.split())
     (tmp_path / "broken.png").write_bytes(b"not an image")
-    bad = subprocess.run([sys.executable, "-m", "app.cli", "chat", run, "-m", "hi", "--image",
-                          str(tmp_path / "broken.png")], capture_output=True, text=True, timeout=300)
+    bad = cli("chat", run, "-m", "hi", "--image", str(tmp_path / "broken.png"), timeout=300)
     assert bad.returncode == 2 and "not a readable image" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -69,8 +65,7 @@ def test_merged_export_answers_as_the_adapter(images_demo, tmp_path):
 
     out, result = _run(images_demo)
     run = result["config"]["demo"]["run"]
-    r = subprocess.run([sys.executable, "-m", "app.cli", "export", run, "--format", "merged", "--out",
-                        str(tmp_path / "merged"), "--local-only"], capture_output=True, text=True, timeout=600)
+    r = cli("export", run, "--format", "merged", "--out", str(tmp_path / "merged"), "--local-only", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "AutoModelForImageTextToText.from_pretrained" in (tmp_path / "merged/README.md").read_text()  # how to open it
     model = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
@@ -146,9 +141,8 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
     run = result["config"]["demo"]["run"]
     # the default export: the language model in Q4_K_M, its projector in f16; the f16 file beside it for the
     # token-for-token comparison with transformers
-    r = subprocess.run([sys.executable, "-m", "app.cli", "export", run, "--format", "ollama", "--out",
-                        str(tmp_path / "ollama"), "--local-only", "--outtype", "q4_k_m,f16"], capture_output=True,
-                       text=True, timeout=600)
+    r = cli("export", run, "--format", "ollama", "--out", str(tmp_path / "ollama"), "--local-only", "--outtype",
+            "q4_k_m,f16", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     files = sorted(p.name for p in (tmp_path / "ollama").iterdir())
     assert files == ["Modelfile", "README.md", "curves.png", "demo-images-sft-f16.gguf",
@@ -157,8 +151,8 @@ def test_gguf_with_its_projector_answers_like_transformers_in_llama_cpp(images_d
         "FROM ./demo-images-sft-q4_k_m.gguf\nFROM ./mmproj-demo-images-sft-f16.gguf\n")
     card = (tmp_path / "ollama/README.md").read_text()
     assert "--mmproj mmproj-demo-images-sft-f16.gguf" in card and "pipeline_tag: image-text-to-text" in card
-    m = subprocess.run([sys.executable, "-m", "app.cli", "export", run, "--format", "merged", "--dtype", "fp16",
-                        "--out", str(tmp_path / "merged"), "--local-only"], capture_output=True, text=True, timeout=600)
+    m = cli("export", run, "--format", "merged", "--dtype", "fp16", "--out", str(tmp_path / "merged"), "--local-only",
+            timeout=600)
     assert m.returncode == 0, m.stderr[-2000:]
     processor = AutoProcessor.from_pretrained(tmp_path / "merged")
     model = AutoModelForImageTextToText.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli
 
 from app.run import layout, store
 
@@ -104,12 +105,12 @@ def test_ctrl_c_stops_the_whole_demo_with_exit_130(tmp_path):
     assert not (tmp_path / layout.COMPARE_JSON).exists()
 
 
+@pytest.mark.e2e  # a demo of its own
 def test_quick_tools_demo_teaches_the_calculator(tmp_path):
     """`demo --tools --quick`: GRPO with the calculator from the shipped tool-calling base; the proof answers with the
     tool (base and adapter), its rows carry the calls, and the lift is real (3 seeds, full and quick, in
     docs/performance.md)."""
-    r = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--tools", "--quick", "--output-dir", str(tmp_path),
-                        "--seed", "5"], capture_output=True, text=True, timeout=900)
+    r = cli("demo", "--tools", "--quick", "--output-dir", str(tmp_path), "--seed", "5", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     said = " ".join(r.stdout.split())
     assert "tool calls succeeded" in said and "GRPO's own lift" in said

@@ -5,13 +5,11 @@ reward, and bad tool files or templates refused in one line before any model loa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import cli as _cli
+from conftest import cli, cli as _cli
 from conftest import cli_here
 
 from app.config.build import build_config
@@ -334,10 +332,9 @@ def test_a_tool_run_steps_down_the_oom_ladder_and_finishes(tmp_path):
     trainer, the run finishes and its counts cover every attempt."""
     import os
 
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--max-steps", "4",
-                        "--output-dir", str(tmp_path), "--no-progress", "--set", "training.eval_every=0",
-                        "--set", "training.proof_rows=0", "--set", "logging_steps=1"],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "QLORA_APP_FAULT": "oom@gen"})
+    r = cli("train", "--preset", "demo-tools", "--max-steps", "4", "--output-dir", str(tmp_path), "--no-progress",
+            "--set", "training.eval_every=0", "--set", "training.proof_rows=0", "--set", "logging_steps=1", timeout=600,
+            env={**os.environ, "QLORA_APP_FAULT": "oom@gen"})
     assert r.returncode == 0, r.stderr[-3000:]
     (d,) = [p for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")]
     st = store.read_status(d)

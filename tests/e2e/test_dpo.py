@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import cli, cli_command, cli_here
 
 from app.run import layout, lookup, store
 
@@ -29,7 +29,7 @@ def _cfg(**extra):
 
 @pytest.fixture(scope="module")
 def pairs_dir(tmp_path_factory) -> Path:
-    from app.eval.pairs import PairsRequest, make_pairs
+    from app.synth.pairs import PairsRequest, make_pairs
 
     out = tmp_path_factory.mktemp("pairs") / "p"
     make_pairs(_cfg(), out, PairsRequest(**SMALL))
@@ -81,7 +81,7 @@ def test_pairs_are_best_vs_worst_with_their_scores_and_the_held_out_rows(pairs_d
 
 def test_pairs_resume_after_a_crash_writes_what_one_run_writes(pairs_dir, tmp_path):
     from app.errors import UserError
-    from app.eval.pairs import PairsRequest, make_pairs
+    from app.synth.pairs import PairsRequest, make_pairs
 
     req = PairsRequest(**{**SMALL, "max_prompts": 64, "batch_prompts": 16, "max_heldout": 8})
     out = tmp_path / "p"
@@ -112,9 +112,8 @@ def test_pairs_cli_bad_input_is_one_line_and_makes_nothing(tmp_path):
     for args, message in ((["--samples", "1"], "--samples must be at least 2"),
                           (["--model", "no/such/dir"], "no/such/dir"),
                           (["--dataset", str(tmp_path / "none.jsonl")], "none.jsonl")):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "pairs", "--dataset", "arith", "--model",
-                            str(base_model_path()), "--out", str(tmp_path / "out"), "--local-only", *args],
-                           capture_output=True, text=True, timeout=300)
+        r = cli_here("pairs", "--dataset", "arith", "--model", str(base_model_path()), "--out", str(tmp_path / "out"),
+                     "--local-only", *args)
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert not (tmp_path / "out").exists()
 
@@ -185,8 +184,7 @@ def test_dpo_resume_extends_and_compare_chat_export_take_it(dpo_run, tmp_path):
     from app.eval.compare import run_comparison
     from app.export.bundle import export_run
 
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(dpo_run), "--max-steps", "8",
-                        "--no-progress"], capture_output=True, text=True, timeout=600)
+    r = cli("train", "--resume", str(dpo_run), "--max-steps", "8", "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr
     assert "resuming from checkpoint-6 (step 6)" in " ".join(r.stdout.split())  # says which checkpoint
     st = store.read_status(dpo_run)
@@ -244,7 +242,7 @@ def test_the_kto_demo_trains_on_the_same_pairs_split_in_two(tmp_path, monkeypatc
     result = dpo.run_dpo_demo(tmp_path, quick=True, console=console, progress=False, seed=3, method="kto")
     demo = result.config["demo"]
     assert demo["method"] == "kto" and "kto_lift" in demo and demo["stages"]["kto"]["accuracy"] is not None
-    saved = json.loads((tmp_path / layout.DEMO_PREFERENCE_JSON["kto"]).read_text())
+    saved = json.loads((tmp_path / layout.demo_preference_json("kto")).read_text())
     assert saved["config"]["demo"]["kto_lift"] == pytest.approx(demo["kto_lift"])
     assert not (tmp_path / layout.DEMO_DPO_JSON).exists()
     run_cfg = yaml.safe_load((tmp_path / "demo-kto" / "config.yaml").read_text())
@@ -257,7 +255,7 @@ def test_dpo_on_two_processes_writes_one_run_from_rank_0(pairs_dir, tmp_path):
     from app.demo.recipe import base_model_path
 
     out = tmp_path / "runs"
-    argv = [sys.executable, "-m", "app.cli", "train", "--preset", "demo-dpo", "--model", str(base_model_path()),
+    argv = [*cli_command(), "train", "--preset", "demo-dpo", "--model", str(base_model_path()),
             "--dataset", str(pairs_dir), "--max-steps", "3", "--num-processes", "2", "--output-dir", str(out),
             "--no-progress", "--set", "training.per_device_train_batch_size=4", "--set", "logging_steps=1",
             "--set", "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt=null"]
@@ -278,12 +276,10 @@ def test_orpo_the_experimental_one_trains_on_the_same_pairs(pairs_dir, tmp_path)
     from app.demo.recipe import base_model_path
 
     out = tmp_path / "runs"
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-dpo", "--method", "orpo",
-                        "--model", str(base_model_path()), "--dataset", str(pairs_dir), "--max-steps", "2",
-                        "--output-dir", str(out), "--no-progress", "--set", "dpo.loss_type=", "--set",
-                        "training.per_device_train_batch_size=4", "--set", "logging_steps=1", "--set",
-                        "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt="],
-                       capture_output=True, text=True, timeout=600)
+    r = cli("train", "--preset", "demo-dpo", "--method", "orpo", "--model", str(base_model_path()), "--dataset",
+            str(pairs_dir), "--max-steps", "2", "--output-dir", str(out), "--no-progress", "--set", "dpo.loss_type=",
+            "--set", "training.per_device_train_batch_size=4", "--set", "logging_steps=1", "--set",
+            "training.proof_rows=4", "--set", "training.eval_rows=4", "--set", "data.system_prompt=", timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     (d,) = [p for p in out.iterdir() if lookup.is_run_dir(p)]
     st = store.read_status(d)
@@ -312,6 +308,5 @@ def test_kto_trains_from_the_pairs_folder_each_side_labelled(pairs_dir, tmp_path
     assert any("rewards/chosen_sum" in m or "kl" in m for m in metrics), metrics[0].keys()
     proof = json.loads((run / layout.COMPARE_JSON).read_text())
     assert proof["preference"]["n"] > 0 and proof["preference"]["accuracy"] is not None  # the held-out pairs
-    card = subprocess.run([sys.executable, "-m", "app.cli", "export", str(run), "--out", str(tmp_path / "card")],
-                          capture_output=True, text=True, timeout=300)
+    card = cli("export", str(run), "--out", str(tmp_path / "card"), timeout=300)
     assert card.returncode == 0 and "KTO on answers labelled good or bad" in (tmp_path / "card/README.md").read_text()

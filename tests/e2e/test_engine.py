@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import tiny_sets
+from conftest import cli, cli_command, tiny_sets
 
 from app.config.build import build_config
 from app.run import integrity, layout, store
@@ -108,8 +108,7 @@ def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, t
     assert d2 != d and d2.name == d.name + "-2"
     assert (d / layout.ADAPTER / "adapter_model.safetensors").read_bytes() == adapter_bytes
     # Resume from the last checkpoint with a longer budget (extending a run), through the CLI.
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "4",
-                        "--no-progress"], capture_output=True, text=True, timeout=600)
+    r = cli("train", "--resume", str(d), "--max-steps", "4", "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     st = store.read_status(d)
     assert st["status"] == layout.FINISHED and st["step"] == 4
@@ -120,8 +119,7 @@ def test_resume_continues_and_new_runs_never_overwrite(tiny_model, math_jsonl, t
     assert yaml.safe_load((d / layout.CONFIG).read_text())["training"]["max_steps"] == 4
     assert "config.yaml updated for this resume: training.max_steps: 2 -> 4" in (d / layout.LOG).read_text()
     for extra, planned in (([], 4), (["--max-steps", "4"], 4)):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress", *extra],
-                           capture_output=True, text=True, timeout=600)
+        r = cli("train", "--resume", str(d), "--no-progress", *extra, timeout=600)
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             f"error: run '{d.name}' has already trained 4 steps (max_steps {planned}); pass --max-steps N (more than "
             "4) to train it further"]
@@ -134,7 +132,7 @@ def test_sigterm_saves_checkpoint_and_marks_interrupted(tiny_model, math_jsonl, 
     cfg = _cfg(tiny_model, math_jsonl, tmp_path, "grpo", steps=500, extra=["save_steps=1000"])
     request = tmp_path / "request.yaml"
     request.write_text(cfg.to_yaml())
-    p = subprocess.Popen([sys.executable, "-m", "app.cli", "train", "--config", str(request),
+    p = subprocess.Popen([*cli_command(), "train", "--config", str(request),
                           "--run-dir", str(run), "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline and len(store.read_metrics(run)) < 2:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from judge_server import JudgeServer, _Judge
 from repo_paths import ROOT
+from conftest import cli
 
 from app.config.build import build_config
 from app.run import layout, store
@@ -62,8 +63,8 @@ def llama_cpp_judge(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("judge-gguf")
     run = write_run(root / "run", tiny_models["qwen3"], make_adapter(tiny_models["qwen3"], root / "a"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    r = subprocess.run([sys.executable, "-m", "app.cli", "export", str(run), "--format", "gguf", "--outtype", "f32",
-                        "--out", str(root / "gguf")], capture_output=True, text=True, env=env, timeout=600)
+    r = cli("export", str(run), "--format", "gguf", "--outtype", "f32", "--out", str(root / "gguf"), timeout=600,
+            env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     gguf = next((root / "gguf").glob("*.gguf"))
     port = _free_port()

@@ -2,8 +2,6 @@
 value came from, a dry run that checks what the run checks, one name for one option."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -196,7 +194,7 @@ def _manifest(pairs: int, done: int = 48, adapter: str | None = None) -> dict:
 
 def test_pairs_hands_off_the_model_that_answered_or_says_how_to_get_more():
     from app.cli.pairs import hand_off
-    from app.eval.pairs import PairsRequest
+    from app.synth.pairs import PairsRequest
 
     req = PairsRequest(samples=4, temperature=0.7, min_gap=0.25)
     lines = hand_off(_manifest(30), Path("out"), req)
@@ -396,12 +394,11 @@ def test_sft_at_batch_1_on_a_cpu_survives_a_passing_out_of_memory(tmp_path):
 
     from app.run import layout, lookup, store
 
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--method", "sft", "--dataset", "arith-sft",
-                        "--model", "arith-base", "--max-steps", "3", "--output-dir", str(tmp_path), "--no-progress",
-                        "--local-only", "--set", "per_device_train_batch_size=1", "--set",
-                        "gradient_accumulation_steps=1", "--set", "training.proof_rows=0", "--set",
-                        "training.eval_every=0", "--set", "training.max_length=256"],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "QLORA_APP_FAULT": "oom@2"})
+    r = in_a_process("train", "--method", "sft", "--dataset", "arith-sft", "--model", "arith-base", "--max-steps", "3",
+                     "--output-dir", str(tmp_path), "--no-progress", "--local-only", "--set",
+                     "per_device_train_batch_size=1", "--set", "gradient_accumulation_steps=1", "--set",
+                     "training.proof_rows=0", "--set", "training.eval_every=0", "--set", "training.max_length=256",
+                     timeout=600, env={**os.environ, "QLORA_APP_FAULT": "oom@2"})
     assert r.returncode == 0, r.stderr[-2000:]
     (d,) = lookup.list_runs(tmp_path)
     st = store.read_status(d)
@@ -462,8 +459,7 @@ def test_an_unreachable_hub_is_one_line_at_once(tmp_path):
                          (["train", "--dataset", "arith", "--model", "someorg/uncached-1B", "--output-dir",
                            str(tmp_path / "runs")], "model 'someorg/uncached-1B' is not in the local HF cache")):
         t0 = time.time()
-        r = subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=120,
-                           env=env)
+        r = in_a_process(*args, timeout=120, env=env)
         assert r.returncode == 2 and needle in r.stderr and "cannot be reached" in r.stderr, r.stderr[-2000:]
         assert "Traceback" not in r.stderr and time.time() - t0 < 20
     assert not (tmp_path / "runs").exists()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_sets
+from conftest import cli, cli_command, cli_here, tiny_sets
 
 from app.errors import UserError
 from app.run import integrity, layout, lookup, newrun, store
@@ -21,7 +21,7 @@ FAST = [*tiny_sets("sft"), "max_length=64"]  # SFT's (conftest.tiny_sets: no pro
 
 
 def _train_argv(model, data, out, steps, extra=()):
-    argv = [sys.executable, "-m", "app.cli", "train", "--method", "sft", "--model", str(model), "--dataset",
+    argv = [*cli_command(), "train", "--method", "sft", "--model", str(model), "--dataset",
             str(data), "--max-steps", str(steps), "--output-dir", str(out), "--local-only", "--no-progress"]
     for s in FAST + list(extra):
         argv += ["--set", s]
@@ -172,8 +172,7 @@ def test_a_dead_running_run_shows_as_crashed_with_the_resume_command(tmp_path):
     assert s["status"] == layout.CRASHED and s["resume_command"] == f"qlora-app train --resume {d}"
     assert runs_rows(tmp_path)[0][1] == layout.CRASHED
     assert s["resume_command"] in status_markdown(s)
-    r = subprocess.run([sys.executable, "-m", "app.cli", "runs", "list", "--output-dir", str(tmp_path)],
-                       capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
+    r = cli("runs", "list", "--output-dir", str(tmp_path), env={**os.environ, "COLUMNS": "200"})
     assert "crashed" in r.stdout and f"qlora-app train --resume {d}" in r.stdout.replace("\n", "")
     store.write_status(d, layout.RUNNING, pid=os.getpid())  # alive: still running, not crashed
     assert run_summary(d)["status"] == layout.RUNNING
@@ -225,7 +224,7 @@ def test_nan_loss_stops_without_saving_and_flat_groups_warn(tmp_path):
     (["--share"], "--share publishes the UI on the internet; add --auth"),
 ])
 def test_exposed_ui_without_auth_is_refused(argv, needle):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "ui", *argv], capture_output=True, text=True, timeout=120)
+    r = cli_here("ui", *argv)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
 
 
@@ -269,11 +268,9 @@ def test_ui_port_in_use_is_a_clean_error():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = subprocess.run([sys.executable, "-m", "app.cli", "ui", "--port", str(port)], capture_output=True,
-                           text=True, timeout=120)
+        r = cli_here("ui", "--port", str(port))
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "app.cli", "ui", "--port", "99999"], capture_output=True, text=True,
-                       timeout=120)  # before: socket's OverflowError traceback
+    r = cli_here("ui", "--port", "99999")  # before: socket's OverflowError traceback
     assert r.returncode == 2 and "--port 99999 is not a TCP port" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -303,8 +300,7 @@ def test_kill_9_and_a_torn_newest_checkpoint_then_resume_reaches_the_planned_ste
 
     assert run_summary(d)["status"] == layout.CRASHED
     (newest / layout.TRAINER_STATE).write_text('{"global_step": ')  # and a save torn by the crash
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
-                       capture_output=True, text=True, timeout=600)
+    r = cli("train", "--resume", str(d), "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"skipping torn checkpoint {newest.name}" in r.stdout + r.stderr
     st = store.read_status(d)
@@ -348,8 +344,7 @@ def test_full_disk_fails_cleanly_and_resume_finishes_after_space_is_freed(tiny_m
     assert len(integrity.checkpoints(d)) <= 2
 
     filler.unlink()
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
-                       capture_output=True, text=True, timeout=600)
+    r = cli("train", "--resume", str(d), "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     st = store.read_status(d)
     assert st["status"] == layout.FINISHED and st["step"] == steps
@@ -394,8 +389,7 @@ def test_a_dataset_that_disappears_mid_run(tiny_model, math_jsonl, tmp_path):
     assert p.returncode == 0, err[-3000:]
     assert store.read_status(d)["status"] == layout.FINISHED
     before = sorted(p.name for p in d.rglob("*"))
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "16",
-                        "--no-progress"], capture_output=True, text=True, timeout=300)
+    r = cli("train", "--resume", str(d), "--max-steps", "16", "--no-progress", timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert str(data) in r.stderr and "not found" in r.stderr
     assert sorted(p.name for p in d.rglob("*")) == before and store.read_status(d)["status"] == layout.FINISHED

@@ -6,12 +6,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_sets
+from conftest import cli, cli_command, cli_here, tiny_sets
 
 from app.run import integrity, layout, lookup, newrun, store
 
@@ -19,7 +18,7 @@ FAST = [*tiny_sets("sft"), "max_length=64"]  # SFT's (conftest.tiny_sets: no pro
 
 
 def _argv(model, data, method, steps, extra=(), flags=()):
-    argv = [sys.executable, "-m", "app.cli", "train", "--method", method, "--model", str(model), "--dataset",
+    argv = [*cli_command(), "train", "--method", method, "--model", str(model), "--dataset",
             str(data), "--max-steps", str(steps), "--local-only", "--no-progress", *flags]
     for s in FAST + list(extra):
         argv += ["--set", s]
@@ -103,8 +102,7 @@ def test_ctrl_c_of_two_processes_checkpoints_and_resume_reaches_the_planned_step
     stopped = int(integrity.last_checkpoint(d).name.split("-")[1])
     assert 3 <= stopped < steps
     assert f"qlora-app train --resume {d}" in output.replace("\n", "")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
-                       capture_output=True, text=True, timeout=600)
+    r = cli("train", "--resume", str(d), "--no-progress", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     _check_finished(d, steps)
 
@@ -125,12 +123,10 @@ def test_two_machines_over_loopback(tiny_model, math_jsonl, tmp_path):
 def test_resume_on_another_world_size_and_bad_node_rank_are_refused(tmp_path):
     d = newrun.new_run_dir(tmp_path, "r")
     (d / layout.CONFIG).write_text("method: sft\nruntime: {num_processes: 2}\n")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--num-processes", "3"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli_here("train", "--resume", str(d), "--num-processes", "3")
     assert r.returncode == 2 and "trained with 2 process(es) on 1 machine(s)" in r.stderr
     assert "--num-processes 2" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dry-run", "--nnodes", "2", "--node-rank", "2"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli_here("train", "--dry-run", "--nnodes", "2", "--node-rank", "2")
     assert r.returncode == 2 and "runtime.node_rank (2) must be below runtime.nnodes (2)" in r.stderr
 
 

@@ -61,9 +61,20 @@ def test_the_base_side_is_the_adapter_switched_off():
 
 
 def test_a_conversation_gets_the_runs_system_prompt_unless_it_has_its_own():
-    tok = SimpleNamespace(chat_template=None)  # no template: the texts one after another, as compare's plain prompt
+    from app.ask.asking import Ask
+    from app.data.convert import plain_prompt
+    from app.data.detect import detect_from_rows
+
+    tok = SimpleNamespace(chat_template=None)  # no template: the plain prompt training wrote (one rule)
     asked = [{"role": "user", "content": "2 + 2"}]
     assert conversation_prompt(tok, asked, "Be brief.") == "Be brief.\n\n2 + 2"
     own = [{"role": "system", "content": "Be long."}, *asked]
-    assert conversation_prompt(tok, own, "Be brief.") == "Be long.\n\n2 + 2"
+    assert conversation_prompt(tok, own, "Be brief.") == "System: Be long.\n\nUser: 2 + 2"
     assert conversation_prompt(tok, asked) == "2 + 2"
+    # what training wrote for the same rows, and what every asker sends (app/ask): the same text
+    plain = {"question": "2 + 2", "answer": "4"}
+    chat = {"messages": [*own, {"role": "assistant", "content": "4"}]}
+    assert plain_prompt(plain, detect_from_rows([plain], list(plain)), "Be brief.") == conversation_prompt(
+        tok, asked, "Be brief.") == Ask.of(asked, "Be brief.").plain
+    assert plain_prompt(chat, detect_from_rows([chat], list(chat)), None) == conversation_prompt(
+        tok, own, "Be brief.") == Ask.of(own, "Be brief.").plain

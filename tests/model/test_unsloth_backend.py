@@ -36,12 +36,12 @@ def test_unsloth_extra_pins_a_current_release_and_our_floors_admit_its_stack():
 
 
 def test_cpu_grpo_on_unsloths_stack_is_refused_in_one_line():
-    msg = stack_problem("grpo", cuda=False, versions={"trl": "1.15.0", "transformers": "5.17.0"})
+    msg = stack_problem(True, cuda=False, versions={"trl": "1.15.0", "transformers": "5.17.0"})
     assert msg and "\n" not in msg and "trl 1.15.0" in msg and "CUDA GPU" in msg
-    assert stack_problem("grpo", cuda=True, versions={"trl": "1.15.0", "transformers": "5.17.0"}) is None
-    assert stack_problem("sft", cuda=False, versions={"trl": "1.15.0", "transformers": "5.17.0"}) is None
-    assert stack_problem("grpo", cuda=False, versions=dict(CPU_GRPO_FLOORS)) is None
-    assert stack_problem("grpo", cuda=False) is None  # this (CI-tested) environment
+    assert stack_problem(True, cuda=True, versions={"trl": "1.15.0", "transformers": "5.17.0"}) is None
+    assert stack_problem(False, cuda=False, versions={"trl": "1.15.0", "transformers": "5.17.0"}) is None
+    assert stack_problem(True, cuda=False, versions=dict(CPU_GRPO_FLOORS)) is None
+    assert stack_problem(True, cuda=False) is None  # this (CI-tested) environment
 
 
 def test_cpu_grpo_refusal_through_the_cli(tmp_path, monkeypatch):

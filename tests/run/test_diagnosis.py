@@ -5,12 +5,11 @@ view and `qlora-app doctor RUN`."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from repo_paths import ROOT
+from conftest import cli as _cli
 
 from app.run import layout, store
 from app.run.diagnosis import WINDOW, Facts, diagnose
@@ -249,8 +248,7 @@ def test_a_frozen_learning_rate_is_said_everywhere_a_run_is_read(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
-                              timeout=600, cwd=tmp_path)
+        return _cli(*args, timeout=600, env=env, cwd=tmp_path)
 
     common = ["--preset", "demo-grpo", "--max-steps", "22", "--output-dir", str(tmp_path), "--no-progress",
               "--set", "logging_steps=1", "--set", "training.eval_every=0", "--set", "training.proof_rows=8",

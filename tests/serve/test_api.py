@@ -6,11 +6,11 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
+from conftest import cli
 from repo_paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -155,8 +155,7 @@ def test_beyond_loopback_a_key_is_required_and_the_start_line_says_how_to_connec
     _, engine, run = served
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     env.pop("QLORA_APP_API_KEY", None)
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", str(run), "--host", "0.0.0.0"], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = cli("serve", str(run), "--host", "0.0.0.0", timeout=60, env=env)
     assert r.returncode == 2 and "add --api-key KEY" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     line = banner(engine, "127.0.0.1", 8000, None)
     assert "http://127.0.0.1:8000/v1" in line and "this machine only" in line
@@ -188,8 +187,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads(served):
         port = held.getsockname()[1]
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
         t0 = time.monotonic()
-        r = subprocess.run([sys.executable, "-m", "app.cli", "serve", str(run), "--port", str(port)],
-                           capture_output=True, text=True, env=env, timeout=60)
+        r = cli("serve", str(run), "--port", str(port), timeout=60, env=env)
     err = r.stderr.strip()
     assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err, err
     assert len(err.splitlines()) == 1 and "serving" not in r.stdout and "Traceback" not in err

@@ -3,11 +3,10 @@ machine; it runs where CUDA and vllm are): the two model names of the built-in s
 the key kept off the command line; refused in one line where vLLM cannot run."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli
 
 from app.config.schema import AppConfig
 from app.errors import UserError
@@ -63,7 +62,6 @@ def test_the_cli_refuses_vllm_on_a_machine_without_cuda(tmp_path):
 
     if torch.cuda.is_available() and installed("vllm"):
         pytest.skip("vLLM can run here: the command would start it")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", str(_run(tmp_path)), "--engine", "vllm"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli("serve", str(_run(tmp_path)), "--engine", "vllm", timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--engine vllm needs a CUDA GPU" in " ".join(r.stderr.split())

@@ -25,7 +25,7 @@ LAYERS = (
     ("app.run",),
     ("app.data", "app.rewards", "app.model", "app.tools"),
     ("app.ask",),
-    ("app.train", "app.eval", "app.export"),
+    ("app.train", "app.eval", "app.export", "app.synth"),
     ("app.demo", "app.ui", "app.serve"),
     ("app.cli",),
 )
@@ -379,11 +379,12 @@ def test_the_architecture_doc_names_every_package_and_session_step():
 
 
 def test_the_methods_are_named_together_wherever_they_are_listed():
-    """A method added to config.schema.METHODS shows up in the help that lists them; the old two-method wording is
+    """A method added to app/config/methods shows up in the help that lists them; the old two-method wording is
     gone from the code, the description and the docs."""
-    from app.config.schema import METHOD_WORDS, METHODS, METHODS_IN_WORDS
+    from app.config.methods import IN_WORDS as METHODS_IN_WORDS
+    from app.config.methods import METHODS
 
-    assert all(METHOD_WORDS[m] in METHODS_IN_WORDS for m in METHODS)
+    assert all(m.said in METHODS_IN_WORDS for m in METHODS.values())
     assert METHODS_IN_WORDS in (APP / "__init__.py").read_text()  # the package's own first line
     texts = [*APP.rglob("*.py"), ROOT / "pyproject.toml", ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
     stale = [str(p.relative_to(ROOT)) for p in texts if re.search(r"\bSFT (and|or) GRPO\b", p.read_text())]
@@ -435,7 +436,7 @@ def test_one_module_opens_a_runs_model_pair():
         if w.startswith(trains):
             path, line = w.split()[0].split(":")
             assert "is_trainable=True" in (ROOT / path).read_text().splitlines()[int(line) - 1], w
-    for m in ("app.eval.chat", "app.serve.engine", "app.eval.harness", "app.eval.pairs", "app.export.bundle",
+    for m in ("app.eval.chat", "app.serve.engine", "app.eval.harness", "app.synth.pairs", "app.export.bundle",
               "app.serve.vllm_engine", "app.cli.pairs", "app.eval.compare"):
         assert "app.model.pair" in {t for t, *_ in imports(m)}, m
 

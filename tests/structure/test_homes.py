@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cli
 from repo_paths import ROOT
 
 from app.config import reward_components as registry
@@ -165,6 +166,15 @@ def test_non_editable_install_lists_and_uses_presets(tmp_path):
 
     assert eval(names) == sorted(x["name"] for x in list_presets()) and len(eval(names)) >= 9
     assert method == "grpo"
-    r = subprocess.run([sys.executable, "-m", "app.cli", "presets", "show", "demo-grpo"], cwd=tmp_path,
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = cli("presets", "show", "demo-grpo", timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.startswith("# qlora-app train --preset demo-grpo"), r.stderr[-2000:]
+
+
+def test_a_test_starts_the_cli_one_way():
+    """conftest.cli (a process), conftest.cli_here (this process) and conftest.cli_command (a Popen's argv) are the
+    ways a test runs `qlora-app`: one place says how a process gets this checkout's app (PYTHONPATH)."""
+    tests = ROOT / "tests"
+    stray = [f"{p.relative_to(ROOT)}:{i}" for p in sorted(tests.rglob("*.py")) if p.name != "conftest.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"""sys\.executable,\s*["']-m["'],\s*["']app\.cli["']""", line)]
+    assert not stray, f"start the CLI through conftest.cli / cli_command: {stray}"

@@ -4,6 +4,7 @@ home (the dtype table, the option -> config key table, generation). Read from th
 writer or a second table fails here the day it is added."""
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -221,33 +222,108 @@ def test_a_plan_reads_config_json_once_and_builds_the_meta_model_once(monkeypatc
 
 
 @pytest.mark.slow
-def test_a_real_run_on_pictures_builds_the_meta_model_once(monkeypatch, tmp_path):
-    """A real run of the shipped vision model (train, then its proof): the modules kept 16-bit are decided once, by
-    the plan on the one meta-device shell; the training load reads the plan's, the proof's pair the run's record
-    (status.json's images.kept_16bit), so no second shell is built."""
+def test_a_real_run_on_pictures_reads_its_model_files_once(monkeypatch, tmp_path):
+    """A real run of the shipped vision model (train, then its proof): config.json is parsed once by us, the model
+    built on the meta device once and the processor loaded once, all by the plan (app.model.files.ModelFiles); the
+    training load and the proof's pair read the plan's (the transformers config, the processor, the modules kept
+    16-bit), never again. transformers' own parse of config.json, counted too, happens once: inside the processor's
+    load, where its tokenizer finds its class (AutoProcessor passes no config down)."""
+    import traceback
+
+    import transformers
     from conftest import cli_here
 
     import app.model.files
     import app.model.load
     import app.model.shape
+    import app.model.vision
     from app.config.builtin import VISION_MODEL, builtin_model_path
     from app.run import layout, store
 
-    built, meta = [], app.model.shape.meta_model
+    counted: dict[str, list] = {"ours": [], "transformers": [], "meta": [], "processor": []}
+    read, meta, proc = app.model.shape.read_config, app.model.shape.meta_model, app.model.vision.load_processor
+    from_json = transformers.PretrainedConfig._dict_from_json_file.__func__
+
+    def where() -> str:
+        return " <- ".join(f"{f.name}" for f in traceback.extract_stack()[-12:-2])
+
+    def reading(name):
+        config = read(name)
+        counted["ours"] += [where()] if config is not None else []
+        return config
+
+    def json_file(cls, path):
+        counted["transformers"] += [where()] if str(path).endswith("config.json") else []
+        return from_json(cls, path)
 
     def building(*a, **k):
-        built.append(1)
+        counted["meta"].append(where())
         return meta(*a, **k)
 
+    def processing(*a, **k):
+        counted["processor"].append(where())
+        return proc(*a, **k)
+
+    for module in (app.model.shape, app.model.files):
+        monkeypatch.setattr(module, "read_config", reading)
     for module in (app.model.shape, app.model.files, app.model.load):
         monkeypatch.setattr(module, "meta_model", building)
+    for module in (app.model.vision, app.model.files, app.model.load):
+        monkeypatch.setattr(module, "load_processor", processing)
+    monkeypatch.setattr(transformers.PretrainedConfig, "_dict_from_json_file", classmethod(json_file))
     r = cli_here("train", "--model", str(builtin_model_path(VISION_MODEL)), "--dataset", "shapes", "--method", "sft",
                  "--max-steps", "1", "--set", "training.proof_rows=4", "--set", "training.eval_every=0",
                  "--local-only", "--no-progress", "--run-dir", tmp_path / "run", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     st = store.read_status(tmp_path / "run")
     assert st["status"] == layout.FINISHED and st[layout.VISION]["kept_16bit"]
-    assert (tmp_path / "run" / layout.COMPARE_JSON).is_file() and len(built) == 1, built
+    assert (tmp_path / "run" / layout.COMPARE_JSON).is_file()  # the proof ran, on the plan's files
+    assert [len(counted[k]) for k in ("ours", "meta", "processor")] == [1, 1, 1], counted
+    assert len(counted["transformers"]) == 1 and "load_processor" in counted["transformers"][0], counted
+
+
+@pytest.mark.slow
+def test_a_distilled_run_and_its_proof_read_each_models_files_once(monkeypatch, tmp_path):
+    """A real distillation run (the demo's teacher, one step, then its proof with the teacher's column): the student's
+    and the teacher's config.json are each read once, by the plan; the training load, the teacher's load and the
+    proof's pair and teacher read the plan's (app.model.files.ModelFiles), so transformers parses neither again. The
+    one parse left is PEFT's own when it saves the adapter (it compares the base's vocabulary with the model's)."""
+    import traceback
+
+    import transformers
+    from conftest import cli_here
+
+    import app.model.files
+    import app.model.shape
+    import app.model.teacher
+    from app.run import layout
+
+    ours: list[str] = []
+    theirs: list[tuple[str, str]] = []
+    read = app.model.shape.read_config
+    from_json = transformers.PretrainedConfig._dict_from_json_file.__func__
+
+    def reading(name):
+        config = read(name)
+        ours.extend([Path(str(name)).name] if config is not None else [])
+        return config
+
+    def json_file(cls, path):
+        if str(path).endswith("config.json"):
+            theirs.append((Path(path).parent.name, " ".join(f.name for f in traceback.extract_stack())))
+        return from_json(cls, path)
+
+    for module in (app.model.shape, app.model.files, app.model.teacher):
+        monkeypatch.setattr(module, "read_config", reading)
+    monkeypatch.setattr(transformers.PretrainedConfig, "_dict_from_json_file", classmethod(json_file))
+    r = cli_here("train", "--preset", "demo-distill", "--max-steps", "1", "--set", "training.proof_rows=4",
+                 "--set", "training.eval_every=0", "--local-only", "--no-progress", "--run-dir", tmp_path / "run",
+                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    proof = json.loads((tmp_path / "run" / layout.COMPARE_JSON).read_text())
+    assert all(row.get("teacher") for row in proof["rows"])  # the proof asked the teacher
+    assert sorted(ours) == ["arith-base", "arith-teacher"], ours
+    assert theirs and all(model == "arith-base" and "save_pretrained" in stack for model, stack in theirs), theirs
 
 
 # ------------------------------------------------------------------------------------------- one way to ask a model
@@ -305,7 +381,7 @@ def test_nothing_but_the_asker_calls_generation():
     strays = [c for p in MODULES if p not in GENERATION_HOMES for c in _called(p, {"generate", "generate_ids"})]
     assert not strays, strays
     assert _called(ASKING, {"generate", "generate_ids"})  # the scan sees the dispatcher's own calls
-    for path in ("app/eval/pairs.py", "app/train/methods/distill.py"):
+    for path in ("app/synth/pairs.py", "app/train/methods/distill.py"):
         assert "Asker" in {name for name, _ in _calls(ROOT / path)}, f"{path} asks a model without the Asker"
 
 

@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import pytest
+from conftest import cli
 
 from app.config.build import build_config
 from app.errors import UserError
@@ -343,8 +344,6 @@ def test_an_environment_that_cannot_be_made_or_reset_is_one_line_before_the_mode
     argument, or a reset() that fails on the data's rows, used to be a 60-line traceback after the model loaded and a
     failed run folder; now exit 2, one line, nothing made (the run and its dry run)."""
     import os
-    import subprocess
-    import sys
 
     from repo_paths import ROOT
 
@@ -366,10 +365,8 @@ def test_an_environment_that_cannot_be_made_or_reset_is_one_line_before_the_mode
             "Shop.reset() failed on the first training row (KeyError: 'inventory')")
     runs = tmp_path / "runs"
     for dry in ([], ["--dry-run"]) if kind == "init" else ([],):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--environment",
-                            f"{env}:Shop", "--output-dir", str(runs), *dry], capture_output=True, text=True,
-                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "400"},
-                           timeout=300)
+        r = cli("train", "--preset", "demo-tools", "--environment", f"{env}:Shop", "--output-dir", str(runs), *dry,
+                timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "400"})
         assert r.returncode == 2, r.stderr[-2000:]
         assert said in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
         assert not runs.exists()
@@ -396,17 +393,13 @@ def test_a_tool_named_twice_is_one_tool_and_a_loose_signature_is_refused(tmp_pat
 
 def test_a_tool_file_that_exits_at_import_is_one_line_even_in_a_dry_run(tmp_path):
     import os
-    import subprocess
-    import sys
 
     from repo_paths import ROOT
 
     f = tmp_path / "quits.py"
     f.write_text("import sys\nsys.exit(3)\n")
     for dry in ([], ["--dry-run"]):
-        r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--preset", "demo-tools", "--tools", str(f),
-                            "--output-dir", str(tmp_path / "runs"), *dry], capture_output=True, text=True,
-                           env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "300"},
-                           timeout=300)
+        r = cli("train", "--preset", "demo-tools", "--tools", str(f), "--output-dir", str(tmp_path / "runs"), *dry,
+                timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "300"})
         assert r.returncode == 2, (dry, r.returncode, r.stderr[-1500:])
         assert "failed to import (SystemExit: 3)" in r.stderr and len(r.stderr.strip().splitlines()) == 1

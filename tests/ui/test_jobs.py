@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import cli
 
 from app.errors import UserError
 from app.run import layout, lookup, newrun, store
@@ -193,12 +194,9 @@ def test_start_refuses_a_model_it_cannot_find_before_making_a_folder(tmp_path, m
 
 def test_an_offline_miss_of_the_default_model_says_what_to_do_and_leaves_no_folder(tmp_path):
     import os
-    import subprocess
-    import sys
 
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dataset", "arith", "--output-dir",
-                        str(tmp_path / "runs")], capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = cli("train", "--dataset", "arith", "--output-dir", str(tmp_path / "runs"), timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     line = " ".join(r.stderr.split())
     assert "Qwen/Qwen2.5-1.5B-Instruct" in line and "qlora-app prefetch --model Qwen/Qwen2.5-1.5B-Instruct" in line

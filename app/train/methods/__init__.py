@@ -5,6 +5,7 @@
     common.py       what every trainer shares once TRL has built it;  checkpoints.py: the adapter's atomic saves
     sft.py          SFT;  grpo.py: GRPO with the run's rewards and tools;  sampler.py: GRPO's merged sampler
     preference_trainers.py   DPO, ORPO and KTO;  distill.py: distillation from the plan's teacher
+    registry.py     TRAINERS: each method's trainer by the method's name, one signature (running/build.py reads it)
 
 Owns: turning a plan into a TRL trainer. Must not decide anything (app/train/planning did) nor run, record or
 report a run (app/train/running); imports nothing from app/train/running."""

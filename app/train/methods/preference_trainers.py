@@ -22,16 +22,19 @@ from app.train.planning.plan import RunPlan
 
 
 def build_dpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
-    """DPO, or ORPO (method orpo: trl.experimental's ORPOTrainer, which needs no reference at all)."""
-    layers = getattr(model, "_no_split_modules", None)
-    if plan.cfg.method == "orpo":
-        from trl.experimental.orpo import ORPOConfig, ORPOTrainer  # heavy: imported when a trainer is built
-
-        return make_trainer(ORPOTrainer, ORPOConfig(**orpo_kwargs(plan, run_dir, layers)), plan, model, tok,
-                            train_ds)
+    """DPO, its reference the base with the adapter switched off."""
     from trl import DPOConfig, DPOTrainer  # heavy: imported when a trainer is built
 
+    layers = getattr(model, "_no_split_modules", None)
     return make_trainer(DPOTrainer, DPOConfig(**dpo_kwargs(plan, run_dir, layers)), plan, model, tok, train_ds)
+
+
+def build_orpo_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
+    """ORPO: trl.experimental's ORPOTrainer, which needs no reference at all."""
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer  # heavy: imported when a trainer is built
+
+    layers = getattr(model, "_no_split_modules", None)
+    return make_trainer(ORPOTrainer, ORPOConfig(**orpo_kwargs(plan, run_dir, layers)), plan, model, tok, train_ds)
 
 
 def build_kto_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):

@@ -10,13 +10,14 @@ decides) and ``masks_turns`` (what TRL's SFTConfig gets). Must not load weights.
 
 from __future__ import annotations
 
+from app.config.methods import method_of
 from app.model.templates import masks_assistant_turns
 
 
 def plan_answer_loss(cfg, det, tok, vision, say) -> tuple[str, dict]:
     """(mode for to_sft: "turns" | "last" | "all", config changes) of an SFT run on ``det``'s data."""
     conversations = det is not None and det.prompt_field is None and bool(det.messages_field)
-    if cfg.method != "sft" or not conversations:
+    if not method_of(cfg).trains_whole_examples or not conversations:
         return "all", {}  # prompt / reference rows: the completion alone trains already
     if cfg.training.assistant_only_loss is False:
         say("loss on every token of each conversation, the system prompt and the user's turns included "

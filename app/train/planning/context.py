@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from app.config.fields import get_key
+from app.config.methods import method_of
 from app.errors import UserError
 
 log = logging.getLogger("qlora_app")
@@ -45,7 +46,7 @@ def fit_grpo(cfg, ds, tok, context: int | None, note=log.warning, tools: list[di
     if context is None:
         return {}, ds
     changes = {}
-    key = f"{'distill' if cfg.method == 'distill' else 'grpo'}.max_completion_length"  # the student's samples
+    key = method_of(cfg).completion_key  # the length of the answers the trained model samples
     completion = get_key(cfg, key)
     if completion >= context:
         shorter = context // 2

@@ -78,6 +78,19 @@ def plan_experts(cfg, files, skip=()) -> Experts | None:
     return Experts(census(shell, skip, n), mc.experts_in_4bit, bool(lc.target_experts), router_settings(config))
 
 
+def may_be_4bit(cfg) -> bool:
+    """Whether a MoE run's experts may end up 4-bit: a 4-bit run, no LoRA on them (PEFT wraps them as loaded, in
+    16-bit), not model.quantize_experts=false. The one statement of it (the fit check, the backend, the line)."""
+    mc = cfg.model
+    return mc.load_in_4bit and mc.quantize_experts is not False and not cfg.lora.target_experts
+
+
+def on_auto(cfg) -> bool:
+    """Whether their precision is the plan's to choose: they may be 4-bit and model.quantize_experts is empty (the
+    fit check makes them 4-bit where 16-bit would not fit, and records model.quantize_experts=true)."""
+    return may_be_4bit(cfg) and cfg.model.quantize_experts is None
+
+
 def as_decided(experts: Experts | None, cfg, fitted: bool, say) -> Experts | None:
     """The run's Experts once the fit check has decided their precision (``fitted``: it turned them 4-bit), said
     in one line with the reason."""
@@ -87,7 +100,7 @@ def as_decided(experts: Experts | None, cfg, fitted: bool, say) -> Experts | Non
     why = ("auto: 16-bit they would not fit this GPU" if fitted else "model.quantize_experts" if mc.experts_in_4bit
            else "lora.target_experts: PEFT wraps them as loaded" if cfg.lora.target_experts
            else "auto: they fit in 16-bit; model.quantize_experts=true makes them NF4 as they load"
-           if mc.quantize_experts is None and mc.load_in_4bit else "")
+           if on_auto(cfg) else "")
     experts = replace(experts, quantized=mc.experts_in_4bit, why=why)
     say(experts.line())
     return experts
@@ -101,7 +114,7 @@ def unsloth_experts(experts: Experts | None, cfg, backend: str, say) -> tuple[st
     if experts is None or backend != "unsloth":
         return backend, {}
     mc = cfg.model
-    if mc.quantize_experts is False or cfg.lora.target_experts or not mc.load_in_4bit:
+    if not may_be_4bit(cfg):
         return backend, {}
     if cfg.runtime.backend != "unsloth":
         say("backend hf: only it quantizes a mixture-of-experts model's fused experts as they load (Unsloth loads "

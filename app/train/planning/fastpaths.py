@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from app.config.methods import method_of
 from app.errors import UserError
 from app.host.machine import installed
 from app.train.planning.batching import steps_per_generation
@@ -111,13 +112,14 @@ def pick_liger(setting: bool | None, env: Env) -> bool:
     return _pick(setting, "training.use_liger_kernel", env, "liger-kernel", env.liger)
 
 
-def pick_offloading(setting: bool | None, method: str, env: Env, needs_room: bool = False) -> bool:
-    """Activation offloading: TRL offers it for SFT and DPO; auto only when the run would not fit without it."""
-    if setting and method == "grpo":
+def pick_offloading(setting: bool | None, offers: bool, env: Env, needs_room: bool = False) -> bool:
+    """Activation offloading, where TRL ``offers`` it for the method (SFT, DPO, ...; not GRPO); auto only when the
+    run would not fit without it."""
+    if setting and not offers:
         raise UserError("training.activation_offloading=true is an SFT / DPO option (TRL's GRPO has none); leave it "
                         "empty")
     if setting is None:
-        return method != "grpo" and env.cuda and env.backend != "unsloth" and needs_room
+        return offers and env.cuda and env.backend != "unsloth" and needs_room
     return _pick(setting, "training.activation_offloading", env, "torch", True)
 
 
@@ -151,12 +153,13 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False, lin
     the weights for the merged sampler fits (the caller's memory check); ``linear_layers``: the model's
     linear-attention layers (app.model.shape.linear_attention_layers)."""
     t, g = cfg.training, cfg.grpo
-    vllm = pick_vllm(g.use_vllm, env) if cfg.method == "grpo" else False
-    if cfg.method != "grpo" and g.use_vllm:
+    method = method_of(cfg)
+    vllm = pick_vllm(g.use_vllm, env) if method.rewarded else False
+    if not method.rewarded and g.use_vllm:
         raise UserError(f"grpo.use_vllm=true only applies to method grpo; leave it empty for {cfg.method.upper()}")
     spg = at_once = per_gen = None
     sampler = "plain"
-    if cfg.method == "grpo":
+    if method.rewarded:  # GRPO's samplers and its generation batch
         sampler = pick_sampler(g.sampler, cuda=env.cuda, vllm=vllm, backend=env.backend, fsdp=cfg.runtime.fsdp,
                                copy_fits=copy_fits)
         explicit = "steps_per_generation" in t.extra_args or "generation_batch_size" in t.extra_args
@@ -165,7 +168,7 @@ def decide(cfg, env: Env, needs_room: bool = False, copy_fits: bool = False, lin
         if spg:
             at_once, per_gen = t.per_device_train_batch_size * spg, max(1, spg // t.gradient_accumulation_steps)
     return FastPaths(vllm=vllm, liger=pick_liger(t.use_liger_kernel, env),
-                     offloading=pick_offloading(t.activation_offloading, cfg.method, env, needs_room),
+                     offloading=pick_offloading(t.activation_offloading, method.offloading, env, needs_room),
                      steps_per_generation=spg, completions_at_once=at_once, optimizer_steps_per_generation=per_gen,
                      sampler=sampler, cuda=env.cuda, compiled=sampler == "merged" and env.cuda,
                      linear_kernels=linear_kernels(linear_layers, env)[0])
@@ -203,7 +206,7 @@ def fit_generation_to_data(fp: FastPaths, cfg, num_prompts: int, world: int = 1,
 def trl_kwargs(fp: FastPaths, cfg) -> dict:
     """The TRL (SFTConfig / DPOConfig / GRPOConfig) arguments for the decided fast paths."""
     kw: dict = {"use_liger_kernel": fp.liger}
-    if cfg.method != "grpo":
+    if not method_of(cfg).rewarded:
         kw["activation_offloading"] = fp.offloading
         return kw
     kw["use_vllm"] = fp.vllm

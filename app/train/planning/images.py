@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.config.methods import method_of, with_
 from app.data.images import stored_bytes, stored_sizes, undecoded
 from app.errors import UserError
-from app.model.vision import load_processor, reads_images, tower_params, vision_paths
+from app.model.vision import reads_images, tower_params, vision_paths
 
-METHODS_WITH_IMAGES = ("sft", "dpo", "grpo")
 ASSUMED_TOKENS = 256  # per image, when neither the processor nor the model's files say (a 448x448 image at 28 px)
 
 
@@ -57,9 +57,10 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
     if mc.images is False:
         raise UserError(f"the dataset has images (column '{det.image_field}') and model.images is false; unset it "
                         "(--set model.images=) to train on them, or use a dataset without images")
-    if cfg.method not in METHODS_WITH_IMAGES:
+    method = method_of(cfg)
+    if not method.pictures:
         raise UserError(f"the dataset has images (column '{det.image_field}') and --method {cfg.method} does not "
-                        f"train on images yet; use --method {' or '.join(METHODS_WITH_IMAGES)}, or a dataset without "
+                        f"train on images yet; use --method {' or '.join(with_('pictures'))}, or a dataset without "
                         "images")
     if cfg.tools.enabled:
         # the tool loop of training, compare and chat reads text only (app/ask/asking.py): a run on pictures with
@@ -79,7 +80,7 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
         shell = files.shell(images=True)
         tower, paths = tower_params(shell), tuple(vision_paths(shell))
         try:
-            processor = load_processor(mc.name_or_path, mc.revision, mc.trust_remote_code, local_only=True)
+            processor = files.processor(local_only=True)
         except (OSError, ValueError, ImportError) as e:  # a family whose processor needs torchvision, say
             if not offline:
                 raise UserError(f"the processor of '{mc.name_or_path}' cannot be loaded here ({type(e).__name__}: "
@@ -91,7 +92,7 @@ def plan_images(cfg, det, rows, say, offline: bool, files) -> tuple[Vision | Non
                     host_memory(rows, sizes, per_row[1] * cfg.training.per_device_train_batch_size), processor)
     say(vision.line())
     changes = {} if mc.images else {"model.images": True}
-    if cfg.method == "sft" and cfg.training.packing is not False:
+    if method.trains_whole_examples and cfg.training.packing is not False:
         say("packing is off: TRL trains each image row in its own padded row (packing would cut image tokens apart)")
         changes["training.packing"] = False
     return vision, changes

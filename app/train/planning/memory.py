@@ -48,6 +48,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.config.fields import get_key
+from app.config.methods import method_of
 from app.host.machine import an
 from app.model.shape import embed_params, linear_sizes, model_shape
 from app.train.planning.batching import PROMPT_MULTIPLE, steps_per_generation
@@ -126,11 +128,12 @@ def micro_batch_tokens(cfg, lengths: list[int] | None, packing: bool) -> int:
     a 95th percentile prompt; DPO: two padded 95th percentile pairs' sides (chosen and rejected) per pair."""
     t = cfg.training
     batch = t.per_device_train_batch_size or 1
-    if cfg.method in ("grpo", "distill"):  # sampled answers after prompts
+    method = method_of(cfg)
+    if method.samples:  # sampled answers after prompts
         return batch * (_p95(lengths) or GRPO_PROMPT_TOKENS) + batch * completion_tokens(cfg)
     # DPO: chosen and rejected of each pair in one pass, padded alike, never packed; KTO: each answer beside a
     # mismatched one (its KL estimate) in the same pass
-    if cfg.method in ("dpo", "orpo", "kto"):
+    if method.two_sequences:
         return 2 * batch * min(t.max_length, _p95(lengths) or t.max_length)
     if not lengths:
         return batch * t.max_length
@@ -160,8 +163,9 @@ def training_bytes(s: dict, cfg, tokens: int, d: int, offloaded: bool) -> float:
 
 
 def completion_tokens(cfg) -> int:
-    """Tokens a sampled answer may take: GRPO's or distillation's max_completion_length."""
-    return cfg.distill.max_completion_length if cfg.method == "distill" else cfg.grpo.max_completion_length
+    """Tokens a sampled answer may take: the method's max_completion_length (GRPO's, distillation's); GRPO's for a
+    method that samples none (a judge's rubric reads it)."""
+    return get_key(cfg, method_of(cfg).completion_key or "grpo.max_completion_length")
 
 
 def generation_bytes(s: dict, cfg, lengths, seqs: int, compiled: bool, merged: bool, d: int) -> float:
@@ -185,7 +189,7 @@ def judge_bytes(cfg, lengths, d: int) -> tuple[float, float]:
     judge.batch_size rows (prompt + completion + rubric) holds one layer's intermediates at a time and the logits of
     the last position only. (0, 0) without one, or when its size cannot be told."""
     j = cfg.reward.judge
-    if cfg.method != "grpo" or not j.model or j.url:
+    if not method_of(cfg).rewarded or not j.model or j.url:
         return 0.0, 0.0
     shape, params, _ = model_shape(j.model)
     if shape is None or not params:
@@ -201,7 +205,7 @@ def _completions_at_once(cfg, decided: int | None) -> int:
         return decided
     t = cfg.training
     batch, accum = t.per_device_train_batch_size or 1, t.gradient_accumulation_steps or 1
-    if cfg.method == "distill":  # TRL's DistillationTrainer samples every micro-batch of a step at once
+    if not method_of(cfg).rewarded:  # TRL's DistillationTrainer samples every micro-batch of a step at once
         return batch * accum
     spg = t.extra_args.get("steps_per_generation") or steps_per_generation(
         batch, accum, cfg.grpo.generation_batch_size, cfg.grpo.num_generations)
@@ -240,14 +244,15 @@ def estimate_memory(cfg, lengths: list[int] | None = None, decisions: Decisions 
     train = training_bytes(s, cfg, tokens, d, dec.offloading)
     copy = gen = 0.0
     compiled = False
-    if cfg.method == "grpo":
+    method = method_of(cfg)
+    if method.rewarded:  # GRPO's samplers: the merged copy, vLLM's copy or the 4-bit model itself
         sampler = dec.sampler or ("vllm" if cfg.grpo.use_vllm else "plain" if cfg.grpo.sampler == "plain" else "merged")
         compiled = sampler == "merged" and dec.cuda if dec.compiled is None else dec.compiled
         if sampler != "plain":
             copy = d * (params if sampler == "vllm" else max(params - embed_params(s), 0))
         gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, dec.completions_at_once), compiled,
                                sampler == "merged", d)
-    elif cfg.method == "distill":  # TRL samples a whole generation batch with the training model
+    elif method.samples:  # TRL samples a whole generation batch with the training model
         gen = generation_bytes(s, cfg, lengths, _completions_at_once(cfg, None), False, False, d)
     teacher, teaching = teacher_bytes(dec.teacher, tokens, d)
     train += teaching  # the teacher's forward runs beside the student's saved activations
@@ -307,8 +312,11 @@ def fit_changes(est: dict, cfg) -> dict:
         out["training.gradient_accumulation_steps"] = (t.gradient_accumulation_steps or 1) * 2
     if not t.gradient_checkpointing:
         out["training.gradient_checkpointing"] = True
-    if cfg.method == "grpo":
-        out["grpo.max_completion_length"] = max(16, cfg.grpo.max_completion_length // 2)
+    method = method_of(cfg)
+    if method.samples:  # the sampled answers are the sequences of every pass
+        key = method.completion_key
+        out[key] = max(16, get_key(cfg, key) // 2)
+    if method.rewarded:
         if cfg.grpo.num_generations > 2:
             out["grpo.num_generations"] = max(2, cfg.grpo.num_generations // 2)
         if est.get("generation_gb", 0) > est.get("activations_gb", 0):
@@ -316,9 +324,7 @@ def fit_changes(est: dict, cfg) -> dict:
                                                         t.per_device_train_batch_size or 1)
         if est.get("sampler_copy_gb"):
             out["grpo.sampler"] = "plain"
-    elif cfg.method == "distill":  # the student's samples are the sequences of every pass
-        out["distill.max_completion_length"] = max(16, cfg.distill.max_completion_length // 2)
-    else:
+    if not method.samples:
         out["training.max_length"] = max(128, t.max_length // 2)
         if not t.activation_offloading:
             out["training.activation_offloading"] = True

@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import re
 
+from app.config.fields import get_key
+from app.config.methods import method_of
 from app.errors import RunFailed, UserError
 from app.run import integrity
 
@@ -81,13 +83,14 @@ def next_rung(plan) -> tuple[dict, str] | None:
     cfg, fast = plan.cfg, plan.fast
     t = cfg.training
     per_step = t.per_device_train_batch_size * t.gradient_accumulation_steps
-    if cfg.method == "grpo" and (fast.completions_at_once or 0) > per_step:
+    method = method_of(cfg)
+    if method.rewarded and (fast.completions_at_once or 0) > per_step:
         return ({"grpo.generation_batch_size": per_step},
                 f"sampling {per_step} completions at a time (one optimizer step's worth), not "
                 f"{fast.completions_at_once}")
-    if cfg.method == "grpo" and fast.sampler == "merged":
+    if method.rewarded and fast.sampler == "merged":
         return {"grpo.sampler": "plain"}, "sampling with the 4-bit model instead of the merged 16-bit copy"
-    offload = cfg.method not in ("grpo", "distill") and fast.cuda and not fast.offloading and plan.backend != "unsloth"
+    offload = not method.samples and fast.cuda and not fast.offloading and plan.backend != "unsloth"
     if offload and t.per_device_train_batch_size == 1:  # SFT / DPO: after the batch, offloading
         return {"training.activation_offloading": True}, "activation offloading on"
     if t.per_device_train_batch_size > 1:
@@ -100,12 +103,12 @@ def next_rung(plan) -> tuple[dict, str] | None:
                     f"{t.per_device_train_batch_size} x {t.gradient_accumulation_steps})")
     if not any(RETRY in note for note in plan.notes):
         return {}, f"{RETRY} (a passing spike)"
-    if cfg.method == "distill" and cfg.distill.max_completion_length > MIN_COMPLETION:  # the student's samples
-        shorter = max(MIN_COMPLETION, cfg.distill.max_completion_length // 2)
-        return ({"distill.max_completion_length": shorter},
-                f"the student's answers cut at {shorter} tokens, not {cfg.distill.max_completion_length} "
-                "(distill.max_completion_length)")
-    if cfg.method not in ("grpo", "distill") and t.max_length > MIN_MAX_LENGTH:
+    key = method.completion_key
+    # the student's samples (GRPO's are shortened by the user: its reward reads the whole answer)
+    if key and not method.rewarded and get_key(cfg, key) > MIN_COMPLETION:
+        shorter = max(MIN_COMPLETION, get_key(cfg, key) // 2)
+        return ({key: shorter}, f"the student's answers cut at {shorter} tokens, not {get_key(cfg, key)} ({key})")
+    if not method.samples and t.max_length > MIN_MAX_LENGTH:
         shorter = max(MIN_MAX_LENGTH, t.max_length // 2)
         return ({"training.max_length": shorter},
                 f"examples cut at {shorter} tokens, not {t.max_length} (training.max_length): longer ones lose "
@@ -136,10 +139,11 @@ def spent_message(plan, step: int, error: str, run_dir) -> str:
     keep = (f"checkpoints are kept (newest {ckpt.name}): after a change, qlora-app train --resume {run_dir} --set ..."
             if ckpt else "no checkpoint was saved yet")
     memory = memory_word(plan.where.cuda)
-    if cfg.method == "distill":
+    method = method_of(cfg)
+    if method.teacher:
         least = f"per-device batch 1, a retry and answers of at most {cfg.distill.max_completion_length} tokens"
         what = "load the teacher in 4-bit (distill.teacher_4bit=true) or use a smaller teacher, "
-    elif cfg.method == "grpo":
+    elif method.rewarded:
         least = "per-device batch 1 and a retry"
         what = (f"lower grpo.max_completion_length (now {cfg.grpo.max_completion_length}) or grpo.num_generations "
                 f"(now {cfg.grpo.num_generations}), ")

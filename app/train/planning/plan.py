@@ -24,7 +24,8 @@ from typing import Any
 
 from app.config.build import with_absolute_paths, with_values
 from app.config.resolve import resolve
-from app.config.schema import PREFERENCE_METHODS, AppConfig
+from app.config.methods import method_of
+from app.config.schema import AppConfig
 from app.data.convert import require_a_pair
 from app.data.loading import sampled_system_prompt
 from app.data.mixing import mix_note
@@ -144,7 +145,7 @@ class RunPlan:
 def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | None:
     """SFT packing as the plan expects it before the model loads (decide_packing measures it after): on where the
     attention kernel keeps packed examples apart; None for GRPO."""
-    if cfg.method != "sft":
+    if not method_of(cfg).trains_whole_examples:
         return None
     return pick_packing(cfg.training.packing, "unsloth" if backend == "unsloth" else where.attention,
                         cfg.model.trust_remote_code)
@@ -153,7 +154,7 @@ def expected_packing(cfg: AppConfig, where: Placement, backend: str) -> bool | N
 def answer_tokens(cfg: AppConfig) -> int:
     """New tokens an evaluation gives each answer (the held-out points during training, the proof at the end):
     what GRPO or distillation lets a completion take; compare's default for the other methods."""
-    return {"grpo": cfg.grpo.max_completion_length, "distill": cfg.distill.max_completion_length}.get(cfg.method, 128)
+    return method_of(cfg).answer_tokens(cfg)
 
 
 def late_for_unsloth() -> bool:
@@ -194,15 +195,16 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     where, backend = machine or decide_machine(cfg)
     model_files = model_files or ModelFiles.read(cfg.model)  # config.json, once for the whole plan
     check_fsdp(cfg.runtime, where.cuda)
-    stack = stack_problem(cfg.method, where.cuda)
+    method = method_of(cfg)
+    stack = stack_problem(method.rewarded, where.cuda)
     if stack:
         raise UserError(stack)
     world = world_size()
-    if cfg.method in PREFERENCE_METHODS and det is not None:
+    if method.rows == "pair" and det is not None:
         require_pairs(det)  # before any model file is read
         if rows is not None:
             require_a_pair(rows, det)
-    if cfg.method == "kto" and det is not None:
+    if method.rows == "labelled" and det is not None:
         require_labels(det)  # good and bad answers, unpaired or as pairs
     if det is not None and det.mix:  # how the mix was drawn, said with the run's other decisions
         steps.say(mix_note(det))
@@ -258,7 +260,7 @@ def _fast_paths(cfg: AppConfig, fit, linear: int, train_ds, world: int, steps: S
     kernels_line = linear_kernels(linear, fit.env)[1]
     if kernels_line:
         steps.say(kernels_line)
-    if cfg.method == "grpo" and train_ds is not None:
+    if method_of(cfg).rewarded and train_ds is not None:  # TRL drops an incomplete generation batch
         fitted = fit_generation_to_data(fast, cfg, len(train_ds), world, steps.say)
         if fitted != fast:
             cfg = steps.apply(cfg, {"grpo.generation_batch_size": fitted.completions_at_once})
@@ -300,7 +302,7 @@ def decide_packing(plan: RunPlan, model, attention: str, note=None) -> RunPlan:
     where packed examples would read each other, auto turns packing off (an adjustment) and an explicit true is
     refused."""
     cfg = plan.cfg
-    if cfg.method != "sft":
+    if not method_of(cfg).trains_whole_examples:
         return plan
     kept_apart, why = True, ""
     # FSDP shards the model only inside the trainer: before that it cannot run a forward to measure

@@ -16,12 +16,13 @@ import logging
 from dataclasses import dataclass, replace
 
 from app.config.build import with_values
-from app.config.schema import PREFERENCE_METHODS
+from app.config.methods import method_of
 from app.data.convert import completion_text, prompt_text
 from app.data.images import undecoded
 from app.data.preference import pair_of
 from app.errors import UserError
 from app.train.planning.batching import steps_per_generation
+from app.train.planning.experts import on_auto
 from app.train.planning.fastpaths import Env, cpu_copy_fits
 from app.train.planning.images import row_image_tokens
 from app.train.planning.memory import Decisions, an, estimate_memory, fit_changes, fit_problem
@@ -41,15 +42,14 @@ def token_lengths(cfg, rows, det, tok, extra_text: str = "", vision=None) -> lis
     n = min(len(rows), LENGTH_SAMPLE)
     rows = undecoded(rows)  # a row's text and how many pictures it has: none of them decoded
     texts = []
+    kind = method_of(cfg).rows
     for i in range(n):
         row = rows[i]
         text = prompt_text(row, det) + (cfg.data.system_prompt or "") + extra_text
-        if cfg.method == "sft":
-            text += completion_text(row, det) or ""
-        elif cfg.method in PREFERENCE_METHODS or (cfg.method == "kto" and det.format == "preference"):
+        if kind == "pair" or (kind == "labelled" and det.format == "preference"):
             pair = pair_of(row, det)
             text += max(pair.chosen, pair.rejected, key=len) if pair else ""
-        elif cfg.method == "kto":  # an unpaired answer, good or bad
+        elif kind in ("conversation", "labelled"):  # the reference answer; an unpaired answer, good or bad
             text += completion_text(row, det) or ""
         texts.append(text)
     overhead = 12  # chat-template tokens around the turns
@@ -89,14 +89,15 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
         changes["model.quantize_experts"] = True
         cfg, est = four, est4
         problem = fit_problem(est, cfg, gpu_gb)
-    if problem and cfg.method != "grpo" and cfg.training.activation_offloading is None:
+    method = method_of(cfg)
+    if problem and method.offloading and cfg.training.activation_offloading is None:
         if fit_problem(estimate_memory(cfg, lengths, replace(base, offloading=True)), cfg, gpu_gb) is None:
             needs_room, problem = True, None
             if env.backend != "unsloth":  # Unsloth's own checkpointing offloads activations already
                 say("activation offloading is on: only with it does the run fit this "
                     f"{gpu_gb:.0f} GB GPU (training.activation_offloading sets it)")
                 changes["training.activation_offloading"] = True
-    if problem and cfg.method == "grpo":
+    if problem and method.rewarded:
         smaller = generation_batch_that_fits(cfg, lengths, gpu_gb, base)
         if smaller is not None:
             say(f"sampling {smaller} completions at a time, the most this {gpu_gb:.0f} GB GPU has room for "
@@ -107,7 +108,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
         raise DoesNotFit(fit_problem(est, cfg, gpu_gb, _floor(cfg, est, lengths, base))
                          + _experts_kept(cfg, base, env.backend), est, gpu_gb)
     copy_fits = False
-    if cfg.method == "grpo":  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
+    if method.rewarded:  # a 16-bit copy of the weights, for vLLM or the merged sampler: does it fit too?
         if cuda and env.vllm and cfg.grpo.use_vllm is None:
             with_vllm = estimate_memory(cfg, lengths, replace(base, sampler="vllm"))
             if fit_problem(with_vllm, cfg, gpu_gb):
@@ -121,7 +122,7 @@ def fit_memory(cfg, lengths, env: Env, gpu_gb: float | None, say, base: Decision
                 f"estimated on {an(gpu_gb)} GB GPU): sampling with the 4-bit model instead")
     if problem:
         say(problem.replace("; try", " (runtime.fit_check=false: trying anyway); would fit with"))
-    dropped = cuda and cfg.method == "grpo" and cfg.grpo.sampler == "auto" and not copy_fits
+    dropped = cuda and method.rewarded and cfg.grpo.sampler == "auto" and not copy_fits
     return MemoryFit(changes=changes, env=env, needs_room=needs_room, copy_fits=copy_fits,
                      fitted=bool(set(changes) - {"model.quantize_experts"}) or needs_room or dropped,
                      experts_4bit=experts_4bit)
@@ -143,8 +144,7 @@ def _experts_kept(cfg, base: Decisions, backend: str = "hf") -> str:
 def _experts_on_auto(cfg, base: Decisions) -> bool:
     """A MoE model's experts whose precision is the plan's to choose: model.quantize_experts empty, a 4-bit run,
     no LoRA on them (PEFT wraps them in 16-bit)."""
-    mc = cfg.model
-    return base.census is not None and mc.quantize_experts is None and mc.load_in_4bit and not cfg.lora.target_experts
+    return base.census is not None and on_auto(cfg)
 
 
 class DoesNotFit(UserError):
@@ -162,7 +162,7 @@ def _floor(cfg, est: dict, lengths, base: Decisions) -> float | None:
         low = with_values(cfg, fit_changes(est, cfg))
     except UserError:
         return None
-    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=cfg.method != "grpo"))["total_gb"]
+    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=method_of(cfg).offloading))["total_gb"]
 
 
 def generation_batch_that_fits(cfg, lengths, gpu_gb: float, base: Decisions) -> int | None:

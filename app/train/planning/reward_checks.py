@@ -7,6 +7,7 @@ Owns: those checks and that choice, said through the plan's ``say``. Must not lo
 
 from __future__ import annotations
 
+from app.config.methods import method_of
 from app.config.schema import AppConfig
 from app.data.convert import prompt_text, reference_text
 from app.rewards.formats import check_schema
@@ -42,6 +43,6 @@ def reference_match(cfg: AppConfig, rows, det, say) -> dict:
     if cfg.reward.reference_match != "auto" or rows is None or field is None:
         return {}
     mode, why = choose_match(rows, lambda row: reference_text(row, det))
-    use = "the reward and the proof compare answers" if cfg.method == "grpo" else "the proof scores answers"
+    use = "the reward and the proof compare answers" if method_of(cfg).rewarded else "the proof scores answers"
     say(f"reference match: {mode} ({why}); {use} this way; reward.reference_match sets another")
     return {"reward.reference_match": mode}

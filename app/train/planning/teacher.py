@@ -12,9 +12,10 @@ Owns ``TeacherPlan`` and its memory terms. Must not load weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.config.method_sections import DISTILL_MODES
+from app.config.methods import method_of
 from app.errors import UserError
 from app.model.files import ModelFiles
 from app.model.pair import same_model
@@ -70,7 +71,7 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     """The teacher of a distillation run (None for the other methods), checked from its small files: missing, not
     a causal language model, trained on pictures, another vocabulary: one line each (UserError), before any weight
     loads. ``student_files``: the student's (app.model.files.ModelFiles)."""
-    if cfg.method != "distill":
+    if not method_of(cfg).teacher:
         return None
     source = find_teacher(cfg.distill, cfg.model, cfg.runtime.local_only, loads=not offline)
     problem = causal_problem(source)
@@ -79,6 +80,7 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     # the two tokenizers (small files, where on disk) tell another vocabulary from a padded head
     teacher_files = ModelFiles(source.model.name_or_path or "", source.model.revision,
                                source.model.trust_remote_code, source.config)  # its config.json as find_teacher read it
+    source = replace(source, files=teacher_files)  # the training load and the proof read them, never again
     student_tok, teacher_tok = student_files.tokenizer_on_disk(cfg.model), teacher_files.tokenizer_on_disk(source.model)
     problem, keep = vocabulary_problem(source, cfg.model.name_or_path, vocab_size(student_files.config), student_tok,
                                        teacher_tok)

@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.config.methods import method_of
 from app.model.load import load_base_model
 from app.model.teacher import load_teacher
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
 from app.run.counts import RunCounts
-from app.train.methods.distill import build_distill_trainer, build_off_policy_trainer
-from app.train.methods.grpo import build_grpo_trainer
-from app.train.methods.preference_trainers import build_dpo_trainer, build_kto_trainer
-from app.train.methods.sft import build_sft_trainer
+from app.train.methods.registry import TRAINERS
 from app.train.planning.plan import RunPlan, answer_tokens
 
 
@@ -46,14 +44,15 @@ def load_model(plan: RunPlan) -> Loaded:
     v = plan.vision  # the vision side and the processor as the plan decided and loaded them
     model, tok, info = load_base_model(cfg.model, local_only=cfg.runtime.local_only, fsdp=cfg.runtime.fsdp,
                                        where=plan.where, tok=plan.tokenizer, images=bool(cfg.model.images),
-                                       vision_paths=v.kept_16bit if v else None, processor=v.processor if v else None)
+                                       vision_paths=v.kept_16bit if v else None, processor=v.processor if v else None,
+                                       files=plan.model_files)
     return Loaded(model, tok, info["attention"], info["4bit"], info.get("processor"), teacher)
 
 
 def run_rewards(plan: RunPlan, has_reference: bool, counts: RunCounts):
     """A GRPO run's (reward functions, weights), made once for the run (an out-of-memory attempt reuses them: one
     judge in memory) and counting in its ``counts``; None for the other methods, which train on no reward."""
-    if plan.cfg.method != "grpo":
+    if not method_of(plan.cfg).rewarded:
         return None
     return build_reward_funcs(plan.cfg.reward, has_reference, counts, plan.cfg.runtime)
 
@@ -63,17 +62,7 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
     """The method's TRL trainer on the loaded model; GRPO trains on the run's ``rewards`` (``run_rewards``), its
     tools count their calls in the run's ``counts``. ``on_sampler_change(sampler, reason)`` hears a fast sampler
     stepping down."""
-    if plan.cfg.method == "grpo":
-        return build_grpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir,
-                                  rewards, counts, on_sampler_change=on_sampler_change)
-    if plan.cfg.method == "distill":
-        build = build_off_policy_trainer if plan.cfg.distill.mode == "off_policy" else build_distill_trainer
-        return build(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, loaded.teacher)
-    if plan.cfg.method == "kto":
-        return build_kto_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
-    if plan.cfg.method in ("dpo", "orpo"):
-        return build_dpo_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
-    return build_sft_trainer(plan, loaded.model, loaded.processor or loaded.tokenizer, plan.train_ds, run_dir)
+    return TRAINERS[plan.cfg.method](plan, loaded, run_dir, rewards, counts, on_sampler_change)
 
 
 def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor=None):

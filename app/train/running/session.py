@@ -36,6 +36,7 @@ from rich.markup import escape
 
 from app.config.build import load_yaml_file, validate
 from app.config.keys import changed_keys
+from app.config.methods import method_of
 from app.config.resolve import model_name, warnings_for
 from app.config.schema import AppConfig
 from app.data import build_splits
@@ -160,7 +161,7 @@ class Session:
         # Data first: a wrong column name should fail in a second, not after the model has loaded.
         self.rows, self.heldout_rows, self.det = build_splits(cfg.data, cfg.training.seed,
                                                               local_only=cfg.runtime.local_only,
-                                                              labelled=cfg.method == "kto")
+                                                              labelled=method_of(cfg).rows == "labelled")
         if self.dir is not None and not launcher:  # nothing to resume is said first, and leaves the run as it was
             self.handler = setup_logging(self.dir) if self.main else None
             self.ckpt = resume_point(self.dir, self.note if self.main else None, cfg, self.main)
@@ -279,7 +280,9 @@ class Session:
             try:
                 result = run_comparison(self.dir, num_samples=rows, max_new_tokens=answer_tokens(cfg),
                                         batch_size=PROOF_BATCH, seed=cfg.training.seed,
-                                        local_only=cfg.runtime.local_only, record="proof")
+                                        local_only=cfg.runtime.local_only, record="proof",
+                                        files=self.plan.model_files,  # what the plan read of the base
+                                        teacher=self.plan.teacher.source if self.plan.teacher else None)
                 log.info("held-out proof: %s", comparison_text(result.to_dict()))
                 said = self.counts.diagnosis.proved(result.summary.base.accuracy, result.summary.adapter.accuracy)
                 for notice in said:

@@ -4,9 +4,10 @@ memory estimate, the equivalent CLI command, Start / Stop and the live view of t
 import time
 
 from app.config.flags import WIDGETS
-from app.config.resolve import DEFAULT_GRPO_MODEL
+from app.config.methods import DEFAULT_MODEL
 from app.config.reward_components import BY_NAME
-from app.config.schema import DPO_LOSS_TYPES, METHODS, PREFERENCE_METHODS, REFERENCE_MATCHES
+from app.config.methods import METHODS
+from app.config.schema import DPO_LOSS_TYPES, REFERENCE_MATCHES
 from app.data.images import IMAGE_SUFFIXES
 from app.errors import UserError
 from app.run import lookup
@@ -43,7 +44,7 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
         w["method"] = gr.Radio(list(METHODS), value=dflt["method"], label=_label("method"), elem_id="method",
                                info=_info("method"))
     w["model"] = gr.Textbox(dflt["model"], label=f"{_label('model')}: hub id or local folder", elem_id="model",
-                            info=_info("model"), placeholder=f"{DEFAULT_GRPO_MODEL} (default)")
+                            info=_info("model"), placeholder=f"{DEFAULT_MODEL} (default)")
     with gr.Row():
         w["dataset"] = gr.Textbox(dflt["dataset"], label=f"{_label('dataset')}: name, hub id or local file (several, "
                                                          "comma-separated: a mix)", scale=3, elem_id="dataset",
@@ -97,12 +98,22 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
     return w, parts
 
 
+# The settings boxes, each of one config section (GRPO's, DPO's, KTO's, distillation's), in the form's order.
+BOX_SECTIONS = ("grpo", "dpo", "kto", "distill")
+
+
+def _opens(method: str) -> list[bool]:
+    """Which boxes are open for ``method``: the one of the section it reads (app/config/methods/)."""
+    section = METHODS[method].section
+    return [section == box for box in BOX_SECTIONS]
+
+
 def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
     """GRPO's and DPO's own settings, each in a box: the method picked has its box open, the other folded away
     (on_method keeps it so)."""
     import gradio as gr
 
-    with gr.Accordion("GRPO settings", open=dflt["method"] == "grpo") as parts["grpo_box"]:
+    with gr.Accordion("GRPO settings", open=_opens(dflt["method"])[0]) as parts["grpo_box"]:
         with gr.Row():
             w["num_generations"] = gr.Number(dflt["num_generations"], label=_label("num_generations"), precision=0,
                                              elem_id="num-generations", info=_info("num_generations"))
@@ -138,7 +149,7 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
             for name, comp in h.WEIGHTS.items():  # one slider per registry component, accuracy included
                 w[name] = gr.Slider(0, 4, value=dflt[name], step=0.05, label=f"reward weight: {comp}",
                                     elem_id=f"w-{comp}", info=BY_NAME[comp].description)
-    with gr.Accordion("DPO settings (preference pairs)", open=dflt["method"] in PREFERENCE_METHODS) as \
+    with gr.Accordion("DPO settings (preference pairs)", open=_opens(dflt["method"])[1]) as \
             parts["dpo_box"]:
         with gr.Row():
             w["dpo_loss"] = gr.Dropdown(list(DPO_LOSS_TYPES), value=dflt["dpo_loss"], allow_custom_value=True,
@@ -146,7 +157,7 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                         elem_id="dpo-loss", info=_info("dpo_loss"))
             w["dpo_beta"] = gr.Number(dflt["dpo_beta"], label=_label("dpo_beta"), elem_id="dpo-beta",
                                       info=_info("dpo_beta"))
-    with gr.Accordion("KTO settings (answers labelled good / bad)", open=dflt["method"] == "kto") as \
+    with gr.Accordion("KTO settings (answers labelled good / bad)", open=_opens(dflt["method"])[2]) as \
             parts["kto_box"]:
         with gr.Row():
             w["kto_beta"] = gr.Number(dflt["kto_beta"], label=_label("kto_beta"), elem_id="kto-beta",
@@ -158,7 +169,7 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                                     label=_label("kto_undesirable_weight"),
                                                     elem_id="kto-undesirable-weight",
                                                     info=_info("kto_undesirable_weight"))
-    with gr.Accordion("Distillation settings (a teacher model or run)", open=dflt["method"] == "distill") as \
+    with gr.Accordion("Distillation settings (a teacher model or run)", open=_opens(dflt["method"])[3]) as \
             parts["distill_box"]:
         with gr.Row():
             w["teacher"] = gr.Textbox(dflt["teacher"] or "", label=_label("teacher"), scale=2, elem_id="teacher",
@@ -210,8 +221,7 @@ def _wire_method_boxes(w: dict, parts: dict) -> None:
     import gradio as gr
 
     def on_method(method):
-        return (gr.update(open=method == "grpo"), gr.update(open=method in PREFERENCE_METHODS),
-                gr.update(open=method == "kto"), gr.update(open=method == "distill"))
+        return tuple(gr.update(open=o) for o in _opens(method))
 
     w["method"].change(on_method, w["method"], [parts["grpo_box"], parts["dpo_box"], parts["kto_box"],
                                                 parts["distill_box"]])

@@ -2,10 +2,9 @@
 stops with one line naming the key, not torch's "num_samples=0" traceback."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli
 
 
 def test_carries_loss_reads_the_labels_trl_prepared():
@@ -42,17 +41,15 @@ def test_every_answer_cut_away_by_max_length_is_one_line(tiny_model, tmp_path):
             f.write(json.dumps({"messages": [{"role": "system", "content": system},
                                              {"role": "user", "content": f"What is {i} + 2?"},
                                              {"role": "assistant", "content": f"Final answer: {i + 2}"}]}) + "\n")
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--model", str(model), "--dataset", str(data),
-                        "--method", "sft", "--max-steps", "2", "--output-dir", str(tmp_path / "runs"),
-                        "--set", "training.max_length=48", "--set", "runtime.device=cpu"],
-                       capture_output=True, text=True, timeout=600)
+    r = cli("train", "--model", str(model), "--dataset", str(data), "--method", "sft", "--max-steps", "2",
+            "--output-dir", str(tmp_path / "runs"), "--set", "training.max_length=48", "--set", "runtime.device=cpu",
+            timeout=600)
     assert r.returncode == 2, r.stderr[-3000:]
     said = " ".join(r.stderr.split())
     assert "no training example keeps an answer token within training.max_length=48" in said
     assert "raise training.max_length" in said and "Traceback" not in r.stderr and "num_samples" not in r.stderr
     # with room for the answers the same data trains
-    ok = subprocess.run([sys.executable, "-m", "app.cli", "train", "--model", str(model), "--dataset", str(data),
-                         "--method", "sft", "--max-steps", "1", "--output-dir", str(tmp_path / "runs-ok"),
-                         "--set", "training.max_length=512", "--set", "runtime.device=cpu",
-                         "--set", "training.proof_rows=0"], capture_output=True, text=True, timeout=600)
+    ok = cli("train", "--model", str(model), "--dataset", str(data), "--method", "sft", "--max-steps", "1",
+             "--output-dir", str(tmp_path / "runs-ok"), "--set", "training.max_length=512", "--set",
+             "runtime.device=cpu", "--set", "training.proof_rows=0", timeout=600)
     assert ok.returncode == 0, ok.stderr[-3000:]

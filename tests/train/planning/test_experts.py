@@ -252,3 +252,31 @@ def test_quantized_experts_asked_of_the_unsloth_backend_is_one_line(tmp_path, ch
     with pytest.raises(UserError, match=r"model.quantize_experts=true needs runtime.backend=hf \(or auto\)"):
         make_plan(cfg, train, det, machine=(decide_machine(cfg.model_copy(update={"runtime": cfg.runtime.model_copy(
             update={"backend": "hf"})}), card_gb=24)[0], "unsloth"), offline=True)
+
+
+def test_whether_the_experts_precision_is_the_plans_to_choose_is_said_once():
+    """experts.may_be_4bit / on_auto are the one statement of it: the fit check, the backend's choice and the
+    experts' line read them; nothing else in app/ tests model.quantize_experts against None or False (a later stage
+    deciding again). The table: a 4-bit run, no LoRA on the experts, the setting empty (auto) / true / false."""
+    import ast
+
+    from repo_paths import ROOT
+
+    from app.train.planning.experts import may_be_4bit, on_auto
+
+    def cfg(four=True, lora=False, quantize=None):
+        return build_config(sets=[f"model.load_in_4bit={str(four).lower()}", f"lora.target_experts={str(lora).lower()}",
+                                  f"model.quantize_experts={'' if quantize is None else str(quantize).lower()}"])
+
+    assert on_auto(cfg()) and may_be_4bit(cfg())
+    assert may_be_4bit(cfg(quantize=True)) and not on_auto(cfg(quantize=True))
+    assert not may_be_4bit(cfg(quantize=False)) and not on_auto(cfg(quantize=False))
+    assert not may_be_4bit(cfg(lora=True)) and not may_be_4bit(cfg(four=False))
+    home = ROOT / "app" / "train" / "planning" / "experts.py"
+    strays = []
+    for path in (ROOT / "app").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(isinstance(s, ast.Attribute) and s.attr == "quantize_experts"
+                                                     for s in [node.left, *node.comparators]):
+                strays += [] if path == home else [f"{path.relative_to(ROOT)}:{node.lineno}"]
+    assert not strays, f"the experts' precision decided outside app/train/planning/experts.py: {strays}"

@@ -3,10 +3,10 @@ e84331d, 2026-11-24), kept here as data with its configs, re-planned through `tr
 on models of the same shapes (config and tokenizer; planning reads no weights)."""
 
 import json
-import subprocess
 import sys
 
 import pytest
+from conftest import cli
 from repo_paths import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -40,9 +40,8 @@ def models(tmp_path_factory):
 
 
 def _dry_run(model, method, extra=()):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--dataset", str(shapes.GSM8K), "--model",
-                        str(model), "--method", method, *FLAGS, *extra, "--dry-run", "--gpu-memory", "80", "--json"],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    r = cli("train", "--dataset", str(shapes.GSM8K), "--model", str(model), "--method", method, *FLAGS, *extra,
+            "--dry-run", "--gpu-memory", "80", "--json", timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
 

@@ -4,11 +4,10 @@ QLORA_APP_FAULT raises the real torch.OutOfMemoryError where it says, on a CPU t
 
 import os
 import subprocess
-import sys
 
 import pytest
 import yaml
-from conftest import plan_for
+from conftest import cli, cli_command, plan_for
 from repo_paths import ROOT
 
 from app.config.build import build_config
@@ -95,7 +94,7 @@ def test_the_dpo_ladder_halves_its_pairs_then_offloads():
 
 
 def _train(out, *extra, env=None, steps=6):
-    argv = [sys.executable, "-m", "app.cli", "train", "--preset", "demo-grpo", "--max-steps", str(steps),
+    argv = [*cli_command(), "train", "--preset", "demo-grpo", "--max-steps", str(steps),
             "--output-dir", str(out), "--no-progress", "--set", "training.eval_every=0", "--set",
             "training.proof_rows=0", *extra]  # no held-out points or proof: the ladder is what these check
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=ROOT,
@@ -128,9 +127,8 @@ def test_a_spent_ladder_is_one_line_exit_1_and_the_checkpoints_stay(tmp_path):
     r = _train(tmp_path, "--set", "training.save_steps=2", "--set", "logging_steps=1", steps=2)
     assert r.returncode == 0, r.stderr[-3000:]
     (d,) = lookup.list_runs(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--max-steps", "4",
-                        "--no-progress"], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                       env={**os.environ, "QLORA_APP_FAULT": "oom@always"})
+    r = cli("train", "--resume", str(d), "--max-steps", "4", "--no-progress", timeout=600,
+            env={**os.environ, "QLORA_APP_FAULT": "oom@always"}, cwd=ROOT)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert lines[0].startswith("error: out of memory at step 3") and "checkpoints are kept" in lines[0]
@@ -138,7 +136,6 @@ def test_a_spent_ladder_is_one_line_exit_1_and_the_checkpoints_stay(tmp_path):
     assert integrity.last_checkpoint(d).name == "checkpoint-2"
     st = store.read_status(d)
     assert st["status"] == layout.FAILED and len(st["oom_changes"]) >= 3
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", "--resume", str(d), "--no-progress"],
-                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    r = cli("train", "--resume", str(d), "--no-progress", timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert store.read_status(d)["status"] == layout.FINISHED and store.read_status(d)["step"] == 4

@@ -1,11 +1,10 @@
 """The run plan: decisions made once, and the run directory records what ran (config.yaml, status.json)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import yaml
+from conftest import cli
 
 from app.config.build import build_config, validate
 from app.run import layout, store
@@ -64,8 +63,7 @@ def test_a_plan_without_data_or_model_files_says_so_and_adjusts_nothing():
 
 
 def _dry_run(*args, cwd):
-    r = subprocess.run([sys.executable, "-m", "app.cli", "train", *args, "--dry-run"], capture_output=True,
-                       text=True, cwd=cwd, timeout=300)
+    r = cli("train", *args, "--dry-run", timeout=300, cwd=cwd)
     assert r.returncode == 0, r.stderr
     return r
 

@@ -1,4 +1,4 @@
-"""app/eval/pairs.py: pairs are sampled from the prompt's text alone, so data with pictures, a model trained on them
+"""app/synth/pairs.py: pairs are sampled from the prompt's text alone, so data with pictures, a model trained on them
 and a run that answers with tools are each one line, exit 2, no folder (they were sampled on text without a word)."""
 
 from conftest import cli_here

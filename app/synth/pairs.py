@@ -32,7 +32,7 @@ from app.config.build import with_absolute_paths
 from app.config.resolve import resolve
 from app.config.schema import AppConfig
 from app.data import build_splits
-from app.data.convert import prompt_messages, reference_text, render_conversation
+from app.data.convert import plain_prompt, prompt_messages, reference_text
 from app.data.loading import PAIRS_MANIFEST
 from app.data.turns import with_system
 from app.errors import UserError
@@ -185,8 +185,10 @@ def make_pairs(cfg: AppConfig, out: Path, req: PairsRequest = PairsRequest(), ad
             # (.qlora-pairs.json), which a run on the folder takes as its own (app.data.loading.sampled_system_prompt)
             msgs = [prompt_messages(r, det, None) for r in rows]
             sampled = [with_system(m, cfg.data.system_prompt) for m in msgs]
-            # the prompt exactly as a DPO run on the folder renders this row (its system prompt included)
-            items = [{"messages": m, "plain": render_conversation(m)} for m in sampled]
+            # the prompt exactly as a DPO run on the folder renders this row (its system prompt included), with a
+            # chat template or without one (app.data.convert's rows: one rule)
+            items = [{"messages": m, "plain": plain_prompt(r, det, cfg.data.system_prompt)}
+                     for m, r in zip(sampled, rows)]
             # every batch has its own seed: a resumed run samples what an uninterrupted one would have
             outs = asker.answers([it for it in items for _ in range(req.samples)], req.max_new_tokens,
                                  req.temperature, batch_size=len(items) * req.samples,
