@@ -91,13 +91,15 @@ def cli(*args, cwd=None, timeout: float = 600, env: dict | None = None, stdin: s
         script: str | None = None) -> subprocess.CompletedProcess:
     """`qlora-app ARGS` (``python -m app.cli``; or a script of the repository) in a process of its own: for a test whose
     subject is the process (a real run's output, exit code on a signal, import order, what a user's terminal shows).
-    A one-line refusal is checked in this process instead: ``cli_here``."""
+    A one-line refusal is checked in this process instead: ``cli_here``. ``env``: added to this process's environment;
+    a variable set to None is left out (a process without HF_HUB_OFFLINE, say)."""
     cmd = [sys.executable, script] if script else cli_command()
     # this checkout's app, wherever the command runs from (an installed copy could be another one)
     root = str(Path(__file__).resolve().parent.parent)
     here = {"PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    merged = {k: v for k, v in {**os.environ, **here, **(env or {})}.items() if v is not None}
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          input=stdin, env={**os.environ, **here, **(env or {})})
+                          input=stdin, env=merged)
 
 
 def cli_command(*args) -> list[str]:

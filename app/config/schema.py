@@ -166,7 +166,7 @@ class RuntimeConfig(StrictModel):
 
 
 class AppConfig(StrictModel):
-    method: Literal[NAMES] = _d(NAMES[0], "; ".join(f"{k}: {m.learns_from}" for k, m in METHODS.items()))
+    method: str = _d(NAMES[0], "; ".join(f"{k}: {m.learns_from}" for k, m in METHODS.items()))
     model: ModelConfig = Field(default_factory=ModelConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -183,6 +183,14 @@ class AppConfig(StrictModel):
     # What building this config decided and the user should hear (a preset's data keys left out), not saved;
     # the run and the dry run say them (app/config/resolve.py warnings_for).
     _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        # read from the registry when checked, not frozen into a type: a method is its module's (app/config/methods/)
+        if v not in METHODS:
+            raise ValueError(f"method {v!r} is not one of {', '.join(METHODS)}; pick one of them (--method)")
+        return v
 
     @model_validator(mode="after")
     def _method_checks(self) -> "AppConfig":

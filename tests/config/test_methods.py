@@ -75,3 +75,32 @@ def test_the_card_line_is_the_methods():
                                                                 else {})}))) for n in METHODS}
     assert lines["sft"] == [] and lines["grpo"][0].startswith("- GRPO: 4 completions")
     assert "`t/x`" in lines["distill"][0] and "no reference" in lines["orpo"][0]
+
+
+@pytest.mark.slow
+def test_a_new_method_is_one_module_and_its_trainer(monkeypatch, tmp_path):
+    """What adding a method takes (docs/architecture.md, "Adding a method"): its Method object and its trainer's line,
+    nothing else. Here a method defined in this test alone (SFT's rows and trainer, its own defaults) plans, trains
+    and is proved from the CLI, its defaults the run's."""
+    from conftest import cli_here, tiny_sets
+
+    from app.config.methods.sft import SFT
+    from app.run import layout, store
+    from app.train.methods.registry import TRAINERS
+
+    class Brief(SFT):
+        name = "brief"
+        learns_from = "learn reference answers with a small adapter (a test's method)"
+        learning_rate = 5e-4
+        rank = 4
+
+    monkeypatch.setitem(METHODS, "brief", Brief())
+    monkeypatch.setitem(TRAINERS, "brief", TRAINERS["sft"])
+    run = tmp_path / "run"
+    sets = [a for s in tiny_sets("sft", proof_rows=4) for a in ("--set", s)]
+    r = cli_here("train", "--method", "brief", "--dataset", "arith-sft", "--model", "arith-base", "--max-steps", "1",
+                 "--local-only", "--no-progress", "--run-dir", run, *sets, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert store.read_status(run)["status"] == layout.FINISHED and (run / layout.COMPARE_JSON).is_file()
+    saved = (run / layout.CONFIG).read_text()
+    assert "method: brief" in saved and "learning_rate: 0.0005" in saved and "r: 4\n" in saved, saved

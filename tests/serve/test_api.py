@@ -153,8 +153,7 @@ def test_beyond_loopback_a_key_is_required_and_the_start_line_says_how_to_connec
     from app.serve.server import banner
 
     _, engine, run = served
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    env.pop("QLORA_APP_API_KEY", None)
+    env = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "QLORA_APP_API_KEY": None}  # no key in its environment
     r = cli("serve", str(run), "--host", "0.0.0.0", timeout=60, env=env)
     assert r.returncode == 2 and "add --api-key KEY" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     line = banner(engine, "127.0.0.1", 8000, None)

@@ -26,6 +26,19 @@ ROW_KINDS = {
 ANSWER_TOKENS = 128  # new tokens an evaluation gives an answer when the method sets no completion length
 
 
+def rank_for_size(num_rows: int | None) -> int:
+    """LoRA Without Regret: capacity should match the data. Small SFT sets need little; post-training scale ~256."""
+    if num_rows is None:
+        return 64
+    if num_rows < 2_000:
+        return 16
+    if num_rows < 20_000:
+        return 32
+    if num_rows < 100_000:
+        return 64
+    return 256
+
+
 class Method:
     """One training method. Subclasses set the flags and override the hooks that differ (app/config/methods/*.py)."""
 
@@ -34,7 +47,7 @@ class Method:
     words: str = ""  # how prose names it (empty: the name in capitals)
     experimental: bool = False  # runs TRL's experimental trainer
     learning_rate: float = 1e-5  # "LoRA Without Regret": ~10x full fine-tuning's
-    rank: int | None = 16  # LoRA rank on auto; None: by the data's size (default_rank)
+    rank: int | None = 16  # LoRA rank on auto; None: by the data's size (rank_for_size)
     rows: str = "conversation"  # a key of ROW_KINDS
     section: str | None = None  # the config section only this method reads (a bare --set key means its key)
     shadowed: bool = False  # its section repeats another's key names: a bare key is the other's unless this runs
@@ -73,7 +86,8 @@ class Method:
         return get_key(cfg, self.completion_key) if self.completion_key else ANSWER_TOKENS
 
     def default_rank(self, num_rows: int | None) -> int:
-        return self.rank
+        """The LoRA rank on auto: the method's, or by the data's size (``rank`` None: SFT's)."""
+        return self.rank if self.rank is not None else rank_for_size(num_rows)
 
     def default_alpha(self, rank: int) -> int:
         return 32 if self.rank else max(16, rank // 4)

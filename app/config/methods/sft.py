@@ -10,19 +10,6 @@ def packs(cfg) -> bool:
     return cfg.training.packing is not False and not cfg.model.trust_remote_code and cfg.runtime.backend != "unsloth"
 
 
-def rank_for_size(num_rows: int | None) -> int:
-    """LoRA Without Regret: capacity should match the data. Small SFT sets need little; post-training scale ~256."""
-    if num_rows is None:
-        return 64
-    if num_rows < 2_000:
-        return 16
-    if num_rows < 20_000:
-        return 32
-    if num_rows < 100_000:
-        return 64
-    return 256
-
-
 class SFT(Method):
     name = "sft"
     learns_from = "learn from reference answers"
@@ -31,9 +18,6 @@ class SFT(Method):
     rows = "conversation"
     pictures = picture_demo = True
     trl_config = "SFTConfig"
-
-    def default_rank(self, num_rows: int | None) -> int:
-        return rank_for_size(num_rows)
 
     def fill_batch(self, cfg) -> None:
         t = cfg.training
