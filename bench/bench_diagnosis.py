@@ -6,7 +6,8 @@
 1. Collects: every demo (`qlora-app demo`, `--tools`, `--method dpo`, `--method kto`, `--images`), full and
    `--quick`, on each seed, and the
    runs built to fail (the demo's GRPO recipe made to show one signal each: a constant custom reward, a reference
-   nothing can write, cut completions, a component that can be gamed, a frozen learning rate, groups sampled cold).
+   nothing can write, cut completions, a component that can be gamed, a frozen learning rate, groups sampled cold,
+   a reward that pays length).
    Each run is the CLI a user types, in a process of its own; its metrics.jsonl, config.yaml, status.json and the
    demo's comparison are kept under DIR/<name>/.
 2. Reads each kept run again with the diagnosis as it is now (`app.run.diagnosis.diagnose`, what `qlora-app doctor
@@ -36,6 +37,10 @@ from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
 DEMOS = {"grpo": [], "tools": ["--tools"], "dpo": ["--method", "dpo"], "kto": ["--method", "kto"],
          "images": ["--images"]}
 CONSTANT_REWARD = "def always_one(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+# A reward that pays length alone (up to 400 characters): what a shaped reward that leaks length teaches.
+LONGER_REWARD = ("def longer(completions, **kwargs):\n"
+                 "    text = [c if isinstance(c, str) else c[-1]['content'] for c in completions]\n"
+                 "    return [min(len(t) / 400, 1.0) for t in text]\n")
 # The demo's GRPO recipe, shortened and logged every step, as the slow tests build it.
 BUILT = ["--preset", "demo-grpo", "--max-steps", "30", "--set", "logging_steps=1", "--set", "save_steps=1000",
          "--set", "training.eval_every=0", "--set", "training.proof_rows=8",
@@ -47,6 +52,7 @@ ONLY_REFERENCE = ["--set", "reward.weights.length=0", "--set", "reward.weights.f
 def failures(work: Path) -> dict[str, tuple[list[str], str]]:
     """name -> (the `train` arguments, the kind the diagnosis must say)."""
     (work / "constant_reward.py").write_text(CONSTANT_REWARD)
+    (work / "longer_reward.py").write_text(LONGER_REWARD)
     zzz = work / "zzz.jsonl"
     if not zzz.exists():
         from app.data.loading import resolve_dataset
@@ -62,6 +68,8 @@ def failures(work: Path) -> dict[str, tuple[list[str], str]]:
                    "--set", "reward.regex=\\+"], "gamed"),
         "frozen": (["--set", "learning_rate=1e-9"], "frozen"),
         "cold_groups": (["--set", "grpo.temperature=0.05"], "flat_groups"),
+        "paid_length": ([*ONLY_REFERENCE, "--dataset", str(zzz), "--max-steps", "40", "--set", "learning_rate=1e-3",
+                         "--set", f"reward.custom={work / 'longer_reward.py'}:longer"], "length_drift"),
     }
 
 

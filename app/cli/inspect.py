@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import sys
 
+from app.config.data_section import DataConfig
+from app.config.schema import TrainingConfig
+from app.data import build_splits
 from app.data.convert import prompt_text, reference_text
 from app.data.images import images_folder, sample_problems
 from app.data.preference import pair_of
-from app.data.detect import flatten_row
+from app.data.detect import DataError, flatten_row
 from app.data.preview import inspect_detection, peek
 from app.rewards.match import choose_for as choose_match
 
@@ -45,8 +48,10 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     pictures = (check_pictures(dataset, config_name, split, det, local_only)
                 if det.image_field else None)  # read as a run reads them: what train would refuse, said here
     code = 2 if pictures and pictures[1] else 0
+    leaks = held_out_leaks(dataset, config_name, split, prompt_field, reference_field, local_only, **pair_fields)
     if as_json:
         out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {}),
+               **({"leaks": leaks} if leaks is not None else {}),
                **({"images_checked": {"pictures": pictures[0], "problems": pictures[1], "rows": pictures[2],
                                       "of_rows": det.num_rows}} if pictures else {})}
         sys.stdout.write(json.dumps(out, ensure_ascii=False) + "\n")
@@ -85,6 +90,10 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
             cells += [Text(_short(pair.chosen if pair else None)), Text(_short(pair.rejected if pair else None))]
         samples.add_row(str(i), *cells)
     console.print(samples)
+    if leaks is not None:
+        said = leaks.get("line") or (f"none of the {leaks['heldout']} held-out rows repeats a training row (exactly "
+                                     "once normalised, or nearly)")
+        console.print(f"[{'yellow' if leaks.get('line') else 'dim'}]held-out: {escape(said)}[/]", highlight=False)
     more = " / --chosen-field NAME / --rejected-field NAME" if pairs else ""
     console.print(f"[dim]Wrong field? Override with --prompt-field NAME / --reference-field NAME{more}.[/]")
     if code:
@@ -92,6 +101,20 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
         console.print(f"[red]train would refuse this data:[/] {escape(first)}"
                       + (f" ({rest} more of the checked rows too)" if rest else ""), highlight=False)
     return code
+
+
+def held_out_leaks(dataset: str, config_name, split, prompt_field, reference_field, local_only: bool,
+                   **pair_fields) -> dict | None:
+    """The held-out rows a run on this data would hold out, and how many of them repeat a training row (with the
+    default seed: app/data/leaks.py), with the line a run says; None where the splits cannot be built here."""
+    fields = {k: v for k, v in pair_fields.items() if k in DataConfig.model_fields and v is not None}
+    try:
+        dc = DataConfig(dataset=dataset, config_name=config_name, split=split or "train", prompt_field=prompt_field,
+                        reference_field=reference_field, **fields)
+        _, _, det = build_splits(dc, TrainingConfig().seed, local_only)
+    except (DataError, ValueError):
+        return None
+    return {**det.leaks, "line": det.reasons.get("leaks")} if det.leaks else None
 
 
 PICTURE_ROWS = 2000  # inspect reads every picture of a dataset up to this many rows; of a larger one, these first

@@ -48,7 +48,8 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     notes: list[str] = [f"{no_weights}: a run from it would stop here"] if no_weights else []
     if cfg.data.datasets:
         try:
-            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True, labelled=method_of(cfg).rows == "labelled")
+            labelled = method_of(cfg).rows == "labelled"  # KTO keeps the answers labelled bad too
+            rows, _, det = build_splits(cfg.data, cfg.training.seed, local_only=True, labelled=labelled)
         except UserError as e:
             # what the run would refuse, the dry run refuses: a local or built-in dataset is read as the run reads
             # it; a hub dataset not in the cache is planned without its data, and said so

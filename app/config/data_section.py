@@ -57,6 +57,9 @@ class DataConfig(StrictModel):
                                     "the datasets that run out, each as often as its share needs", gt=0)
     max_samples: int | None = _d(None, "use at most this many training rows", gt=0)
     heldout_size: int = _d(100, "rows held out when the dataset has no test split", ge=0)
+    max_leak: float | None = _d(None, "refuse a run when more than this share of the held-out rows repeat training "
+                                      "rows (they are left out of the proof either way); empty = never refuse",
+                                ge=0.0, le=1.0)
     system_prompt: str | None = _d(None, "system prompt put before every prompt; empty = the method's default "
                                          "(GRPO asks for 'Final answer: ...')")
     # Where a key's value came from when it was not typed as its own flag ("data.eval_split from preset demo-grpo"):

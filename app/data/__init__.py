@@ -6,7 +6,8 @@ Public API (used by the engine, compare and the UI)::
     Detection, DataError
 
     loading.py    every source (hub id, local file, built-in) read, with one-line errors; splits.py: the train
-                  and held-out rows of one (build_splits); preview.py, profile.py: `inspect`'s rows and column profiles
+                  and held-out rows of one (build_splits); preview.py, profile.py: `inspect`'s rows and column profiles;
+                  leaks.py: held-out rows that repeat training rows (exactly once normalised, or nearly), left out
     detect.py, rules.py, vocabulary.py
                   which column is prompt / reference / chosen / rejected, and why; preference.py: pair layouts
     convert.py, turns.py

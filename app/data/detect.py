@@ -56,6 +56,8 @@ class Detection:
     # A mix (data.mix, app/data/mixing.py): per dataset its name, share, rows drawn of rows there, repeats, held-out
     # rows and the fields detected in it; its rows are in the run's columns, the dataset's name in 'source'.
     mix: list[dict] | None = None
+    # held-out rows that repeat training rows, as build_splits found and left them out (app/data/leaks.Leaks.to_dict)
+    leaks: dict | None = field(default=None, repr=False)
     # Image data (app/data/images.py): the column holding each row's images (or the conversation column whose turns
     # carry image parts), and the fewest and most images a sampled row has.
     image_field: str | None = None
@@ -63,7 +65,8 @@ class Detection:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.pop("solution_field"), d.pop("unread_labels"), d.pop("label_candidates")
+        # the splits' leak check is inspect's own key ("leaks"), not a detected field
+        d.pop("solution_field"), d.pop("unread_labels"), d.pop("label_candidates"), d.pop("leaks")
         if d["mix"] is None:  # one dataset (inspect's contract); a mix's plan --json has its parts
             d.pop("mix")
         if d["image_field"] is None:  # text data keeps inspect's contract; image data adds its two keys

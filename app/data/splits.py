@@ -12,7 +12,9 @@ import logging
 import random
 
 from app.data.detect import DataError, detect_nested
-from app.data.images import attach_images, dataset_shared_names, images_folder
+from app.data.convert import prompt_text
+from app.data.images import IMAGES, attach_images, dataset_shared_names, images_folder, undecoded
+from app.data.leaks import find_leaks, with_pictures
 from app.data.loading import HELDOUT_SPLITS, resolve_dataset
 from app.data.mixing import mix_splits
 from app.data.profile import label_value, spread_sample
@@ -119,4 +121,28 @@ def build_splits(data_cfg, seed: int, local_only: bool = False, labelled: bool =
                         "with the same columns, or unset it")
     if data_cfg.max_samples:
         train = train.select(range(min(data_cfg.max_samples, len(train))))
-    return train, heldout, det
+    return train, without_leaks(train, heldout, det, getattr(data_cfg, "max_leak", None)), det
+
+
+def without_leaks(train, heldout, det, max_leak: float | None):
+    """The held-out rows less those whose prompt repeats a training row's (app/data/leaks.py), recorded in
+    ``det.leaks`` and said in ``det.reasons["leaks"]``; above ``max_leak`` of them (data.max_leak), one line."""
+    if not len(heldout) or not len(train):
+        return heldout
+    def key(r: dict) -> str:  # a row with pictures is its text and its pictures (app/data/leaks.with_pictures)
+        return with_pictures(prompt_text(r, det), r.get(IMAGES)) if det.image_field else prompt_text(r, det)
+
+    leaks = find_leaks([key(r) for r in undecoded(train)], [key(r) for r in undecoded(heldout)],
+                       near=not det.image_field)
+    det.leaks = leaks.to_dict()
+    line = leaks.line()
+    if not line:
+        return heldout
+    det.reasons["leaks"] = line
+    if max_leak is not None and leaks.share > max_leak:
+        raise DataError(f"{line.split(': left out')[0]}: {leaks.share:.0%}, more than data.max_leak={max_leak:g} "
+                        "allows; remove the repeats from the data, hold out another split (data.eval_split), or raise "
+                        "data.max_leak")
+    log.warning(line)
+    gone = set(leaks.leaked)
+    return heldout.select([i for i in range(len(heldout)) if i not in gone])

@@ -6,6 +6,7 @@
     chat.py     chat with a run's adapter, its base or both; preference.py: held-out preference log-probs
     divergence.py   a distillation student's KL from its teacher on its held-out answers
     render.py   terminal table, --html page, the UI's summary and rows
+    uncertainty.py  how sure a lift is: its paired bootstrap interval, McNemar's exact test, the rows to show it
     harness.py  `qlora-app eval`: lm-evaluation-harness on the base and the adapter (lm_tasks/: the shipped tasks)
 
 Standard library only at import; torch / transformers / peft load inside the functions that need them.

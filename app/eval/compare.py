@@ -19,7 +19,7 @@ from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
 from app.ask.asking import Ask, Asker, check_generation, tool_names
-from app.eval.heldout import heldout_examples
+from app.eval.heldout import heldout_sample
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.model.pair import load_pair, open_target
@@ -61,9 +61,9 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
             raise UserError("--num-samples needs a dataset and this adapter has no run config; pass --dataset D")
         # Held-out rows depend on the seed the run split its data with (training.seed), never on --seed.
         split_seed = (run_cfg.training if run_cfg else TrainingConfig()).seed
-        for ex in heldout_examples(dc, num_samples, seed, local_only, split_seed=split_seed,
-                                   system_prompt=system_prompt):
-            items.append({**ex, "source": "heldout"})
+        examples, leaks = heldout_sample(dc, num_samples, seed, local_only, split_seed=split_seed,
+                                         system_prompt=system_prompt)
+        items += [{**ex, "source": "heldout", "leaks": leaks} for ex in examples]
         if not items and not any(p and p.strip() for p in prompts):
             raise UserError(f"'{dc.dataset}' has no held-out rows to compare on (too few rows to hold any out, or "
                             "data.heldout_size=0); pass --prompt TEXT, or --dataset FILE with rows the adapter did "
@@ -172,6 +172,11 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
               **({"teacher": teacher_said} if teaches else {})}
     # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)
     config["heldout_rows"] = sum(it["source"] == "heldout" for it in items)
+    # held-out rows that repeat training rows, left out of these figures (app/data/leaks.py): how many, of how many
+    leaks = next((it["leaks"] for it in items if it.get("leaks")), None)
+    if leaks:
+        config["leaks"] = {k: leaks[k] for k in ("heldout", "leaked", "share", "near_threshold")} | {
+            "exact": len(leaks["exact"]), "near": len(leaks["near"])}
     result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)
     result.summary.correct_when = correct_when(reward_cfg, [it["reference"] for it in items])
     run = lookup.run_of_adapter(adapter_dir)

@@ -23,8 +23,15 @@ def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, s
 
     ``messages`` / ``plain`` are the prompt exactly as training built it (app.data's GRPO conversion with the
     run's system prompt); which one a model sees depends on whether its tokenizer has a chat template."""
+    return heldout_sample(data_cfg, n, seed, local_only, split_seed=split_seed, system_prompt=system_prompt)[0]
+
+
+def heldout_sample(data_cfg, n: int, seed: int, local_only: bool = False, *, split_seed: int,
+                   system_prompt: str | None = None) -> tuple[list[dict], dict | None]:
+    """(heldout_examples' rows, the leak check of the split they are drawn from: how many held-out rows repeated a
+    training row and were left out, app/data/leaks.Leaks.to_dict; None for a mix, checked per dataset)."""
     _, heldout, det = build_splits(data_cfg, split_seed, local_only)
-    return sample_examples(heldout, det, n, seed, system_prompt)
+    return sample_examples(heldout, det, n, seed, system_prompt), det.leaks
 
 
 def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None = None) -> list[dict]:

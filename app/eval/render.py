@@ -15,6 +15,7 @@ from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
 from app.run.summary import dataset_lines, preference_text
+from app.run.summary import lift_lines as proof_lift_lines
 from app.tools.loop import call_lines
 
 PAGE_CSS = """
@@ -156,6 +157,12 @@ def ceiling_line(s: Summary) -> str | None:
             "answers should be compared (numeric, exact, math, overlap, json), or compare on harder rows")
 
 
+def lift_lines(s: Summary) -> list[str]:
+    """How sure the lift is, a line a figure: its interval and, for the accuracy, McNemar's test; a lift whose
+    interval holds 0 is said as no difference shown (app/eval/uncertainty.py)."""
+    return proof_lift_lines(s.lift)
+
+
 def wins_line(s: Summary) -> str:
     return f"adapter vs base: {s.wins} wins, {s.ties} ties, {s.losses} losses ({WINS_RULE})"
 
@@ -165,6 +172,7 @@ def _summary(s: Summary) -> str:
     head = "".join(f"<th>{c}</th>" for c in summary_columns(s))
     closed = f"<p>{escape(teacher_line(s))}</p>" if s.teacher else ""
     closed += f"<p class='note'>{escape(ceiling_line(s))}</p>" if ceiling_line(s) else ""
+    closed += "".join(f"<p class='lift'>{escape(line)}</p>" for line in lift_lines(s))
     return (f"<p>{escape(summary_title(s))}</p>"
             f'<table class="summary"><tr>{head}</tr>' + cells + "</table>" + closed
             + f'<div class="wtl">adapter vs base: <span class="win">{s.wins} wins</span>, '
@@ -180,10 +188,22 @@ def summary_markdown(c: Comparison) -> str:
     lines += ["| " + " | ".join(x.strip() for x in r) + " |" for r in summary_rows(c.summary)]
     lines += ["", teacher_line(c.summary)] if c.summary.teacher else []
     lines += ["", ceiling_line(c.summary)] if ceiling_line(c.summary) else []
+    lines += [""] + [f"- {line}" for line in lift_lines(c.summary)] if lift_lines(c.summary) else []
     pref = preference_text(c.preference)
     per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
     return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
-            + (f"\n\nper dataset:{per}" if per else "") + (f"\n\n{pictureless(c)}" if pictureless(c) else ""))
+            + (f"\n\nper dataset:{per}" if per else "") + (f"\n\n{pictureless(c)}" if pictureless(c) else "")
+            + (f"\n\n{leak_line(c.config)}" if leak_line(c.config) else ""))
+
+
+def leak_line(config: dict) -> str | None:
+    """How many held-out rows the proof left out because they repeat training rows (compare.json's config), or
+    None when none did."""
+    leaks = config.get("leaks") or {}
+    if not leaks.get("leaked"):
+        return None
+    return (f"{leaks['leaked']} of the {leaks['heldout']} held-out rows repeat a training row ({leaks['exact']} "
+            f"exactly once normalised, {leaks['near']} nearly) and are left out of these figures")
 
 
 def pictureless(c: Comparison) -> str | None:
@@ -240,7 +260,9 @@ def page_html(c: Comparison) -> str:
             "<title>qlora-app: base vs adapter</title>"
             f"<style>{PAGE_CSS}{CSS}</style></head><body>"
             f"<h1>Base vs adapter</h1><div class=\"meta\">{meta}</div>"
-            f"{_summary(c.summary)}{_preference(c)}{rows_html(c)}</body></html>\n")
+            f"{_summary(c.summary)}"
+            + (f"<p class='note'>{escape(leak_line(cfg))}</p>" if leak_line(cfg) else "")
+            + f"{_preference(c)}{rows_html(c)}</body></html>\n")
 
 
 def _preference(c: Comparison) -> str:
@@ -296,6 +318,10 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
         console.print(teacher_line(s), markup=False, highlight=False)
     if ceiling_line(s):
         console.print(ceiling_line(s), style="yellow", markup=False, highlight=False)
+    for line in lift_lines(s):
+        console.print(line, markup=False, highlight=False)
+    if leak_line(c.config):
+        console.print(leak_line(c.config), style="yellow", markup=False, highlight=False)
     console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")
     pref = preference_text(c.preference)
     if pref:

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from app.config.reward_components import BOILERPLATE
+from app.eval.uncertainty import accuracy_lift, reward_lift
 
 SIDES = ("base", "adapter")
 # Rewards closer than this count as a tie when correctness did not change: the length component alone moves the
@@ -96,6 +97,8 @@ class Summary:
     # adapter closed ((adapter - base) / (teacher - base), by accuracy, else mean reward; None: no lead to close)
     teacher: SideSummary | None = None
     closed: float | None = None
+    # how sure the lift is (app/eval/uncertainty.py): {"accuracy": Lift.to_dict() or None, "mean_reward": ...}
+    lift: dict | None = None
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Summary":
@@ -108,7 +111,16 @@ class Summary:
         teacher = side_summary([r.teacher for r in judged]) if judged and all(r.teacher for r in judged) else None
         return cls(**sides, wins=verdicts.count("win"), losses=verdicts.count("loss"), ties=verdicts.count("tie"),
                    n=len(judged), heldout=bool(held), prompts=len(rows) - len(held), by_dataset=by, teacher=teacher,
-                   closed=closed_share(sides["base"], sides["adapter"], teacher))
+                   closed=closed_share(sides["base"], sides["adapter"], teacher), lift=lifts(judged))
+
+
+def lifts(rows: list[Row]) -> dict:
+    """The accuracy's and the mean reward's adapter-minus-base difference over ``rows``, each with its interval
+    (and McNemar's test for the accuracy), as compare.json keeps them; None for a figure without rows."""
+    right = [(r.base.correct, r.adapter.correct) for r in rows
+             if r.base.correct is not None and r.adapter.correct is not None]
+    accuracy, reward = accuracy_lift(right), reward_lift([(r.base.reward, r.adapter.reward) for r in rows])
+    return {"accuracy": accuracy.to_dict() if accuracy else None, "mean_reward": reward.to_dict() if reward else None}
 
 
 def closed_share(base: SideSummary, adapter: SideSummary, teacher: SideSummary | None) -> float | None:
@@ -187,6 +199,8 @@ class Comparison:
         summary = Summary(base=SideSummary(**s["base"]), adapter=SideSummary(**s["adapter"]), wins=s["wins"],
                           losses=s["losses"], ties=s["ties"], n=s["n"], heldout=s.get("heldout", True),
                           prompts=s.get("prompts", 0), by_dataset=s.get("by_dataset"),
-                          correct_when=s.get("correct_when"), teacher=SideSummary(**s["teacher"]) if s.get("teacher") else None, closed=s.get("closed"))
+                          correct_when=s.get("correct_when"),
+                          teacher=SideSummary(**s["teacher"]) if s.get("teacher") else None, closed=s.get("closed"),
+                          lift=s.get("lift"))
         return cls(rows=rows, summary=summary, config=dict(data.get("config") or {}),
                    preference=data.get("preference"))

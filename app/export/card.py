@@ -12,7 +12,7 @@ from pathlib import Path
 from app.config.methods import method_of
 from app.run import benchmarks, integrity, layout, proof, store
 from app.run.layout import PREFERENCE_WORDS
-from app.run.summary import dataset_lines
+from app.run.summary import dataset_lines, lift_lines
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "gguf-lora": "gguf", "ollama": "gguf"}
 
@@ -83,7 +83,15 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
                       f"-> {_num(s['adapter'].get('tool_calls'))})."]
     if s.get("correct_when"):
         lines += ["", f"An answer counts as right by the reference match {s['correct_when']}."]
+    leaks = c.get("leaks") or {}
+    if leaks.get("leaked"):  # held-out rows that repeat training rows: measured on the rest (app/data/leaks.py)
+        lines += ["", f"{leaks['leaked']} of the {leaks['heldout']} held-out rows repeat a training row "
+                      f"({leaks['exact']} exactly once case, spacing, punctuation and numbers are set aside, "
+                      f"{leaks['near']} nearly) and are left out of these figures."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
+    said = lift_lines(s.get("lift"))  # how sure the lift is: its interval, McNemar's test (app/eval/uncertainty.py)
+    lines += ["", "How sure the lift is (95% paired bootstrap interval over the rows; McNemar's exact test for the "
+                  "accuracy):", ""] + [f"- {line}" for line in said] if said else []
     if s.get("teacher"):
         closed = s.get("closed")
         lines += ["", f"Teacher: {teacher_named(c.get('teacher') or '')}; the adapter closed "

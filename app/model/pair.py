@@ -176,7 +176,8 @@ def conversation_prompt(tok, messages: list[dict], system: str | None = None, to
     """A conversation's prompt text: ``system`` first when the conversation has no system turn of its own (the run's
     system prompt: how the adapter was taught to be asked), then the tokenizer's chat template, or without one the
     plain prompt training wrote (app.data.turns.plain_text: system prompt, blank line, the conversation). Chat's and
-    the API server's. ``tools``: their schemas (or functions), rendered by the chat template as training rendered them."""
+    the API server's. ``tools``: their schemas (or functions), rendered by the chat template as training rendered
+    them."""
     msgs = system_first(messages, system)
     if tools:
         return tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True)

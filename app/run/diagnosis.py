@@ -19,6 +19,9 @@ numbers, and what to change:
                   ``REWARD_RISE`` of its weights while held-out accuracy (3 points or more) did not rise
     saturated     the total reward is flat and a form component sat at its maximum from the first steps to the last:
                   it pays every completion the same, so it teaches nothing
+    length_drift  GRPO: the completions' mean length grew by at least ``LENGTH_RISE`` of itself from the first steps to
+                  the last while every task component stayed flat (rose less than ``TASK_RISE`` of its range): the
+                  reward pays length (the commonest way a shaped reward is gamed)
     frozen        the adapter's weights moved less than ``FROZEN`` of their size over the window (adapter/update,
                   measured by the run) although gradients were not zero: the learning rate is too small to change what
                   the model writes (every method)
@@ -63,6 +66,7 @@ HELD_OUT_LEARNING = 0.05  # held-out accuracy whose later evaluations average th
 TASK_RISE = 0.1  # of a task component's range: a rise from the first steps to the last that is learning, not noise
 # (a component sampled at temperature 1 on 16 completions a step moves ~0.05 between two 10-step means by chance)
 FROZEN = 1e-4  # the adapter moved less than this share of its size over the window
+LENGTH_RISE = 0.5  # the completions' mean length grew by half of itself: drift, not the noise of sampling
 CONSTANT = 1e-9  # a batch's reward_std at most this: every completion scored the same
 JUDGE_FAILING = 0.5  # share of the judge's judgements that failed
 JUDGE_MIN_CALLS = 16  # judgements before the share is read
@@ -203,8 +207,8 @@ def check_window(early: list[dict], last: list[dict], steps: int, held: list[flo
     if steps < WINDOW:
         return out
     learning = _learning(early, last, held, facts)
-    for check in (_constant, _flat_groups, _truncated, _unreachable, _gamed, _saturated, _frozen):
-        if learning and check in _CONTRADICTED:
+    for check in (_constant, _flat_groups, _truncated, _unreachable, _gamed, _length_drift, _saturated, _frozen):
+        if learning and check.__name__.lstrip("_") in CONTRADICTED:
             continue
         found = check(last, early, held, facts)
         if found:
@@ -366,5 +370,29 @@ def _frozen(last, early, held, f: Facts):
             "about 10x full fine-tuning)", {"adapter_update": sum(moved)})
 
 
-# The checks that say a run cannot learn: a run that shows it learns contradicts them (gamed: the task rose).
-_CONTRADICTED = (_flat_groups, _saturated, _frozen, _gamed)
+def _length_drift(last, early, held, f: Facts):
+    key = "completions/mean_length"
+    if not f.rewarded or _points(last, key) < MIN_POINTS or _points(early, key) < MIN_POINTS:
+        return None
+    first, late = step_mean(early, key), step_mean(last, key)
+    if not first or late < first * (1 + LENGTH_RISE):
+        return None
+    tasks = {n: (a, b) for n in _task_components(f) if (a := step_mean(early, _component(n))) is not None
+             and (b := step_mean(last, _component(n))) is not None}
+    if not tasks or any(b - a >= TASK_RISE * _range(n) for n, (a, b) in tasks.items()):
+        return None  # no task figure to read, or the task rose with the length: it may be what the task needs
+    flat = ", ".join(f"{n} {a:.2f} -> {b:.2f}" for n, (a, b) in tasks.items())
+    main = max(tasks, key=lambda n: f.weights.get(n, 0))
+    cap = f" (now {f.max_completion_length})" if f.max_completion_length else ""
+    return ("length_drift",
+            f"the completions grew from {first:.0f} to {late:.0f} tokens on average (+{late / first - 1:.0%}) over "
+            f"{_span(early + last)} while the task stayed flat ({flat}): the reward pays length, not answers; give "
+            f"length a weight that pays the right length (reward.weights.length, reward.length_target), cap it "
+            f"(grpo.max_completion_length{cap}), or raise reward.weights.{main}",
+            {"mean_length_first": round(first, 1), "mean_length_last": round(late, 1),
+             **{n: round(b, 3) for n, (a, b) in tasks.items()}})
+
+
+# The checks that say a run cannot learn or learns the wrong thing: a run that shows it learns (a task component
+# rose, held-out accuracy rose, its proof's lift) contradicts them; app/run/watch.py withdraws them then.
+CONTRADICTED = ("flat_groups", "saturated", "frozen", "gamed", "length_drift")

@@ -148,8 +148,11 @@ def comparison_text(cmp: dict | None) -> str | None:
         return None
     s = cmp["summary"]
     b, a = s["base"].get("accuracy"), s["adapter"].get("accuracy")
+    acc = (s.get("lift") or {}).get("accuracy")  # how sure the lift is (app/eval/uncertainty.py)
+    sure = (f", {acc.get('level', 0.95):.0%} interval {100 * acc['low']:+.1f} to {100 * acc['high']:+.1f}"
+            + ("" if acc.get("shown") else ": no difference shown")) if acc else ""
     if b is not None and a is not None:
-        head = f"accuracy base {b:.1%} -> adapter {a:.1%} ({(a - b) * 100:+.1f} pts)"
+        head = f"accuracy base {b:.1%} -> adapter {a:.1%} ({(a - b) * 100:+.1f} pts{sure})"
     else:
         base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
         head = f"mean reward base {base} -> adapter {adapter}"
@@ -162,6 +165,36 @@ def comparison_text(cmp: dict | None) -> str | None:
     per = "; ".join(dataset_lines(s))
     return (f"{head}, {s['wins']} wins / {s['ties']} ties / {s['losses']} losses, {rows}"
             + (f"; {pref}" if pref else "") + (f"; per dataset: {per}" if per else ""))
+
+
+def lift_words(lift: dict | None, what: str, pct: bool) -> str | None:
+    """One line of a lift as compare.json keeps it (app.eval.uncertainty.Lift.to_dict): "accuracy +12.0 pts (95%
+    interval +4.0 to +20.0, McNemar p = 0.003): a gain shown on 100 rows", or "accuracy: no difference shown on 100
+    rows (+3.0 pts, 95% interval -3.0 to +9.0; about 420 rows would show +3.0 pts)"."""
+    if not lift:
+        return None
+    scale, unit = (100, " pts") if pct else (1, "")
+
+    def num(x: float) -> str:
+        return f"{scale * x:+.1f}{unit}" if pct else f"{x:+.3f}"
+
+    interval = f"{lift.get('level', 0.95):.0%} interval {num(lift['low'])} to {num(lift['high'])}"
+    p = f", McNemar p = {lift['p']:.2g}" if lift.get("p") is not None else ""
+    n = lift["n"]
+    if lift.get("shown"):
+        word = "gain" if lift["diff"] > 0 else "loss"
+        return f"{what} {num(lift['diff'])} ({interval}{p}): a {word} shown on {n} rows"
+    more = (f"; about {lift['rows_to_show']} rows would show {num(lift['diff'])}"
+            if lift.get("rows_to_show") and lift["rows_to_show"] > n else "")
+    return f"{what}: no difference shown on {n} rows ({num(lift['diff'])}, {interval}{p}{more})"
+
+
+def lift_lines(lift: dict | None) -> list[str]:
+    """A proof's lines of how sure its lift is (its summary's ``lift``: the accuracy's and the mean reward's), as the
+    terminal, the page, the UI and the card say them."""
+    lift = lift or {}
+    return [line for line in (lift_words(lift.get("accuracy"), "accuracy", pct=True),
+                              lift_words(lift.get("mean_reward"), "mean reward", pct=False)) if line]
 
 
 def dataset_lines(summary: dict) -> list[str]:

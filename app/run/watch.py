@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from app.run import layout
 from app.run.diagnosis import (
+    CONTRADICTED,
     HELD_OUT_LEARNING,
     STEPS,
     WINDOW,
@@ -23,7 +24,7 @@ from app.run.diagnosis import (
     window,
 )
 
-CONTRADICTED_KINDS = ("flat_groups", "saturated", "frozen", "gamed")  # what a run that learns withdraws
+CONTRADICTED_KINDS = CONTRADICTED  # what a run that learns withdraws (app/run/diagnosis.py says which)
 
 
 def standing(found: list[dict] | None) -> list[dict]:

@@ -20,7 +20,8 @@ def test_json_is_one_object_with_exact_keys(capsys):
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     d = json.loads(out)
-    assert list(d) == KEYS + ["reference_match"]
+    assert list(d) == KEYS + ["reference_match", "leaks"]
+    assert d["leaks"]["heldout"] == 2 and d["leaks"]["leaked"] == 0  # the rows a run would hold out: none repeat
     assert d["reference_match"]["mode"] == "numeric" and "are numbers" in d["reference_match"]["why"]  # years
     assert d["format"] == "columns" and d["prompt_field"] == "question" and d["reference_field"] == "answers"
     assert d["context_fields"] == ["context"] and d["messages_field"] is None and d["num_rows"] == 12

@@ -270,3 +270,22 @@ def test_a_frozen_learning_rate_is_said_everywhere_a_run_is_read(tmp_path):
     assert not store.read_status(ok).get(layout.DIAGNOSIS)
     calm = cli("doctor", str(ok))
     assert "no sign of a flat reward" in calm.stdout, calm.stdout
+
+
+def test_answers_that_grow_while_the_task_stays_flat_are_named_as_paid_length():
+    """length_drift: the completions' mean length up by half or more while every task component stays flat; silent
+    when the task rises with it, when the length holds, for a method that samples no reward, and withdrawn by a
+    proof that shows a lift (the watch's rule)."""
+    growing = {**STEADY, "completions__mean_length": lambda i: 40 + 2 * i}  # 40 -> 98 tokens over 30 steps
+    (f,) = diagnose(_steps(30, **growing), GRPO)
+    assert f.kind == "length_drift" and f.numbers["mean_length_first"] < 60 < f.numbers["mean_length_last"]
+    assert "the reward pays length" in f.message and "reward.weights.length" in f.message
+    assert "grpo.max_completion_length (now 256)" in f.message and "reward.weights.reference" in f.message
+    assert _kinds(_steps(30, **{**growing, "rewards__reference__mean": lambda i: 0.2 + 0.02 * i})) == []
+    assert _kinds(_steps(30, **{**STEADY, "completions__mean_length": lambda i: 40 + 0.3 * i})) == []  # +22%
+    assert _kinds(_steps(30, **growing), Facts("dpo", {}, 1e-5)) == []
+    watch = Watch(GRPO)
+    for line in _steps(30, **growing):
+        watch.add(line)
+    assert [d["kind"] for d in watch.found] == ["length_drift"]
+    assert watch.proved(0.2, 0.4) and watch.found[0].get("withdrawn")

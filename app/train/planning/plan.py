@@ -208,6 +208,8 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
         require_labels(det)  # good and bad answers, unpaired or as pairs
     if det is not None and det.mix:  # how the mix was drawn, said with the run's other decisions
         steps.say(mix_note(det))
+    if det is not None and det.reasons.get("leaks"):  # held-out rows that repeat training rows, left out
+        steps.say(det.reasons["leaks"])
     tools = plan_tools(cfg, steps.say)  # the user's tool files, checked before any model file is read
     check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
     teacher = plan_teacher(cfg, model_files, steps.say, offline)  # a distillation's teacher, from its small files

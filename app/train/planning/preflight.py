@@ -162,7 +162,8 @@ def _floor(cfg, est: dict, lengths, base: Decisions) -> float | None:
         low = with_values(cfg, fit_changes(est, cfg))
     except UserError:
         return None
-    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=method_of(cfg).offloading))["total_gb"]
+    offloading = method_of(cfg).offloading  # where TRL offers it, the floor has it on
+    return estimate_memory(low, lengths, replace(base, sampler="plain", offloading=offloading))["total_gb"]
 
 
 def generation_batch_that_fits(cfg, lengths, gpu_gb: float, base: Decisions) -> int | None:
