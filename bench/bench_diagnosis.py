@@ -68,7 +68,8 @@ def failures(work: Path) -> dict[str, tuple[list[str], str]]:
                    "--set", "reward.regex=\\+"], "gamed"),
         "frozen": (["--set", "learning_rate=1e-9"], "frozen"),
         "cold_groups": (["--set", "grpo.temperature=0.05"], "flat_groups"),
-        "paid_length": ([*ONLY_REFERENCE, "--dataset", str(zzz), "--max-steps", "40", "--set", "learning_rate=1e-3",
+        # the tiny base ends its answers early: a high rate over 100 steps lets the paid length show (11 -> 40 tokens)
+        "paid_length": ([*ONLY_REFERENCE, "--dataset", str(zzz), "--max-steps", "100", "--set", "learning_rate=5e-3",
                          "--set", f"reward.custom={work / 'longer_reward.py'}:longer"], "length_drift"),
     }
 
@@ -183,7 +184,7 @@ def table(out: Path) -> str:
     if not built:
         return "\n".join(lines)
     caught = sum(r[1]["expect"] in r[2] for r in built)
-    lines += ["", f"**Runs built to fail** (the demo's GRPO recipe, 30-40 steps logged every step, one fault each): "
+    lines += ["", f"**Runs built to fail** (the demo's GRPO recipe, 30-100 steps logged every step, one fault each): "
               f"**{caught} of {len(built)} caught**.", "", "| run | must say | said |", "|---|---|---|"]
     for name, meta, said, *_ in built:
         lines.append(f"| {name.removeprefix('built-')} | {meta['expect']} | {', '.join(said) or 'nothing'} |")

@@ -48,7 +48,8 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
     pictures = (check_pictures(dataset, config_name, split, det, local_only)
                 if det.image_field else None)  # read as a run reads them: what train would refuse, said here
     code = 2 if pictures and pictures[1] else 0
-    leaks = held_out_leaks(dataset, config_name, split, prompt_field, reference_field, local_only, **pair_fields)
+    leaks = (held_out_leaks(dataset, config_name, split, prompt_field, reference_field, local_only, **pair_fields)
+             if det.num_rows is not None and det.num_rows <= LEAK_ROWS else None)  # inspect reads a big file boundedly
     if as_json:
         out = {**det.to_dict(), **({"reference_match": {"mode": match[0], "why": match[1]}} if match else {}),
                **({"leaks": leaks} if leaks is not None else {}),
@@ -90,6 +91,9 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
             cells += [Text(_short(pair.chosen if pair else None)), Text(_short(pair.rejected if pair else None))]
         samples.add_row(str(i), *cells)
     console.print(samples)
+    if leaks is None and (det.num_rows is None or det.num_rows > LEAK_ROWS):
+        console.print(f"[dim]held-out: not checked for repeats of training rows here (over {LEAK_ROWS:,} rows: inspect "
+                      "reads a sample); the dry run and the run check them[/]", highlight=False)
     if leaks is not None:
         said = leaks.get("line") or (f"none of the {leaks['heldout']} held-out rows repeats a training row (exactly "
                                      "once normalised, or nearly)")
@@ -101,6 +105,9 @@ def run_inspect(dataset: str, config_name: str | None, split: str | None, prompt
         console.print(f"[red]train would refuse this data:[/] {escape(first)}"
                       + (f" ({rest} more of the checked rows too)" if rest else ""), highlight=False)
     return code
+
+
+LEAK_ROWS = 50_000  # inspect checks the held-out rows for leaks up to this many rows (it reads them all to do so)
 
 
 def held_out_leaks(dataset: str, config_name, split, prompt_field, reference_field, local_only: bool,
