@@ -43,7 +43,12 @@ def tokenizer(out: Path, data: Path = GSM8K):
         return AutoTokenizer.from_pretrained(out)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    rows = [json.loads(line) for line in Path(data).read_text().splitlines() if line.strip()]
+    if Path(data).is_file():
+        rows = [json.loads(line) for line in Path(data).read_text().splitlines() if line.strip()]
+    else:  # GSM8K is not beside the project (../shared): the built-in arith rows, as gpu_check.py says
+        from app.data.arith import generate_arith
+
+        rows = [{"question": r["question"], "answer": r["answer"]} for r in generate_arith(2000, seed=0)]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()

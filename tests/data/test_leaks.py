@@ -77,7 +77,8 @@ def test_inspect_the_dry_run_the_proof_and_the_card_say_the_leak(tmp_path):
     r = cli_here("inspect", folder, "--local-only", "--json")
     assert json.loads(r.stdout)["leaks"]["leaked"] == 3
     r = cli_here("train", "--dataset", folder, "--model", "arith-base", "--dry-run", "--local-only", cwd=tmp_path)
-    assert r.returncode == 0 and "3 of 10 held-out rows repeat a training row" in " ".join((r.stdout + r.stderr).split())
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 0 and "3 of 10 held-out rows repeat a training row" in said
     r = cli_here("train", "--dataset", folder, "--model", "arith-base", "--dry-run", "--local-only", "--set",
                  "data.max_leak=0.2", cwd=tmp_path)
     assert r.returncode == 2 and "more than data.max_leak=0.2" in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -88,3 +89,16 @@ def test_inspect_the_dry_run_the_proof_and_the_card_say_the_leak(tmp_path):
     table = " ".join(proof_table({"summary": {"n": 7, "base": {}, "adapter": {}, "wins": 0, "ties": 7, "losses": 0},
                                   "config": config}))
     assert "3 of the 10 held-out rows repeat a training row" in table and leak_line({}) is None
+
+
+def test_a_row_with_pictures_leaks_only_with_the_same_text_and_the_same_pictures():
+    from app.data.leaks import with_pictures
+
+    red, blue = {"bytes": b"\x89PNG red", "path": "a.png"}, {"bytes": b"\x89PNG blue", "path": "a.png"}
+    train = [with_pictures("What color is the picture?", [red])]
+    held = [with_pictures("what color is the picture", [dict(red, path="b.png")]),  # the same picture, renamed
+            with_pictures("What color is the picture?", [blue])]  # the same question about another picture
+    leaks = find_leaks(train, held, near=False)
+    assert leaks.exact == [0] and leaks.near == [] and leaks.leaked == [0]
+    by_path = [with_pictures("q", [{"bytes": None, "path": name}]) for name in ("x.png", "y.png")]
+    assert by_path[0] != by_path[1]  # pictures not read into bytes: their paths tell them apart

@@ -104,13 +104,21 @@ def test_a_run_that_cannot_read_the_images_is_one_line_and_no_folder(tiny_vlm, t
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+def _one_of_its_kind(color: str, i: int):
+    """A 20x20 picture of ``color`` with one pixel its own: the same question about a byte-identical picture is the
+    same row, which the leak check (app/data/leaks.py) would rightly leave out of the held-out rows."""
+    img = Image.new("RGB", (20, 20), color)
+    img.putpixel((i % 20, i // 20), (i * 5 % 256, 128, 255 - i * 5 % 256))
+    return img
+
+
 @pytest.mark.slow
 def test_sft_on_images_end_to_end_from_a_jsonl_of_image_files(tiny_vlm, tmp_path):
     colors = ["red", "green", "blue", "yellow"]
     rows = []
     for i in range(48):
         c = colors[i % 4]
-        Image.new("RGB", (20, 20), c).save(tmp_path / f"{i}.png")
+        _one_of_its_kind(c, i).save(tmp_path / f"{i}.png")
         rows.append({"question": "What color is the picture?", "answer": c, "image": f"{i}.png"})
     (tmp_path / "pics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = _cli("train", "--model", str(tiny_vlm), "--dataset", "pics.jsonl", "--method", "sft", "--output-dir", "runs",
@@ -148,7 +156,7 @@ def test_dpo_on_images_end_to_end_with_held_out_pairs_read_with_their_images(tin
     rows = []
     for i in range(40):
         c, other = colors[i % 4], colors[(i + 1) % 4]
-        Image.new("RGB", (20, 20), c).save(tmp_path / f"{i}.png")
+        _one_of_its_kind(c, i).save(tmp_path / f"{i}.png")
         rows.append({"prompt": "What color is the picture?", "chosen": c, "rejected": other, "image": f"{i}.png"})
     (tmp_path / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = _cli("train", "--model", str(tiny_vlm), "--dataset", "prefs.jsonl", "--method", "dpo", "--output-dir", "runs",
