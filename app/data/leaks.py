@@ -92,7 +92,10 @@ def with_pictures(text: str, pictures) -> str:
 
     digests = []
     for p in pictures or ():
-        raw = p.get("bytes") or str(p.get("path") or "").encode() if isinstance(p, dict) else str(p).encode()
+        if isinstance(p, dict):  # stored as {bytes, path}: the bytes, else the path
+            raw = p.get("bytes") or str(p.get("path") or "").encode()
+        else:
+            raw = str(p).encode()
         digests.append(hashlib.sha256(raw).hexdigest()[:16])
     return f"{text} {' '.join(digests)}" if digests else text
 

@@ -129,6 +129,7 @@ def without_leaks(train, heldout, det, max_leak: float | None):
     ``det.leaks`` and said in ``det.reasons["leaks"]``; above ``max_leak`` of them (data.max_leak), one line."""
     if not len(heldout) or not len(train):
         return heldout
+
     def key(r: dict) -> str:  # a row with pictures is its text and its pictures (app/data/leaks.with_pictures)
         return with_pictures(prompt_text(r, det), r.get(IMAGES)) if det.image_field else prompt_text(r, det)
 

@@ -52,9 +52,11 @@ def _data_config(run_cfg, dataset, prompt_field, reference_field):
 
 
 def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, reference_field, seed, local_only):
-    """[{prompt, reference, source, messages, plain}]: seeded held-out rows first, then the user's prompts."""
+    """([{prompt, reference, source, messages, plain}], leaks): seeded held-out rows first, then the user's prompts;
+    the leak check of the split the held-out rows are drawn from (app/data/leaks.py; None without held-out rows)."""
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
     items: list[dict] = []
+    leaks = None
     if num_samples > 0:
         dc = _data_config(run_cfg, dataset, prompt_field, reference_field)
         if not dc.datasets:
@@ -63,7 +65,7 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
         split_seed = (run_cfg.training if run_cfg else TrainingConfig()).seed
         examples, leaks = heldout_sample(dc, num_samples, seed, local_only, split_seed=split_seed,
                                          system_prompt=system_prompt)
-        items += [{**ex, "source": "heldout", "leaks": leaks} for ex in examples]
+        items += [{**ex, "source": "heldout"} for ex in examples]
         if not items and not any(p and p.strip() for p in prompts):
             raise UserError(f"'{dc.dataset}' has no held-out rows to compare on (too few rows to hold any out, or "
                             "data.heldout_size=0); pass --prompt TEXT, or --dataset FILE with rows the adapter did "
@@ -74,7 +76,7 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
             items.append({"prompt": p, "reference": None, "source": "prompt", **ask.item()})
     if not items:
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
-    return items
+    return items, leaks
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -122,8 +124,8 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
     target = open_target(adapter, model, local_only)  # a missing base fails in a second, before any data loads
     adapter_dir, run_cfg, mc = target.adapter_dir, target.run_cfg, target.base
-    items = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field, seed,
-                            local_only)
+    items, leaks = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field,
+                                   seed, local_only)
     pair = load_pair(target, local_only, files=files)
     peft_model, tok = pair.model, pair.tok
     system_prompt = target.system_prompt
@@ -173,7 +175,6 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     # fewer held-out rows than asked: the data holds no more (its test split, or the rows the run held out)
     config["heldout_rows"] = sum(it["source"] == "heldout" for it in items)
     # held-out rows that repeat training rows, left out of these figures (app/data/leaks.py): how many, of how many
-    leaks = next((it["leaks"] for it in items if it.get("leaks")), None)
     if leaks:
         config["leaks"] = {k: leaks[k] for k in ("heldout", "leaked", "share", "near_threshold")} | {
             "exact": len(leaks["exact"]), "near": len(leaks["near"])}

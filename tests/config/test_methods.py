@@ -12,7 +12,7 @@ from app.errors import UserError
 
 def test_each_method_is_whole():
     for name, m in METHODS.items():
-        assert m.name == name and m.learns_from and m.trl_config and m.rows in ROW_KINDS and m.said in IN_WORDS
+        assert m.name == name and m.learns_from and m.rows in ROW_KINDS and m.said in IN_WORDS
         cfg = validate({"method": name})
         if m.section:
             assert hasattr(cfg, m.section), name
@@ -21,6 +21,9 @@ def test_each_method_is_whole():
         assert m.answer_tokens(cfg) > 0
         assert not (m.rewarded and not m.samples), f"{name}: a reward scores samples"
     assert named("nope") is None and named(None) is None
+    from app.train.planning.rows import ROWS
+
+    assert set(ROWS) == set(ROW_KINDS)  # every kind of row a method may name has its one builder
     assert set(with_("rewarded")) <= set(with_("samples"))
 
 

@@ -13,7 +13,7 @@ Owns: what each method is. Must not import the schema (it imports this) nor anyt
 from __future__ import annotations
 
 from app.config.methods import distill, dpo, grpo, kto, orpo, sft
-from app.config.methods.base import DEFAULT_MODEL, EFFECTIVE_BATCH_WARN, ROW_KINDS, Method  # noqa: F401
+from app.config.methods.base import DEFAULT_MODEL, ROW_KINDS, Method  # noqa: F401 - the registry's names
 
 # In the order the UI and --help list them (the first is the default).
 METHODS: dict[str, Method] = {m.name: m for m in (grpo.METHOD, sft.METHOD, dpo.METHOD, kto.METHOD, orpo.METHOD,

@@ -58,9 +58,7 @@ class Method:
     picture_demo: bool = False  # `demo --images` has a run of this method
     offloading: bool = True  # TRL offers activation offloading for it
     demo: str | None = None  # the `demo --method` it has (app/demo/choose.py): "rollouts", "pairs", "teacher"
-    # TRL's config class; the default system prompt it fills on auto (None: the data's own)
-    trl_config: str = ""
-    system_prompt: str | None = None
+    system_prompt: str | None = None  # the system prompt it fills on auto (None: the data's own)
 
     @property
     def said(self) -> str:

@@ -18,7 +18,6 @@ class Distill(Method):
     shadowed = True  # its keys take TRL's names, GRPO's: a bare key is GRPO's elsewhere
     samples = teacher = True
     demo = "teacher"
-    trl_config = "DistillationConfig"
 
     def card_line(self, cfg, named) -> str:
         d = cfg.distill

@@ -13,7 +13,6 @@ class DPO(Method):
     section = "dpo"
     pictures = True
     demo = "pairs"
-    trl_config = "DPOConfig"
 
     def card_line(self, cfg, named) -> str:
         d = cfg.dpo

@@ -22,7 +22,6 @@ class GRPO(Method):
     pictures = picture_demo = True
     offloading = False  # TRL's GRPO has none
     demo = "rollouts"
-    trl_config = "GRPOConfig"
     system_prompt = DEFAULT_SYSTEM_PROMPT
     step_unit = "prompts"
 

@@ -17,7 +17,6 @@ class KTO(Method):
     rows = "labelled"
     section = "kto"
     demo = "pairs"
-    trl_config = "KTOConfig"
 
     def batch_warnings(self, cfg, effective: int) -> list[str]:
         step = cfg.training.per_device_train_batch_size

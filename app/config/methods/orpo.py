@@ -12,7 +12,6 @@ class ORPO(Method):
     learning_rate = 1e-5
     rows = "pair"
     section = "dpo"
-    trl_config = "ORPOConfig"
 
     def check(self, cfg) -> str | None:
         if cfg.dpo.loss_type != ["sigmoid"] or cfg.dpo.loss_weights:

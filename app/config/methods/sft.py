@@ -17,7 +17,6 @@ class SFT(Method):
     rank = None
     rows = "conversation"
     pictures = picture_demo = True
-    trl_config = "SFTConfig"
 
     def fill_batch(self, cfg) -> None:
         t = cfg.training
