@@ -141,7 +141,7 @@ def _print_explained(cfg: AppConfig, console, only: str = "") -> None:
 # The summary's rows after the curves: (label, run_summary key), in the order `train` and `runs show` print them.
 SUMMARY_ROWS = (("memory estimate", "memory_check"), ("fast paths", "fast_paths"), ("adjusted", "adjustments"),
                 ("tool calls", "tools"), ("judge", "judgements"), ("diagnosis", "diagnosis"),
-                ("held-out during training", "heldout"), ("held-out", "comparison"),
+                ("held-out during training", "heldout"), ("early stopping", "early_stop"), ("held-out", "comparison"),
                 ("general ability", "general_ability"), ("error", "error"))
 
 

@@ -88,6 +88,20 @@ class LoraConfig(StrictModel):
         return v
 
 
+class EarlyStopConfig(StrictModel):
+    """Stop a run whose held-out curve stopped rising (training.eval_every's points), keeping its best adapter."""
+
+    patience: int = _d(0, "held-out points in a row that may fail to beat the best by min_delta before the run stops; "
+                          "the best point's adapter becomes the run's adapter (the last is kept in "
+                          "RUN/adapter-last/); 0 = off", ge=0)
+    min_delta: float = _d(0.0, "the least rise over the best held-out score (accuracy as a share: 0.02 = 2 points) "
+                               "that counts as still learning", ge=0)
+
+    @property
+    def on(self) -> bool:
+        return self.patience > 0
+
+
 class TrainingConfig(StrictModel):
     learning_rate: float | None = _d(None, "empty = auto (LoRA wants ~10x the full fine-tuning rate)", gt=0)
     num_train_epochs: float = _d(1.0, "passes over the data when max_steps is -1", gt=0)
@@ -117,6 +131,8 @@ class TrainingConfig(StrictModel):
     eval_rows: int = _d(32, "held-out rows each evaluation scores (a seeded sample of the held-out split)", ge=1)
     keep_best: bool = _d(False, "also keep the adapter of the best evaluation in RUN/adapter-best/ (compare and "
                                 "export take that folder)")
+    early_stop: EarlyStopConfig = Field(default_factory=EarlyStopConfig, description=(
+        "early stopping on the held-out curve (patience in held-out points, a minimum rise); off by default"))
     proof_rows: int = _d(100, "held-out rows base and adapter are compared on when training ends (greedy, scored with "
                               "the shaped reward): the run's proof, RUN/compare.json, which runs, the UI and the "
                               "model card show; 0 = none", ge=0)
@@ -126,6 +142,13 @@ class TrainingConfig(StrictModel):
     extra_args: dict[str, Any] = Field(default_factory=dict, description=(
         "passed straight to the method's TRL config (SFTConfig, GRPOConfig, DPOConfig, ORPOConfig) for knobs "
         "not surfaced here; checked against its fields"))
+
+    @model_validator(mode="after")
+    def _early_stop_has_points(self) -> "TrainingConfig":
+        if self.early_stop.on and self.eval_every == 0:
+            raise ValueError("training.early_stop needs the held-out curve, and training.eval_every is 0 (off): set "
+                             "eval_every (empty = about 10 points per run), or training.early_stop.patience 0")
+        return self
 
     @field_validator("max_steps")
     @classmethod

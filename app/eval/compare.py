@@ -19,7 +19,7 @@ from app.config.schema import DataConfig, DPOSection, TrainingConfig
 from app.data.images import thumbnails
 from app.errors import UserError
 from app.ask.asking import Ask, Asker, check_generation, tool_names
-from app.eval.heldout import heldout_sample
+from app.eval.heldout import chosen_on_rows, heldout_sample
 from app.eval.preference import compare_pairs
 from app.eval.result import Cell, Comparison, Row
 from app.model.pair import load_pair, open_target
@@ -51,9 +51,11 @@ def _data_config(run_cfg, dataset, prompt_field, reference_field):
     return dc
 
 
-def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, reference_field, seed, local_only):
+def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, reference_field, seed, local_only,
+                    chosen_on: int = 0):
     """([{prompt, reference, source, messages, plain}], leaks): seeded held-out rows first, then the user's prompts;
-    the leak check of the split the held-out rows are drawn from (app/data/leaks.py; None without held-out rows)."""
+    the leak check of the split the held-out rows are drawn from (app/data/leaks.py; None without held-out rows).
+    ``chosen_on``: held-out rows the adapter was picked on, left out (app/eval/heldout.chosen_on_rows)."""
     system_prompt = run_cfg.data.system_prompt if run_cfg else None
     items: list[dict] = []
     leaks = None
@@ -64,7 +66,7 @@ def collect_prompts(run_cfg, dataset, num_samples, prompts, prompt_field, refere
         # Held-out rows depend on the seed the run split its data with (training.seed), never on --seed.
         split_seed = (run_cfg.training if run_cfg else TrainingConfig()).seed
         examples, leaks = heldout_sample(dc, num_samples, seed, local_only, split_seed=split_seed,
-                                         system_prompt=system_prompt)
+                                         system_prompt=system_prompt, chosen_on=0 if dataset else chosen_on)
         items += [{**ex, "source": "heldout"} for ex in examples]
         if not items and not any(p and p.strip() for p in prompts):
             raise UserError(f"'{dc.dataset}' has no held-out rows to compare on (too few rows to hold any out, or "
@@ -124,8 +126,11 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
         raise UserError("nothing to compare; pass --num-samples N (held-out rows) and/or --prompt TEXT")
     target = open_target(adapter, model, local_only)  # a missing base fails in a second, before any data loads
     adapter_dir, run_cfg, mc = target.adapter_dir, target.run_cfg, target.base
+    run = lookup.run_of_adapter(adapter_dir)
+    # an adapter picked as the best of the evaluations during training is measured on rows that did not pick it
+    chosen_on = chosen_on_rows(read_status(run) or {}, adapter_dir) if run is not None and run_cfg else 0
     items, leaks = collect_prompts(run_cfg, dataset, num_samples, list(prompts), prompt_field, reference_field,
-                                   seed, local_only)
+                                   seed, local_only, chosen_on)
     pair = load_pair(target, local_only, files=files)
     peft_model, tok = pair.model, pair.tok
     system_prompt = target.system_prompt
@@ -149,8 +154,7 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     # preference data: which of each held-out pair's answers base and adapter find more likely
     pref, _ = compare_pairs(asker, items, run_cfg.dpo.beta if run_cfg else DPOSection().beta)
 
-    recorded = (read_status(run) or {}).get(layout.TEACHER) if teaches and (run := lookup.run_of_adapter(
-        adapter_dir)) is not None else None
+    recorded = (read_status(run) or {}).get(layout.TEACHER) if teaches and run is not None else None
     teacher_out, teacher_said = (teacher_side(run_cfg, items, tok, gen, local_only, recorded, teacher) if teaches
                                  else (None, None))
 
@@ -178,9 +182,10 @@ def run_comparison(adapter, model=None, dataset=None, num_samples=0, prompts=(),
     if leaks:
         config["leaks"] = {k: leaks[k] for k in ("heldout", "leaked", "share", "near_threshold")} | {
             "exact": len(leaks["exact"]), "near": len(leaks["near"])}
+    if chosen_on and not dataset and config["heldout_rows"]:
+        config["chosen_on"] = chosen_on  # held-out rows left out: the adapter was picked on them
     result = Comparison.of(rows, config, preference=pref.to_dict() if pref else None)
     result.summary.correct_when = correct_when(reward_cfg, [it["reference"] for it in items])
-    run = lookup.run_of_adapter(adapter_dir)
     if run is not None and record == "proof":
         result.config["kept_in"] = str(proof.write_proof(run, result.to_dict()))
     elif run is not None and record == "adhoc":

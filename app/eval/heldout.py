@@ -14,6 +14,7 @@ from app.data.convert import plain_prompt, prompt_messages, prompt_text, referen
 from app.data.detect import SOURCE
 from app.data.images import IMAGES, decoded
 from app.data.mixing import allocate
+from app.run import layout
 from app.data.preference import pair_of
 
 
@@ -27,17 +28,36 @@ def heldout_examples(data_cfg, n: int, seed: int, local_only: bool = False, *, s
 
 
 def heldout_sample(data_cfg, n: int, seed: int, local_only: bool = False, *, split_seed: int,
-                   system_prompt: str | None = None) -> tuple[list[dict], dict | None]:
+                   system_prompt: str | None = None, chosen_on: int = 0) -> tuple[list[dict], dict | None]:
     """(heldout_examples' rows, the leak check of the split they are drawn from: how many held-out rows repeated a
-    training row and were left out, app/data/leaks.Leaks.to_dict; None for a mix, checked per dataset)."""
+    training row and were left out, app/data/leaks.Leaks.to_dict; None for a mix, checked per dataset).
+    ``chosen_on``: the rows each evaluation during training scored, when the adapter was picked as the best of
+    those evaluations: they are left out (``chosen_on_rows``)."""
     _, heldout, det = build_splits(data_cfg, split_seed, local_only)
-    return sample_examples(heldout, det, n, seed, system_prompt), det.leaks
+    return sample_examples(heldout, det, n, seed, system_prompt,
+                           leave_out=_indices(heldout, det, chosen_on, split_seed) if chosen_on else ()), det.leaks
 
 
-def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None = None) -> list[dict]:
+def chosen_on_rows(status: dict, adapter_dir) -> int:
+    """How many held-out rows an adapter was chosen on: the rows each evaluation during training scored (status.json's
+    eval_rows), when the adapter is the best of those evaluations (RUN/adapter-best, or RUN/adapter that early
+    stopping made the best point's); else 0. Figures on the rows that picked it would favour it by the choice alone,
+    the way a test set used for model selection stops being one (the proof leaves them out)."""
+    name = getattr(adapter_dir, "name", None)
+    picked = name == layout.BEST_ADAPTER or (
+        name == layout.ADAPTER and status.get(layout.ADAPTER_STEP) is not None
+        and status.get(layout.ADAPTER_STEP) != status.get("step"))
+    return int(status.get(layout.EVAL_ROWS) or 0) if picked else 0
+
+
+def sample_examples(heldout, det, n: int, seed: int, system_prompt: str | None = None,
+                    leave_out=()) -> list[dict]:
     """``n`` rows of a held-out split, seeded, as prompts the way training built them (also the evaluation during
     training: the same rows for the same seed). A mix's rows are drawn from each dataset by its share (``dataset``:
-    its name), so every dataset is in the figures."""
+    its name), so every dataset is in the figures. ``leave_out``: indices of rows never drawn."""
+    if leave_out:
+        away = set(leave_out)
+        heldout = heldout.select([i for i in range(len(heldout)) if i not in away])
     idx = _indices(heldout, det, n, seed)
     rows = heldout.select(idx).to_list() if idx else []
     return [{"prompt": prompt_text(r, det), "reference": reference_text(r, det), "row": r,

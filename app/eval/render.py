@@ -14,7 +14,7 @@ from dataclasses import asdict
 from html import escape
 
 from app.eval.result import REWARD_TOLERANCE, SIDES, Comparison, Summary
-from app.run.summary import dataset_lines, preference_text
+from app.run.summary import chosen_line, dataset_lines, preference_text
 from app.run.summary import lift_lines as proof_lift_lines
 from app.tools.loop import call_lines
 
@@ -193,7 +193,8 @@ def summary_markdown(c: Comparison) -> str:
     per = "".join(f"\n- {line}" for line in dataset_lines(asdict(c.summary)))
     return ("\n".join(lines) + f"\n\n{wins_line(c.summary)}" + (f"\n\n{pref}" if pref else "")
             + (f"\n\nper dataset:{per}" if per else "") + (f"\n\n{pictureless(c)}" if pictureless(c) else "")
-            + (f"\n\n{leak_line(c.config)}" if leak_line(c.config) else ""))
+            + (f"\n\n{leak_line(c.config)}" if leak_line(c.config) else "")
+            + (f"\n\n{chosen_line(c.config)}" if chosen_line(c.config) else ""))
 
 
 def leak_line(config: dict) -> str | None:
@@ -262,6 +263,7 @@ def page_html(c: Comparison) -> str:
             f"<h1>Base vs adapter</h1><div class=\"meta\">{meta}</div>"
             f"{_summary(c.summary)}"
             + (f"<p class='note'>{escape(leak_line(cfg))}</p>" if leak_line(cfg) else "")
+            + (f"<p class='note'>{escape(chosen_line(cfg))}</p>" if chosen_line(cfg) else "")
             + f"{_preference(c)}{rows_html(c)}</body></html>\n")
 
 
@@ -322,6 +324,8 @@ def print_result(c: Comparison, console, clip: int = 300, max_rows: int | None =
         console.print(line, markup=False, highlight=False)
     if leak_line(c.config):
         console.print(leak_line(c.config), style="yellow", markup=False, highlight=False)
+    if chosen_line(c.config):
+        console.print(chosen_line(c.config), markup=False, highlight=False)
     console.print(f"adapter vs base: [green]{s.wins} wins[/], {s.ties} ties, [red]{s.losses} losses[/] ({WINS_RULE})")
     pref = preference_text(c.preference)
     if pref:

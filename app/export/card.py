@@ -12,7 +12,7 @@ from pathlib import Path
 from app.config.methods import method_of
 from app.run import benchmarks, integrity, layout, proof, store
 from app.run.layout import PREFERENCE_WORDS
-from app.run.summary import dataset_lines, lift_lines
+from app.run.summary import chosen_line, dataset_lines, early_stop_text, lift_lines
 
 LIBRARY = {"adapter": "peft", "merged": "transformers", "gguf": "gguf", "gguf-lora": "gguf", "ollama": "gguf"}
 
@@ -88,6 +88,8 @@ def proof_table(cmp: dict | None, adhoc: bool = False) -> list[str]:
         lines += ["", f"{leaks['leaked']} of the {leaks['heldout']} held-out rows repeat a training row "
                       f"({leaks['exact']} exactly once case, spacing, punctuation and numbers are set aside, "
                       f"{leaks['near']} nearly) and are left out of these figures."]
+    if chosen_line(c):  # an adapter picked as the best held-out point: measured on rows that did not pick it
+        lines += ["", chosen_line(c)[0].upper() + chosen_line(c)[1:] + "."]
     lines += ["", f"Adapter vs base per row: {s['wins']} wins, {s['ties']} ties, {s['losses']} losses (n = {s['n']})."]
     said = lift_lines(s.get("lift"))  # how sure the lift is: its interval, McNemar's test (app/eval/uncertainty.py)
     lines += ["", "How sure the lift is (95% paired bootstrap interval over the rows; McNemar's exact test for the "
@@ -225,6 +227,9 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                  f"- LoRA: r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}",
                  f"- data: {data_words(cfg, st)}"
                  + (f" (system prompt: \"{cfg.data.system_prompt}\")" if cfg.data.system_prompt else "")]
+        stopped = early_stop_text(st) if adapter_dir is None or adapter_dir.name == layout.ADAPTER else None
+        if stopped:  # the run's adapter may be an earlier step's than the last
+            body += [f"- early stopping: {stopped}"]
         if reads_images:
             body += [images_line(st.get(layout.VISION) or {})]
         if st.get(layout.EXPERTS):

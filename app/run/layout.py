@@ -22,6 +22,9 @@ LOG = "train.log"
 STATUS = "status.json"
 ADAPTER = "adapter"
 BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
+# training.early_stop: the best held-out point's adapter is the run's (RUN/adapter), the last step's is kept here
+LAST_ADAPTER = "adapter-last"
+ADAPTER_FOLDERS = (ADAPTER, BEST_ADAPTER, LAST_ADAPTER)  # a run's own adapters, named after the run
 CHECKPOINTS = "checkpoints"
 EXPORTS = "exports"  # `qlora-app export RUN` without --out writes RUN/exports/<format>/
 CURVES = "curves.png"
@@ -102,6 +105,11 @@ PREFERENCE_WORDS = {
 }
 BEST_STEP = "best_step"
 BEST_SCORE = "best_score"  # held-out accuracy, or the mean reward for data without references
+# status.json, training.early_stop: {stopped_at (None: the run took all its steps), best_step, best_score, patience,
+# min_delta, waited}; and which step's adapter RUN/adapter holds, with why (the proof, the card and export read it)
+EARLY_STOP = "early_stop"
+ADAPTER_STEP = "adapter_step"
+ADAPTER_CHOICE = "adapter_choice"
 EVAL_SECONDS = "eval_seconds"  # wall time the evaluations took, in total
 EVAL_ROWS = "eval_rows"  # the held-out rows each evaluation scored
 

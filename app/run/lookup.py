@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app.errors import UserError
 from app.run.integrity import last_checkpoint
-from app.run.layout import ADAPTER, ADAPTER_CONFIG, BEST_ADAPTER, CHECKPOINTS, CONFIG, CREATED, RUN_FOLDERS, RUNNING
+from app.run.layout import ADAPTER, ADAPTER_CONFIG, ADAPTER_FOLDERS, CHECKPOINTS, CONFIG, CREATED, RUN_FOLDERS, RUNNING
 from app.run.store import read_status
 
 
@@ -71,16 +71,16 @@ def has_adapter(run_dir: Path) -> bool:
 
 def adapter_name(adapter_dir: str | Path) -> str:
     """What an adapter is called (the served model's name, an evaluation's): its run's name for RUN/adapter and
-    RUN/adapter-best, else its own folder's."""
+    RUN/adapter-best, RUN/adapter-last, else its own folder's."""
     a = Path(adapter_dir)
-    return a.parent.name if a.name in (ADAPTER, BEST_ADAPTER) else a.name
+    return a.parent.name if a.name in ADAPTER_FOLDERS else a.name
 
 
 def run_of_adapter(adapter_dir: str | Path) -> Path | None:
-    """The run an adapter folder belongs to: RUN/adapter, RUN/adapter-best, RUN/checkpoints/checkpoint-N, or a run
-    folder holding the adapter files itself; None for a bare adapter."""
+    """The run an adapter folder belongs to: RUN/adapter, RUN/adapter-best, RUN/adapter-last,
+    RUN/checkpoints/checkpoint-N, or a run folder holding the adapter files itself; None for a bare adapter."""
     a = Path(adapter_dir)
-    run = a.parent if a.name in (ADAPTER, BEST_ADAPTER) else a.parent.parent if a.parent.name == CHECKPOINTS else a
+    run = a.parent if a.name in ADAPTER_FOLDERS else a.parent.parent if a.parent.name == CHECKPOINTS else a
     return run if is_run_dir(run) else None
 
 

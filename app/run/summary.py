@@ -66,6 +66,7 @@ def run_summary(d: Path, records: list[dict] | None = None) -> dict:
         "adapter": str(d / layout.ADAPTER) if lookup.has_adapter(d) else None,
         "comparison": comparison_text(cmp),
         "heldout": heldout_text(recs, st),
+        "early_stop": early_stop_text(st),  # training.early_stop: where it stopped, which adapter is the run's
         # general ability, base vs adapter: the newest `qlora-app eval` (lm-evaluation-harness) of the run
         "general_ability": benchmarks.eval_text(benchmarks.latest_eval(d)),
         "tools": tools_text(st.get(layout.TOOL_COUNTS)),
@@ -139,6 +140,30 @@ def heldout_text(records: list[dict], st: dict) -> str | None:
         parts.append(f"preference accuracy {a0:.1%} at step {s0} -> {a1:.1%} at step {s1}" + ("" if points else best)
                      + (f" ({st[layout.PREF_ROWS]} pairs)" if st.get(layout.PREF_ROWS) else ""))
     return "; ".join(parts)
+
+
+def chosen_line(config: dict) -> str | None:
+    """'the 32 held-out rows the adapter was chosen on (the evaluations during training) are left out of these
+    figures': compare.json's config, for an adapter picked as the best held-out point (None otherwise)."""
+    n = config.get("chosen_on")
+    return (f"the {n} held-out rows the adapter was chosen on (it is the best of the evaluations during training, "
+            "which scored them) are left out of these figures") if n else None
+
+
+def early_stop_text(st: dict) -> str | None:
+    """'stopped at step 40: the best held-out point was step 20; the run's adapter is step 20's, the last step's is
+    in adapter-last/': what training.early_stop did, as status.json records it (None when it was off)."""
+    es = st.get(layout.EARLY_STOP)
+    if not es:
+        return None
+    at = f"the best held-out point was step {es.get('best_step')}"
+    head = (f"stopped at step {es['stopped_at']}: {at}" if es.get("stopped_at") is not None
+            else f"took all its steps ({es.get('waited', 0)} of {es.get('patience')} held-out points without a "
+                 f"rise at the end): {at}")
+    chose = st.get(layout.ADAPTER_STEP)
+    if chose is not None and chose == es.get("best_step") and st.get("step") != chose:
+        head += f"; the run's adapter is step {chose}'s, the last step's is in {layout.LAST_ADAPTER}/"
+    return head
 
 
 def comparison_text(cmp: dict | None) -> str | None:

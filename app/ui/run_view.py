@@ -118,6 +118,8 @@ def status_markdown(s: dict) -> str:
                      f"padding:4px 8px;margin:4px 0'><b>what the run's curves say:</b> {text}</div>")
     if s.get("heldout"):
         parts.append(f"held-out during training: {s['heldout']}")
+    if s.get("early_stop"):  # training.early_stop: where it stopped, which adapter is the run's
+        parts.append(f"early stopping: {s['early_stop']}")
     if s.get("comparison"):
         parts.append(f"held-out comparison: {s['comparison']}")
     if s.get("general_ability"):  # the newest `qlora-app eval` (lm-evaluation-harness), base vs adapter

@@ -175,6 +175,17 @@ def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placem
     return where, backend
 
 
+def keeps_best(cfg: AppConfig, say) -> dict:
+    """Early stopping makes the best held-out point's adapter the run's: it must be kept as the run trains
+    (training.keep_best), or a run that stops would have only its last."""
+    stop = cfg.training.early_stop
+    if not stop.on or cfg.training.keep_best:
+        return {}
+    say(f"early stopping (after {stop.patience} held-out points without a rise) keeps the best point's adapter as "
+        "the run trains and makes it the run's adapter")
+    return {"training.keep_best": True}
+
+
 def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, str] | None = None,
               note=None, base: str | Path | None = None, offline: bool = False,
               model_files: ModelFiles | None = None) -> RunPlan:
@@ -214,6 +225,7 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     check_reward(cfg, steps.say, offline)  # and the reward's files, endpoint and judge
     teacher = plan_teacher(cfg, model_files, steps.say, offline)  # a distillation's teacher, from its small files
     steps.settle()
+    cfg = steps.apply(cfg, keeps_best(cfg, steps.say))
     cfg = steps.apply(cfg, reference_match(cfg, rows, det, steps.say))
     if not offline:  # the dry run asks the judge itself (cli/plan_report): a plan for another machine does not
         judge_answers(cfg, rows, det, steps.say)

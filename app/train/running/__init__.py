@@ -3,6 +3,7 @@
     session.py      Session.run: open, plan, create, build, train, step down on out-of-memory, evaluate, prove, close
     build.py        loads the model as planned and builds the method's trainer (app/train/methods) with its callbacks
     callbacks.py    metrics, status, stop, counts;  heldout_eval.py: the held-out points during training
+    early_stop.py   the held-out curve's best point, early stopping on it, and which adapter is the run's
     peakmem.py      peak memory;  runlog.py: train.log
     launcher.py, torchrun.py   the same run on N processes through torchrun
 

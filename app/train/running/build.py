@@ -17,6 +17,7 @@ from app.model.load import load_base_model
 from app.model.teacher import load_teacher
 from app.model.unsloth_backend import load_with_unsloth
 from app.rewards import build_reward_funcs
+from app.run import store
 from app.run.counts import RunCounts
 from app.train.methods.registry import TRAINERS
 from app.train.planning.plan import RunPlan, answer_tokens
@@ -66,12 +67,15 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
 
 
 def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor=None):
-    """(watch, stop, progress bar): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
+    """(watch, stop, progress bar, best point): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
     say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
-    held-out evaluation every training.eval_every steps."""
+    held-out evaluation every training.eval_every steps, and its best point (early stopping: early_stop.py)."""
     # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
     # transformers before it loads
     from app.train.running.callbacks import FaultCallback, Reporting, RunDirCallback, StopFlag, TerminalProgress
+
+    # heavy (transformers' TrainerCallback), imported after import_first for the same reason
+    from app.train.running.early_stop import BestPoint
 
     # heavy (transformers' TrainerCallback), imported after import_first for the same reason
     from app.train.running.heldout_eval import HeldoutEval
@@ -87,10 +91,21 @@ def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor
         trainer.add_callback(FaultCallback(session.faults))
         trainer.faults = session.faults
     t = plan.cfg.training
-    if main and heldout and t.eval_every != 0:
+    best = None
+    if heldout and t.eval_every != 0:  # on every rank: early stopping's decision is taken by all at once
+        # a checkpoint made before the best point was kept in checkpoints: status.json's (a fresh start has none)
+        restored = (store.read_status(session.dir) or {}) if session.ckpt is not None and main else None
+        best = BestPoint(t.early_stop.patience, t.early_stop.min_delta, record=session.record, restored=restored)
+    if main and best is not None:
         trainer.add_callback(HeldoutEval(session.dir, heldout, tokenizer, plan.cfg.reward, t.eval_every,
                                          answer_tokens(plan.cfg), t.keep_best, sink=watch.pending,
                                          record=session.record, beta=plan.cfg.dpo.beta, run_cfg=plan.cfg,
                                          rewards=session.rewards[0] if session.rewards else None,
-                                         processor=processor, teacher=getattr(trainer, "teacher_model", None)))
-    return watch, stop, bar
+                                         processor=processor, teacher=getattr(trainer, "teacher_model", None),
+                                         best=best))
+    if best is not None:
+        trainer.add_callback(best)  # after the evaluation: a step's point is in before the step's stop decision
+    elif t.early_stop.on and main:
+        session.warn("early stopping is off for this run: it has no held-out rows to draw a curve from (set "
+                     "data.heldout_size, or data.eval_split)")
+    return watch, stop, bar, best

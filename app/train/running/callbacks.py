@@ -58,7 +58,7 @@ def _sum_over_ranks(counts: dict[str, dict[str, float]]) -> dict[str, dict[str, 
     return out
 
 
-def _any_rank(flag: bool) -> bool:
+def any_rank(flag: bool) -> bool:
     """True on every rank when it is True on any: a signal reaches the ranks at slightly different moments, and
     a rank that stopped one step before the others would leave them waiting in a collective forever."""
     import torch.distributed as dist
@@ -263,7 +263,7 @@ class RunDirCallback(TrainerCallback):
         if self.write and (state.global_step % 5 == 0 or state.global_step == state.max_steps):
             self.record(layout.RUNNING, step=state.global_step, max_steps=state.max_steps,
                         **peakmem.sample(self.cuda))
-        if _any_rank(self.stop.requested) and self.nonfinite is None:
+        if any_rank(self.stop.requested) and self.nonfinite is None:
             control.should_save = True
             control.should_training_stop = True
 

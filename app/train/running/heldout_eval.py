@@ -5,10 +5,10 @@ Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>,
 ``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
 `compare` measures). A distillation run adds eval/divergence (KL from its teacher on the same answers). Preference
 data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
-rows' pairs (app/eval/preference.py; the base's "chosen more likely" goes to status.json once). status.json keeps the
-best point (best_step / best_score: accuracy; for data without references the preference accuracy of its pairs,
-else the mean reward); with training.keep_best its
-adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
+rows' pairs (app/eval/preference.py; the base's "chosen more likely" goes to status.json once). Each point's score
+(accuracy; for data without references the preference accuracy of its pairs, else the mean reward) goes to the
+run's ``BestPoint`` (early_stop.py: the best point, in status.json and the checkpoints, and early stopping); with
+training.keep_best the best point's adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from app.model.load import eval_keeping_4bit
 from app.model.placement import context_length
 from app.run import layout, store
 from app.train.methods.checkpoints import save_adapter
+from app.train.running.early_stop import BestPoint
 
 log = logging.getLogger("qlora_app")
 POINTS = 10  # auto eval_every: about this many points per run
@@ -47,14 +48,15 @@ def eval_every(setting: int | None, max_steps: int, logging_steps: int = 1) -> i
 class HeldoutEval(TrainerCallback):
     def __init__(self, run_dir: Path, items: list[dict], tok, reward_cfg, every: int | None, max_new_tokens: int,
                  keep_best: bool = False, sink: dict | None = None, record=None, beta: float = 0.1, run_cfg=None,
-                 rewards=None, processor=None, teacher=None):
+                 rewards=None, processor=None, teacher=None, best: BestPoint | None = None):
         """``sink``: step -> values, the dict RunDirCallback merges into that step's metrics line; ``record(status,
         **fields)``: the session's record of the run (status.json keeps the best point); ``beta``: DPO's, for the
         reward margin of held-out preference pairs (items with a "pair"); ``run_cfg``: the run's config, whose tools
         (if any) answer with the model as in training (app/ask/asking.py); ``rewards``: the run's own reward
         functions (a GRPO run's: one judge in memory), else the shaped reward is built for scoring; ``processor``:
         a model that reads images, whose held-out rows are asked with their images; ``teacher``: a distillation
-        run's, whose divergence from the model on the held-out answers is logged too (app/eval/divergence.py)."""
+        run's, whose divergence from the model on the held-out answers is logged too (app/eval/divergence.py);
+        ``best``: the run's best point and early stopping, which hears each point's score."""
         self.teacher = teacher
         self.rewards, self.processor = rewards, processor
         self.run_cfg = run_cfg
@@ -65,10 +67,10 @@ class HeldoutEval(TrainerCallback):
         self.setting, self.max_new_tokens, self.keep_best = every, max_new_tokens, keep_best
         self.texts = [format_prompt(tok, it) for it in items]
         self.every = 0
-        best = store.read_status(run_dir) or {}  # a resumed run keeps its best point
-        self.best = (best.get(layout.BEST_STEP), best.get(layout.BEST_SCORE))
+        st = store.read_status(run_dir) or {}
+        self.best = best or BestPoint(record=self.record, restored=st)
         self.done: set[int] = set()
-        self.seconds = float(best.get(layout.EVAL_SECONDS) or 0.0)  # what the evaluations cost, for the record
+        self.seconds = float(st.get(layout.EVAL_SECONDS) or 0.0)  # what the evaluations cost, for the record
 
     def on_train_begin(self, args, state, control, model=None, **kw):
         self.every = eval_every(self.setting, state.max_steps, args.logging_steps)
@@ -116,11 +118,8 @@ class HeldoutEval(TrainerCallback):
         # the answers' accuracy where the data has references, else the preference accuracy of its pairs
         score = next((x for x in (summary.accuracy, pref.accuracy if pref else None, summary.mean_reward)
                       if x is not None), None)
-        if score is not None and (self.best[1] is None or score > self.best[1]):
-            self.best = (step, score)
-            self.record(None, **{layout.BEST_STEP: step, layout.BEST_SCORE: score})
-            if self.keep_best:
-                save_adapter(model, self.tok, self.run_dir, layout.BEST_ADAPTER)
+        if score is not None and self.best.point(step, score) and self.keep_best:
+            save_adapter(model, self.tok, self.run_dir, layout.BEST_ADAPTER)
         acc = "-" if summary.accuracy is None else f"{summary.accuracy:.1%}"
         reward = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
         log.info("held-out at step %d: accuracy %s, reward %s (%d rows, greedy)%s", step, acc, reward, len(outs),

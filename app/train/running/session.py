@@ -54,9 +54,8 @@ from app.run.curves import save_curves
 from app.run.diagnosis import Facts
 from app.run.faults import nonfinite_message
 from app.run.record import RunRecord
-from app.run.summary import comparison_text, memory_check, peak_memory_text
+from app.run.summary import comparison_text, early_stop_text, memory_check, peak_memory_text
 from app.run.watch import Watch
-from app.train.methods.checkpoints import save_adapter
 from app.train.planning.oom import Faults, free_memory, is_oom, memory_word, next_attempt
 from app.train.planning.plan import RunPlan, answer_tokens, decide_machine, decide_packing, make_plan, replan
 from app.train.planning.request import (
@@ -102,6 +101,7 @@ class Session:
         self.threads: ThreadGovernor | None = None
         self.rows = self.heldout_rows = self.det = None
         self.bar = None  # the terminal's progress bar of the current attempt
+        self.best = None  # the held-out curve's best point and early stopping (app/train/running/early_stop.py)
         # the run's counts over every attempt (app/run/counts.py): reward failures, tool calls, judgements, and the
         # diagnosis (why the reward may be flat: app/run/diagnosis.py), handed as one object to all that counts
         self.counts = RunCounts()
@@ -210,7 +210,8 @@ class Session:
             log.info("world size %d (%s)", trainer.args.world_size, trainer.accelerator.state.distributed_type)
         t = plan.cfg.training
         heldout = sample_examples(self.heldout_rows, self.det, t.eval_rows, t.seed, plan.cfg.data.system_prompt)
-        watch, stop, self.bar = attach_callbacks(trainer, self, loaded.tokenizer, heldout, loaded.processor)
+        watch, stop, self.bar, self.best = attach_callbacks(trainer, self, loaded.tokenizer, heldout,
+                                                            loaded.processor)
         return trainer, watch, stop, loaded
 
     def train(self, trainer, stop) -> str | None:
@@ -256,7 +257,17 @@ class Session:
         self.status, self.final = (layout.INTERRUPTED if stop.requested else layout.FINISHED), {"step": step}
         if not self.main:
             return
-        adapter = save_adapter(trainer.model, loaded.tokenizer, self.dir)
+        # heavy (transformers' TrainerCallback), imported after import_first: Unsloth must patch transformers first
+        from app.train.running.early_stop import run_adapter
+
+        # which adapter is the run's, decided once here and recorded (the proof, the card and export read it)
+        adapter, chosen = run_adapter(trainer.model, loaded.tokenizer, self.dir, self.best, step,
+                                      self.plan.cfg.training.early_stop)
+        self.final.update(chosen)
+        self.record(None, step=step, **chosen)  # before the proof, which reads which step's adapter it measures
+        said = early_stop_text({**chosen, "step": step})
+        if said:
+            self.note(f"early stopping: {said}")
         self.final.update(peakmem.sample(self.plan.where.cuda))
         if self.plan.where.cuda:  # every GPU run is a calibration point of the estimate
             self.final["memory_check"] = memory_check(self.plan.estimate, self.final)
