@@ -6,7 +6,8 @@ on N rows", never a gain, with about how many rows would show the observed diffe
 The methods follow the field's: Efron & Tibshirani's percentile bootstrap over the rows, resampled in pairs (each row
 keeps its base and adapter answer together), as scipy.stats.bootstrap(paired=True) does; McNemar (1947), exact
 binomial form (scipy.stats.binomtest on the discordant pairs), the test for two classifiers on one test set that
-Dietterich (1998) recommends. The rows to show a difference are the normal approximation of the paired difference's
+Dietterich (1998) recommends. A single held-out point's accuracy (the curve during training) gets Wilson's score
+interval (``share_interval``). The rows to show a difference are the normal approximation of the paired difference's
 interval: n = z^2 * var / diff^2, with var the per-row variance of the difference.
 
 Standard library at import; scipy inside the functions."""
@@ -65,6 +66,18 @@ def _rows_to_show(diffs: list[float]) -> int | None:
         return None
     var = sum((d - mean) ** 2 for d in diffs) / (n - 1)
     return max(n, math.ceil(Z * Z * var / (mean * mean))) if var > 0 else n
+
+
+def share_interval(k: int, n: int) -> tuple[float, float] | None:
+    """The LEVEL interval of a share of ``k`` right out of ``n`` rows (a held-out point's accuracy): Wilson's score
+    interval (Wilson 1927; scipy.stats.binomtest's proportion_ci), which stays inside 0-100% and keeps its width at
+    0 or n right, where the normal approximation collapses to a point. None without rows."""
+    if n <= 0:
+        return None
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=LEVEL, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def accuracy_lift(pairs: list[tuple[bool, bool]], seed: int = SEED) -> Lift | None:

@@ -8,7 +8,8 @@ What a reader needs from a training curve, and why each choice:
   behind: GRPO's per-step reward zigzags by design;
 - a y-range no narrower than a sensible minimum, so flat noise (0.62308-0.62318) looks flat, not like a cliff;
 - legends with the reward components' names, in the registry's colours;
-- held-out accuracy on its own 0-100% panel, the best point marked; peak memory on its own panel.
+- held-out accuracy on its own 0-100% panel, the best point marked, each point with its 95% interval (32 rows
+  are not precise: a bar says how far apart two points must be to differ); peak memory on its own panel.
 
 ``panels()`` decides what is drawn (plain data, tested without matplotlib); ``figure()`` draws it.
 """
@@ -100,6 +101,18 @@ class Series:
     colour: str | None = None
     smooth: bool = True  # draw an EMA over it, the raw points faint behind
     label: str | None = None  # legend text (None: not in the legend)
+    # a held-out share's 95% interval at each point (lows, highs), drawn as a bar through it; None: not recorded
+    band: tuple[list[float], list[float]] | None = None
+
+
+def band(records: list[dict], key: str) -> tuple[list[float], list[float]] | None:
+    """The 95% interval of each point of ``key`` (metrics.jsonl's KEY_low / KEY_high, layout.interval_keys), aligned
+    with ``series(records, key)``; None when a point has none (a run from before they were recorded)."""
+    low, high = layout.interval_keys(key)
+    points = [(r.get(low), r.get(high)) for r in records if r.get(key) is not None]
+    if not points or any(lo is None or hi is None for lo, hi in points):
+        return None
+    return [lo for lo, _ in points], [hi for _, hi in points]
 
 
 @dataclass
@@ -151,8 +164,10 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
         acc = held == layout.EVAL_ACCURACY
         best = max(zip(hx, hy), key=lambda p: (p[1], -p[0]))  # the earliest of equal bests, as the run records it
         label = "accuracy (greedy)" if acc else "mean reward (greedy)"
-        out.append(Panel("heldout", f"held-out {label}", [Series(held, hx, hy, "#2ca02c", smooth=False,
-                                                                  label=label)],
+        spread = band(records, held)
+        title, label = f"held-out {label}", label + (", 95% interval of each point" if spread else "")
+        out.append(Panel("heldout", title, [Series(held, hx, hy, "#2ca02c", smooth=False, label=label,
+                                                   band=spread)],
                          (-0.02, 1.02) if acc else readable_limits(hy, _min_span(hy, 0.2)), percent=acc,
                          best=best))
     mx, my = series(records, layout.PEAK_RESERVED)
@@ -204,7 +219,9 @@ def _preference_panels(records: list[dict]) -> list[Panel]:
         for held_key, held_label, held_colour in held_keys:
             hx, hy = series(records, held_key)
             if hx:
-                shown.append(Series(held_key, hx, hy, held_colour, smooth=False, label=held_label))
+                spread = band(records, held_key)  # the pairs' share: its interval at each point, where recorded
+                shown.append(Series(held_key, hx, hy, held_colour, smooth=False, band=spread,
+                                    label=held_label + (" (95% interval)" if spread else "")))
         if shown:
             every = [y for s in shown for y in s.ys]
             limits = (-0.02, 1.02) if key == "pairs" else readable_limits(every, _min_span(every, 0.05))
@@ -260,6 +277,9 @@ def figure(records: list[dict], title: str = "", max_steps: int | None = None):
 
 
 def _draw(ax, s: Series) -> None:
+    if s.band:  # each point's interval, as a bar through it: two points whose bars overlap are not shown apart
+        lows, highs = s.band
+        ax.vlines(s.xs, lows, highs, color=s.colour, alpha=0.35, linewidth=3)
     n = len(s.xs)
     marker = "o" if n <= _MARKERS_UP_TO else None
     span = smoothing_span(n)

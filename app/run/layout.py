@@ -85,6 +85,14 @@ EVAL_PREFIX = "eval/"
 EVAL_ACCURACY = "eval/accuracy"
 EVAL_REWARD = "eval/reward"
 EVAL_DIVERGENCE = "eval/divergence"  # a distillation run: KL(student || teacher) on its held-out answers
+
+
+def interval_keys(key: str) -> tuple[str, str]:
+    """A held-out share's 95% interval in metrics.jsonl: 'eval/accuracy' -> ('eval/accuracy_low',
+    'eval/accuracy_high') (app/eval/uncertainty.share_interval; the curves draw it at each point)."""
+    return f"{key}_low", f"{key}_high"
+
+
 # Preference figures: one definition per name, the same on training batches (TRL's names) and on held-out pairs
 # (app/eval/preference.py measures them), in the words PREFERENCE_WORDS gives every place that shows them.
 DPO_ACCURACY = "rewards/accuracies"  # preference accuracy, training batches

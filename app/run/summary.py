@@ -121,8 +121,8 @@ def _pct(x: float | None) -> str | None:
 
 
 def heldout_text(records: list[dict], st: dict) -> str | None:
-    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54 (32 rows)': the evaluation during
-    training, with the rows each point scored (training.eval_rows, as status.json records them)."""
+    """'accuracy 28.1% at step 6 -> 59.4% at step 60; best 59.4% at step 54 (95% interval 42%-75%) (32 rows)': the
+    evaluation during training, with the rows each point scored (training.eval_rows, as status.json records them)."""
     points = [(r["step"], r[layout.EVAL_ACCURACY]) for r in records if r.get(layout.EVAL_ACCURACY) is not None]
     pairs = [(r["step"], r[layout.EVAL_PREF_ACCURACY]) for r in records
              if r.get(layout.EVAL_PREF_ACCURACY) is not None]
@@ -130,6 +130,10 @@ def heldout_text(records: list[dict], st: dict) -> str | None:
         return None
     best = (f"; best {st[layout.BEST_SCORE]:.1%} at step {st[layout.BEST_STEP]}"
             if st.get(layout.BEST_STEP) is not None and st.get(layout.BEST_SCORE) is not None else "")
+    low, high = layout.interval_keys(layout.EVAL_ACCURACY if points else layout.EVAL_PREF_ACCURACY)
+    at_best = next((r for r in records if r.get("step") == st.get(layout.BEST_STEP) and r.get(low) is not None), None)
+    if best and at_best:  # how precise the best point is on the rows it scored (Wilson's 95% interval)
+        best += f" (95% interval {at_best[low]:.0%}-{at_best[high]:.0%})"
     rows = f" ({st[layout.EVAL_ROWS]} rows)" if st.get(layout.EVAL_ROWS) else ""
     parts = []
     if points:

@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from app.eval.uncertainty import LEVEL, accuracy_lift, reward_lift
 from app.run.summary import lift_words
 
@@ -90,3 +92,15 @@ def test_every_view_of_a_proof_says_how_sure_its_lift_is():
         assert words in " ".join(proof_table(d))
         said = comparison_text(d)
         assert ("no difference shown" in said) == ("no difference" in words), said
+
+
+def test_a_held_out_points_share_gets_wilsons_interval():
+    from app.eval.uncertainty import share_interval
+
+    low, high = share_interval(16, 32)  # Wilson at p = 0.5, n = 32: 0.5 -/+ 0.164 (hand-computed)
+    assert low == pytest.approx(0.336, abs=1e-3) and high == pytest.approx(0.664, abs=1e-3)
+    low, high = share_interval(0, 32)  # all wrong still leaves room above 0: z^2 / (n + z^2)
+    assert low == pytest.approx(0.0, abs=1e-9) and high == pytest.approx(3.8415 / 35.8415, abs=1e-3)
+    wide, narrow = share_interval(5, 10), share_interval(50, 100)
+    assert wide[1] - wide[0] > narrow[1] - narrow[0]  # more rows, a narrower interval
+    assert share_interval(0, 0) is None

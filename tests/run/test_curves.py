@@ -98,6 +98,27 @@ def test_heldout_accuracy_has_its_own_percent_axis_and_marks_the_best_step():
     assert "best: 62% at step 40" in texts  # the earliest of equal bests, as the run records it
 
 
+def test_each_heldout_point_shows_its_interval():
+    from app.eval.uncertainty import share_interval
+
+    recs = _grpo_records(80, eval_at=(20, 40, 60, 80))
+    plain = curves.panels(recs)[0]
+    assert [p for p in plain if p.key == "heldout"][0].series[0].band is None  # a run from before: no bars
+    low, high = layout.interval_keys(layout.EVAL_ACCURACY)
+    for r in recs:
+        if layout.EVAL_ACCURACY in r:
+            r[low], r[high] = share_interval(round(r[layout.EVAL_ACCURACY] * 32), 32)
+    (held,) = [p for p in curves.panels(recs)[0] if p.key == "heldout"]
+    lows, highs = held.series[0].band
+    assert len(lows) == 4 and all(lo < y < hi for lo, y, hi in zip(lows, held.series[0].ys, highs))
+    ax = _by_title(curves.figure(recs, "run", 80), "held-out accuracy")
+    (bars,) = ax.collections  # one bar per point, from its low to its high
+    segments = bars.get_segments()
+    assert [(s[0][0], s[0][1], s[1][1]) for s in segments] == [(x, lo, hi) for x, lo, hi in zip((20, 40, 60, 80),
+                                                                                                lows, highs)]
+    assert "accuracy (greedy), 95% interval of each point" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_heldout_reward_when_the_data_has_no_references():
     recs = [{"step": i, "reward": 1.0, **({layout.EVAL_REWARD: 0.1 * i} if i % 5 == 0 else {})} for i in range(1, 21)]
     ax = _by_title(curves.figure(recs), "held-out mean reward")

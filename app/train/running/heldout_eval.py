@@ -1,7 +1,8 @@
 """Held-out evaluation during training (training.eval_every): greedy answers to a fixed seeded sample of held-out
 rows, scored with the run's shaped reward, through compare's own generate / score_cell / summary (one evaluator).
 
-Points go into metrics.jsonl as eval/accuracy, eval/reward and eval/<component>, on the line of their step (every
+Points go into metrics.jsonl as eval/accuracy (with its 95% interval, eval/accuracy_low / _high: Wilson's, on the
+rows it judged), eval/reward and eval/<component>, on the line of their step (every
 ``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
 `compare` measures). A distillation run adds eval/divergence (KL from its teacher on the same answers). Preference
 data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
@@ -24,6 +25,7 @@ from app.eval.compare import score_cell
 from app.eval.divergence import answer_divergence
 from app.eval.preference import compare_pairs
 from app.eval.result import side_summary
+from app.eval.uncertainty import share_interval
 from app.model.generation import format_prompt
 from app.model.load import eval_keeping_4bit
 from app.model.placement import context_length
@@ -112,6 +114,12 @@ class HeldoutEval(TrainerCallback):
             rec.update({layout.EVAL_PREF_ACCURACY: pref.accuracy, layout.EVAL_PREF_MARGIN: pref.margin,
                         layout.EVAL_PREF_LIKELIER: pref.adapter_likelier})
             self.record(None, **{layout.PREF_BASE_LIKELIER: pref.base_likelier, layout.PREF_ROWS: pref.n})
+        # each share's 95% interval on the rows it counts: how far apart two points must be to differ
+        for key, share, n in ((layout.EVAL_ACCURACY, summary.accuracy, summary.n_judged),
+                              (layout.EVAL_PREF_ACCURACY, pref.accuracy if pref else None, pref.n if pref else 0)):
+            interval = share_interval(round(share * n), n) if share is not None else None
+            if interval:
+                rec.update(zip(layout.interval_keys(key), interval))
         self.sink[step] = rec  # written with the step's own metrics line
         self.seconds += time.perf_counter() - t0
         self.record(None, **{layout.EVAL_SECONDS: round(self.seconds, 2), layout.EVAL_ROWS: len(outs)})

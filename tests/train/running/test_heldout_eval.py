@@ -36,8 +36,13 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     points = [r for r in recs if layout.EVAL_ACCURACY in r]
     assert [r["step"] for r in points] == [2, 4, 6]
     assert [r["step"] for r in recs] == [1, 2, 3, 4, 5, 6]  # still one line per logged step
+    from app.eval.uncertainty import share_interval
+
+    low, high = layout.interval_keys(layout.EVAL_ACCURACY)
     for r in points:
         assert 0 <= r[layout.EVAL_ACCURACY] <= 1 and r[layout.EVAL_REWARD] is not None
+        # each point carries its 95% interval on the 12 rows it judged (what the curve draws through it)
+        assert (r[low], r[high]) == pytest.approx(share_interval(round(r[layout.EVAL_ACCURACY] * 12), 12))
         assert {"eval/length", "eval/format", "eval/reference", "eval/boilerplate"} <= set(r)
     assert not [r for r in store.read_metrics(plain) if layout.EVAL_ACCURACY in r]
     log_text = (d / layout.LOG).read_text()  # the log the UI tails reads as plain lines, not Python dicts
@@ -49,6 +54,9 @@ def test_points_best_step_keep_best_and_training_untouched(tmp_path):
     best = max(points, key=lambda r: (r[layout.EVAL_ACCURACY], -r["step"]))
     assert st[layout.BEST_STEP] == best["step"] and st[layout.BEST_SCORE] == best[layout.EVAL_ACCURACY]
     assert run_summary(d)["heldout"].startswith(f"accuracy {points[0][layout.EVAL_ACCURACY]:.1%} at step 2 -> ")
+    at_best = next(r for r in points if r["step"] == st[layout.BEST_STEP])
+    assert f"at step {st[layout.BEST_STEP]} (95% interval {at_best[low]:.0%}-{at_best[high]:.0%})" in \
+        run_summary(d)["heldout"]
     # the best adapter is kept beside the last one, and compare / export take it as they take the run's
     best_dir = d / layout.BEST_ADAPTER
     assert (best_dir / layout.ADAPTER_CONFIG).is_file()
