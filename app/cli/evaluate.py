@@ -92,6 +92,8 @@ def print_eval(ev: dict) -> None:
         t.add_row(row["task"], metric, str(row.get("n") or ""), benchmarks.cell(row, "base"),
                   benchmarks.cell(row, "adapter"), f"[{colour}]{escape(benchmarks.change(row))}[/]")
     console.print(t)
+    for line in benchmarks.leak_words(ev):  # task rows the adapter trained on: left out of both sides
+        console.print(line, style="yellow", markup=False, highlight=False)
     s = ev["seconds"]
     asked = "plain prompts"
     if ev["chat_template"]:

@@ -12,6 +12,10 @@ folder of them (``--include-path``, the harness's own task format), and the task
 path=FILE``). Every task is loaded before the model, so a task that needs the network under --local-only, an unknown
 name or a task whose data cannot be read is one line and nothing loads.
 
+Each task's rows are checked against the run's training prompts (app/data/leaks.py: the held-out check's exact and
+near-duplicate measure): a row the adapter trained on is left out of both sides' figures (the harness's ``samples``),
+and the evaluation records how many, with examples (``leaks``), which the terminal, `runs show` and the card say.
+
 Standard library only at import; lm_eval / torch / peft load inside the functions.
 """
 
@@ -33,6 +37,7 @@ from app.run.lookup import adapter_name
 SHIPPED_TASKS = Path(__file__).parent / "lm_tasks"  # qlora_arith, qlora_gsm8k_file
 INSTALL_HINT = "pip install 'qlora-app[eval]' (or: pip install lm-eval)"
 # Metrics that are shares of the rows (shown as %, their change in points); any other metric is shown as a number.
+FIELD_WORDS = 4  # a task row's text field this long or longer is checked against the training prompts on its own
 SHARE_METRICS = ("acc", "exact_match", "em", "f1", "mc1", "mc2", "pass@", "prompt_level", "inst_level", "contains")
 
 
@@ -104,9 +109,10 @@ def task_manager(tasks: list[str], include_paths: list[Path], meta: dict):
     return tm
 
 
-def check_tasks(tm, tasks: list[str], local_only: bool) -> dict[str, int]:
-    """Load every task once before any model does ({task: rows}); each failure is one line naming the task."""
-    rows: dict[str, int] = {}
+def check_tasks(tm, tasks: list[str], local_only: bool) -> dict:
+    """Load every task once before any model does ({task: the harness's task}); each failure is one line naming the
+    task."""
+    loaded_tasks: dict = {}
     for name in tasks:
         entry = tm.task_index.get(name)
         hub = _hub_dataset(entry.cfg if entry is not None and isinstance(entry.cfg, dict) else {})
@@ -129,10 +135,71 @@ def check_tasks(tm, tasks: list[str], local_only: bool) -> dict[str, int]:
                                 f"and it cannot be reached from here ({msg}); use a local task (--include-path)") \
                     from None
             raise UserError(f"task '{name}' could not be loaded: {msg}") from None
-        for task_name, task in loaded["tasks"].items():
-            docs = task.eval_docs
-            rows[task_name] = len(docs) if docs is not None else 0
-    return rows
+        loaded_tasks.update(loaded["tasks"])
+    return loaded_tasks
+
+
+def task_rows(loaded: dict) -> dict[str, int]:
+    """{task: rows it evaluates}."""
+    return {name: len(task.eval_docs) if task.eval_docs is not None else 0 for name, task in loaded.items()}
+
+
+def _doc_text(task, doc) -> str:
+    """A task row's prompt as the harness builds it (its doc_to_text), '' where it is not text."""
+    try:
+        text = task.doc_to_text(doc)
+    except Exception:  # noqa: BLE001 - a task's template that cannot render a row leaves it unchecked, not the run
+        return ""
+    return text if isinstance(text, str) else ""
+
+
+def training_leaks(run_cfg, loaded: dict, local_only: bool) -> dict:
+    """{task: app/data/leaks.Leaks}: each task's rows whose prompt repeats one of the run's training prompts (exactly
+    once normalised, or nearly: the held-out check's measure and threshold); {} for an adapter without its run's
+    config. A benchmark row the adapter trained on measures memory, not ability: such rows are left out."""
+    if run_cfg is None:
+        return {}
+    from app.config.methods import method_of
+    from app.data import build_splits
+    from app.data.convert import prompt_text
+    from app.data.leaks import Leaks, find_leaks
+
+    rows, _, det = build_splits(run_cfg.data, run_cfg.training.seed, local_only,
+                                labelled=method_of(run_cfg).rows == "labelled")
+    train = [prompt_text(r, det) for r in rows]
+    out = {}
+    for name, task in loaded.items():
+        docs = list(task.eval_docs or [])
+        # a row's prompt as the task renders it, and each text field of the row on its own: a task's template
+        # ("Question: ...\nAnswer:") around a training prompt must not hide it
+        texts = [(i, t) for i, d in enumerate(docs) for t in [_doc_text(task, d)] + _fields(d) if t]
+        found = find_leaks(train, [t for _, t in texts])
+        exact = sorted({texts[j][0] for j in found.exact})
+        near = sorted({texts[j][0] for j in found.near} - set(exact))
+        out[name] = Leaks(len(docs), exact, near, found.examples)
+    return out
+
+
+def _fields(doc) -> list[str]:
+    """A task row's text fields of a few words or more (its question, passage, ...)."""
+    if not isinstance(doc, dict):
+        return []
+    return [v for v in doc.values() if isinstance(v, str) and len(v.split()) >= FIELD_WORDS]
+
+
+def clean_samples(rows: dict[str, int], leaks: dict, limit: float | None) -> dict[str, list[int]] | None:
+    """The harness's ``samples`` ({task: row indices}) that leave each task's leaked rows out, under ``limit`` (its
+    first rows, as the harness's own limit takes them: a share below 1, else a count); None when nothing leaked (the
+    harness's own limit then applies)."""
+    if not any(leak.leaked for leak in leaks.values()):
+        return None
+    out = {}
+    for name, n in rows.items():
+        away = set(leaks[name].leaked) if name in leaks else set()
+        take = n if limit is None else math.ceil(n * limit) if limit < 1 else int(limit)
+        out[name] = [i for i in range(n) if i not in away][:take]
+    return out
+
 
 
 def _hub_dataset(cfg: dict) -> str | None:
@@ -202,7 +269,11 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
     target = open_target(run, model, local_only)
     adapter_dir, mc = target.adapter_dir, target.base
     tm = task_manager(tasks, list(include_paths), meta or {})
-    rows = check_tasks(tm, tasks, local_only)
+    loaded_tasks = check_tasks(tm, tasks, local_only)
+    rows = task_rows(loaded_tasks)
+    # the tasks' rows that repeat the run's training prompts: measured without them (before any model loads)
+    leaks = training_leaks(target.run_cfg, loaded_tasks, local_only)
+    samples_asked = clean_samples(rows, leaks, limit)
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -225,7 +296,8 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
         try:
             with pair.side(side):
                 res = lm_eval.simple_evaluate(
-                    model=lm, tasks=tasks, task_manager=tm, limit=limit, num_fewshot=num_fewshot,
+                    model=lm, tasks=tasks, task_manager=tm, num_fewshot=num_fewshot,
+                    **({"samples": samples_asked} if samples_asked else {"limit": limit}),
                     gen_kwargs={"max_gen_toks": max_new_tokens} if max_new_tokens else None,
                     apply_chat_template=templated, system_instruction=system, log_samples=True,
                     random_seed=0, numpy_random_seed=1234, torch_random_seed=1234, fewshot_random_seed=1234)
@@ -245,4 +317,7 @@ def run_harness(run, tasks: list[str], *, limit: float | None = None, include_pa
         "include_paths": [str(Path(p).expanduser().resolve()) for p in include_paths], "metadata": meta or {},
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": {"load": round(loaded_s, 2), **seconds},
         "table": table(out, tasks), "results": out, "samples": samples,
+        "leaks": {name: {"rows": leak.heldout, "leaked": len(leak.leaked), "exact": len(leak.exact),
+                         "near": len(leak.near), "examples": [list(e) for e in leak.examples]}
+                  for name, leak in leaks.items()},
     }

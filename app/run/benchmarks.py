@@ -106,7 +106,19 @@ def eval_text(ev: dict | None) -> str | None:
     for row in ev["table"]:
         n = f", {row['n']} rows" if row.get("n") else ""
         parts.append(f"{label(row)} base {cell(row, 'base')} -> adapter {cell(row, 'adapter')}, {change(row)}{n}")
-    return "; ".join(parts)
+    return "; ".join(parts + leak_words(ev))
+
+
+def leak_words(ev: dict) -> list[str]:
+    """'qlora_arith: 12 of 200 rows repeat a training prompt (3 exactly, 9 nearly) and are left out; e.g. ...': an
+    evaluation's leaked rows per task (none: [])."""
+    out = []
+    for name, leak in (ev.get("leaks") or {}).items():
+        if leak.get("leaked"):
+            eg = f"; e.g. {leak['examples'][0][0][:80]!r}" if leak.get("examples") else ""
+            out.append(f"{name}: {leak['leaked']} of {leak['rows']} rows repeat a training prompt ({leak['exact']} "
+                       f"exactly once normalised, {leak['near']} nearly) and are left out{eg}")
+    return out
 
 
 def eval_table(ev: dict | None) -> list[str]:
@@ -123,4 +135,4 @@ def eval_table(ev: dict | None) -> list[str]:
            + (f", {ev['num_fewshot']}-shot" if ev.get("num_fewshot") is not None else "")
            + (f", limit {ev['limit']:g} rows per task" if ev.get("limit") else "")
            + "; 'within noise': the change is no more than twice the two sides' combined standard error.")
-    return lines + ["", how]
+    return lines + ["", how] + [f"- {line}" for line in leak_words(ev)]

@@ -113,3 +113,48 @@ def test_bad_requests_are_one_line_before_any_model_loads(trained, args, says):
     assert says in line, line
     assert "Running" not in r.stderr  # no request ran
     assert sorted(p.name for p in trained.rglob("*")) == before  # nothing written into the run
+
+
+def test_task_rows_the_adapter_trained_on_are_left_out(trained, tmp_path):
+    from app.config.build import load_yaml_file, validate
+    from app.data import build_splits
+    from app.data.convert import prompt_text
+
+    cfg = validate(load_yaml_file(trained / layout.CONFIG))
+    rows, held, det = build_splits(cfg.data, cfg.training.seed, True)
+    seen = [prompt_text(r, det) for r in rows.select(range(3))]
+    fresh = [prompt_text(r, det) for r in held.select(range(5))]
+    # three training prompts: as they are, shouted with its spacing changed, and under the task's own template
+    asked = [seen[0], "  " + seen[1].upper().replace(" ", "   "), seen[2]] + fresh
+    own = tmp_path / "tasks"
+    own.mkdir()
+    (own / "mixed.yaml").write_text(
+        "task: mixed_sums\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(tmp_path / "m.jsonl")
+        + "\noutput_type: generate_until\ntest_split: test\ndoc_to_text: 'Problem: {{q}}\\nSolution:'\n"
+        "doc_to_target: '{{a}}'\ngeneration_kwargs:\n  until: ['\\n\\n']\n  max_gen_toks: 8\n  do_sample: false\n"
+        "metric_list:\n  - metric: exact_match\n")
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps({"q": q, "a": "1"}) + "\n" for q in asked))
+    r = _cli("eval", str(trained), "--tasks", "mixed_sums", "--include-path", str(own), "--local-only",
+             "--json", str(tmp_path / "ev.json"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ev = json.loads((tmp_path / "ev.json").read_text())
+    assert ev["leaks"]["mixed_sums"] | {"examples": None} == {"rows": 8, "leaked": 3, "exact": 3, "near": 0,
+                                                              "examples": None}
+    (row,) = ev["table"]
+    assert row["n"] == 5  # both sides measured on the five rows it never trained on
+    said = " ".join(r.stdout.split())
+    assert "mixed_sums: 3 of 8 rows repeat a training prompt (3 exactly once normalised, 0 nearly) and are left " \
+           "out" in said
+    assert "3 of 8 rows repeat a training prompt" in benchmarks.eval_text(ev)
+    assert any("3 of 8 rows repeat" in line for line in benchmarks.eval_table(ev))
+
+
+def test_clean_samples_keep_the_harness_limit_on_the_clean_rows():
+    from app.data.leaks import Leaks
+    from app.eval.harness import clean_samples
+
+    leaks = {"a": Leaks(10, [0, 3], [4]), "b": Leaks(4)}
+    assert clean_samples({"a": 10, "b": 4}, {"b": Leaks(4)}, None) is None  # nothing leaked: the harness's own limit
+    assert clean_samples({"a": 10, "b": 4}, leaks, None) == {"a": [1, 2, 5, 6, 7, 8, 9], "b": [0, 1, 2, 3]}
+    assert clean_samples({"a": 10, "b": 4}, leaks, 3) == {"a": [1, 2, 5], "b": [0, 1, 2]}  # a count
+    assert clean_samples({"a": 10, "b": 4}, leaks, 0.5) == {"a": [1, 2, 5, 6, 7], "b": [0, 1]}  # a share, rounded up
