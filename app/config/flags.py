@@ -84,6 +84,7 @@ FLAGS = (
     Flag("training.gradient_accumulation_steps", None, "grad_accum", "Grad. accumulation"),
     Flag("training.max_length", None, "max_length", "SFT max length"),
     Flag("training.save_steps", None, "save_steps", "Checkpoint every"),
+    Flag("training.early_stop.patience", None, "early_stop", "Early stop: flat held-out points (0 = off)"),
     Flag("training.gradient_checkpointing", None, "gradient_checkpointing", "Gradient checkpointing"),
     Flag("grpo.num_generations", None, "num_generations", "Generations"),
     Flag("grpo.max_completion_length", None, "max_completion_length", "Max completion tokens"),

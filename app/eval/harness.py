@@ -28,6 +28,10 @@ import time
 from importlib import metadata as md
 from pathlib import Path
 
+from app.config.methods import method_of
+from app.data import build_splits
+from app.data.convert import prompt_text
+from app.data.leaks import Leaks, find_leaks
 from app.errors import UserError
 from app.host.offline import hub_offline, hub_reachable, offline
 from app.model.pair import load_pair, open_target
@@ -159,11 +163,6 @@ def training_leaks(run_cfg, loaded: dict, local_only: bool) -> dict:
     config. A benchmark row the adapter trained on measures memory, not ability: such rows are left out."""
     if run_cfg is None:
         return {}
-    from app.config.methods import method_of
-    from app.data import build_splits
-    from app.data.convert import prompt_text
-    from app.data.leaks import Leaks, find_leaks
-
     rows, _, det = build_splits(run_cfg.data, run_cfg.training.seed, local_only,
                                 labelled=method_of(run_cfg).rows == "labelled")
     train = [prompt_text(r, det) for r in rows]

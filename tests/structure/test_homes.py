@@ -83,9 +83,10 @@ def _imports(path: Path) -> set[str]:
 def test_no_import_circles_between_eval_and_train():
     # One direction only: training evaluates held-out rows through compare's own generation (app.ask.asking: with
     # the run's tools for a tool run) and scoring (one evaluator; a distillation run's divergence from its teacher on
-    # the same answers), and the comparison code never imports the trainer.
+    # the same answers; each point's interval by the proof's own statistics), and the comparison code never imports
+    # the trainer.
     allowed = {"app.eval", "app.eval.compare", "app.eval.heldout", "app.eval.result", "app.eval.preference",
-               "app.ask.asking", "app.eval.divergence"}
+               "app.ask.asking", "app.eval.divergence", "app.eval.uncertainty"}
     for path in (APP / "train").rglob("*.py"):
         bad = {m for m in _imports(path) if m.startswith("app.eval") and m not in allowed}
         assert not bad, f"{path.relative_to(ROOT)} imports more of the comparison code than its evaluator {bad}"

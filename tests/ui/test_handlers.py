@@ -29,7 +29,7 @@ def _edited_form(model: str, data: str) -> dict:
     f.update(method="sft", model=model, dataset=data, prompt_field="question", reference_field="(auto)",
              max_steps=3.0, local_only=True, lora_r=8.0, lora_alpha=None, learning_rate=1e-4, batch_size=2,
              grad_accum=1, gradient_checkpointing=False, max_length=96, save_steps=2, num_generations=2,
-             max_completion_length=12, w_format=0.75, run_name="my-run")
+             max_completion_length=12, w_format=0.75, run_name="my-run", early_stop=2)
     return f
 
 
@@ -44,6 +44,7 @@ def _cli_config(model: str, data: str, runs: Path):
     sets = ["lora.r=8", "lora.alpha=", "training.learning_rate=1e-4", "per_device_train_batch_size=2",
             "gradient_accumulation_steps=1", "gradient_checkpointing=false", "training.max_length=96",
             "save_steps=2", "num_generations=2", "max_completion_length=12", "run_name=my-run",
+            "training.early_stop.patience=2",
             "reward.weights.length=0.25", "reward.weights.format=0.75", "reward.weights.reference=2",
             "reward.weights.boilerplate=1"]
     return build_config(load_preset("gpu-8gb"), flags, sets)
@@ -52,7 +53,7 @@ def _cli_config(model: str, data: str, runs: Path):
 def test_untouched_form_is_the_preset(tmp_path):
     form = h.form_defaults("gsm8k-grpo")
     preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
-    assert preset == "gsm8k-grpo" and sets == []
+    assert preset == "gsm8k-grpo" and sets == [] and form["early_stop"] == 3  # the preset's early stopping shown
     assert argv == ["qlora-app", "train", "--preset", "gsm8k-grpo", "--output-dir", str(tmp_path)]
     assert h.config_from_form(form, tmp_path) == build_config(load_preset("gsm8k-grpo"), {"output_dir": str(tmp_path)})
 
@@ -84,11 +85,14 @@ def test_cli_preview_runs_the_same_config(tmp_path, tiny_model):
     res = CliRunner().invoke(cli_app, argv[1:] + ["--dry-run"])
     assert res.exit_code == 0, res.output
     printed = res.stdout.split("note:")[0].strip()
-    # the plan's one adjustment: the reference match it chose for the proof (said on top, the value in the body)
+    # the plan's adjustments: the reference match it chose for the proof, and the best adapter kept for early
+    # stopping (said on top, the values in the body)
     assert printed.startswith("# qlora-app adjusted") and "reward.reference_match: auto -> numeric" in printed
+    assert "training.keep_best: false -> true (early stopping" in printed
     body = "\n".join(line for line in printed.splitlines() if not line.startswith("#"))
     cfg = h.config_from_form(form, tmp_path)
-    cfg = cfg.model_copy(update={"reward": cfg.reward.model_copy(update={"reference_match": "numeric"})})
+    cfg = cfg.model_copy(update={"reward": cfg.reward.model_copy(update={"reference_match": "numeric"}),
+                                 "training": cfg.training.model_copy(update={"keep_best": True})})
     assert body.strip() == resolve(cfg).to_yaml().strip()
 
 

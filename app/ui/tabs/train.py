@@ -84,6 +84,8 @@ def _form(dflt: dict) -> tuple[dict, object, object, object, object]:
                                         elem_id="max-length", info=_info("max_length"))
             w["save_steps"] = gr.Number(dflt["save_steps"], label=_label("save_steps"), precision=0,
                                         elem_id="save-steps", info=_info("save_steps"))
+            w["early_stop"] = gr.Number(dflt["early_stop"], label=_label("early_stop"), precision=0, minimum=0,
+                                        elem_id="early-stop", info=_info("early_stop"))
         with gr.Row():
             w["gradient_checkpointing"] = gr.Checkbox(dflt["gradient_checkpointing"],
                                                       label=_label("gradient_checkpointing"),
