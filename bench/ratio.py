@@ -10,6 +10,15 @@ as a measurement.
 
 Within one run, a step's time is the median over its optimizer steps (see steptimer.summary): a burst of load
 that stalls a few steps moves a mean, not a median.
+
+Each ratio is measured twice over the same pairs: in wall-clock time and in the CPU time the process spent (user +
+system, all its threads). A neighbour on a shared machine steals wall time from one side of a pair and not the
+other; the CPU time a fixed amount of work takes moves much less (less cache, a slower shared core: a few percent,
+not the 30% a stolen core costs the wall clock). ``steadier`` reports the measure whose pairs agree better and says
+which; with OpenMP's threads made to sleep rather than spin while they wait (OMP_WAIT_POLICY=PASSIVE, on both
+sides), a thread waiting for a stolen core does not bill its wait as CPU time. On a quiet machine with one process
+per core the two agree; on a GPU the CPU time only measures the host's side, so there the wall clock is the one
+that counts (``steadier(..., wall_only=True)``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ class Ratio:
     pairs: list[float]  # one ratio per interleaved pair
     tolerance: float = TOLERANCE
     sides: list[tuple[float, float]] = field(default_factory=list)  # the (a, b) measurements behind each pair
+    measure: str = "wall"  # what the sides were measured in: "wall" (clock) or "cpu" (process CPU time)
 
     @property
     def median(self) -> float:
@@ -69,8 +79,9 @@ class Ratio:
                 f"{self.tolerance:.0%} allowed): the machine was too noisy to trust it; run again on a quiet machine")
 
     def text(self, nd: int = 3) -> str:
-        """'1.021 (0.998-1.030, 5 pairs)' or 'not trusted: ...' for tables."""
-        head = f"{self.median:.{nd}f} ({self.low:.{nd}f}-{self.high:.{nd}f}, {len(self.pairs)} pairs)"
+        """'1.021 (0.998-1.030, 5 pairs, CPU time)' or 'not trusted: ...' for tables."""
+        head = (f"{self.median:.{nd}f} ({self.low:.{nd}f}-{self.high:.{nd}f}, {len(self.pairs)} pairs, "
+                f"{'CPU time' if self.measure == 'cpu' else 'wall clock'})")
         return head if self.trusted else f"**not trusted**: median {head}; {self.why_not()}"
 
 
@@ -90,10 +101,19 @@ def interleave(run_a: Callable[[str], float], run_b: Callable[[str], float], rep
 
 
 def ratio(name: str, measured: list[tuple[float, float]], tolerance: float = TOLERANCE,
-          invert: bool = False) -> Ratio:
+          invert: bool = False, measure: str = "wall") -> Ratio:
     """a / b per pair (b / a with ``invert``: a speed-up from times)."""
     pairs = [(b / a) if invert else (a / b) for a, b in measured]
-    return Ratio(name, pairs, tolerance, list(measured))
+    return Ratio(name, pairs, tolerance, list(measured), measure)
+
+
+def steadier(wall: Ratio, cpu: Ratio | None, wall_only: bool = False) -> tuple[Ratio, Ratio | None]:
+    """(the reported ratio, the other): of the same pairs measured in wall time and in CPU time, the one whose
+    middle half is narrower (ties: the wall clock, what a user waits for). ``cpu`` None (not recorded) or
+    ``wall_only`` (a GPU run: its CPU time is only the host's): the wall clock."""
+    if cpu is None or wall_only or len(cpu.pairs) != len(wall.pairs):
+        return wall, cpu
+    return (cpu, wall) if cpu.spread < wall.spread else (wall, cpu)
 
 
 def as_json(ratios: list[Ratio], nd: int = 3) -> dict:
@@ -102,4 +122,5 @@ def as_json(ratios: list[Ratio], nd: int = 3) -> dict:
     out["spread"] = {r.name: [round(r.low, nd), round(r.high, nd)] for r in ratios}
     out["pairs"] = {r.name: len(r.pairs) for r in ratios}
     out["untrusted"] = {r.name: r.why_not() for r in ratios if not r.trusted}
+    out["measure"] = {r.name: r.measure for r in ratios}
     return out

@@ -1,5 +1,7 @@
 """Bench-only instrumentation, installed the same way into both sides of a comparison (our CLI and a plain TRL
-script): wall-clock time of every optimizer step, of GRPO's sampling and reward scoring, and every log row.
+script): wall-clock time of every optimizer step, of GRPO's sampling and reward scoring, and every log row; and
+beside each, the CPU time the process spent (user + system, over all its threads: ``time.process_time``), which a
+busy neighbour on a shared machine slows far less than the wall clock (bench/ratio.py picks the steadier).
 Written as JSON to $BENCH_TIMING at exit. Not part of the app.
 
     python bench/steptimer.py -- train --method sft ...     # runs `qlora-app train ...` instrumented
@@ -13,16 +15,18 @@ import os
 import sys
 import time
 
-REC: dict = {"steps": [], "logs": [], "generate": [], "reward": [], "completions": 0}
+REC: dict = {"steps": [], "cpu": [], "logs": [], "generate": [], "generate_cpu": [], "reward": [], "reward_cpu": [],
+             "completions": 0}
 
 
 def _timed(cls, name: str, key: str, count=None) -> None:
     orig = getattr(cls, name)
 
     def wrapper(self, *args, **kwargs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = orig(self, *args, **kwargs)
         REC[key].append((t0, time.perf_counter() - t0))
+        REC[f"{key}_cpu"].append(time.process_time() - c0)
         if count:
             REC["completions"] += count(args, kwargs)
         return out
@@ -41,6 +45,7 @@ def install() -> None:
     class Clock(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
             REC["steps"].append(time.perf_counter())
+            REC["cpu"].append(time.process_time())
 
         def on_log(self, args, state, control, logs=None, **kw):
             REC["logs"].append({"step": state.global_step, **{k: v for k, v in (logs or {}).items()
@@ -94,10 +99,18 @@ def summary(rec: dict, skip: int = 1) -> dict:
     done = [(s, d) for s, d in rec["generate"] if s >= t0 and s + d <= t1 + 1e-6]
     calls = max(1, len(rec["generate"]))
     per_call = rec["completions"] / calls
-    return {"s_per_step": statistics.median(durations), "mean_s_per_step": window / n, "steps": n,
-            "window_s": window, "generation_s": gen, "reward_s": rew,
-            "completions_per_s": (per_call * len(done) / gen) if gen else None,
-            "shares": {"generation": gen / window, "reward": rew / window, "train": 1 - (gen + rew) / window}}
+    out = {"s_per_step": statistics.median(durations), "mean_s_per_step": window / n, "steps": n,
+           "window_s": window, "generation_s": gen, "reward_s": rew,
+           "completions_per_s": (per_call * len(done) / gen) if gen else None,
+           "shares": {"generation": gen / window, "reward": rew / window, "train": 1 - (gen + rew) / window}}
+    cpu = rec.get("cpu") or []
+    if len(cpu) == len(steps):  # the same steps in CPU seconds (a run timed before CPU time was recorded: none)
+        spent = [b - a for a, b in zip(cpu[first:], cpu[first + 1:])]
+        gen_cpu = sum(c for (s, d), c in zip(rec["generate"], rec.get("generate_cpu") or [])
+                      if s >= t0 and s + d <= t1 + 1e-6)
+        out.update({"cpu_s_per_step": statistics.median(spent), "cpu_mean_s_per_step": (cpu[-1] - cpu[first]) / n,
+                    "completions_per_cpu_s": (per_call * len(done) / gen_cpu) if gen_cpu else None})
+    return out
 
 
 if __name__ == "__main__":

@@ -143,13 +143,6 @@ class TrainingConfig(StrictModel):
         "passed straight to the method's TRL config (SFTConfig, GRPOConfig, DPOConfig, ORPOConfig) for knobs "
         "not surfaced here; checked against its fields"))
 
-    @model_validator(mode="after")
-    def _early_stop_has_points(self) -> "TrainingConfig":
-        if self.early_stop.on and self.eval_every == 0:
-            raise ValueError("training.early_stop needs the held-out curve, and training.eval_every is 0 (off): set "
-                             "eval_every (empty = about 10 points per run), or training.early_stop.patience 0")
-        return self
-
     @field_validator("max_steps")
     @classmethod
     def _not_zero(cls, v: int) -> int:

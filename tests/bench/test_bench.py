@@ -133,3 +133,57 @@ def test_bench_compare_runs_on_a_tiny_budget():
             script=str(BENCH / "bench_compare.py"), timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "2/2 outputs identical across the two paths" in r.stdout and "| 2 prompts x 4 tokens, batch 2 |" in r.stdout
+
+
+def _cpu_side(rng: random.Random, cost: float, run_load: float, steps: int = 20):
+    """A run on a shared machine: a neighbour slows its wall clock by a random factor for the run; the CPU time its
+    work takes moves by a few percent of that (a shared cache, a busier memory bus)."""
+    def run(tag):
+        load = rng.uniform(0, run_load)
+        rec = {"steps": [], "cpu": [], "generate": [], "reward": [], "completions": 0}
+        wall = cpu = 0.0
+        for _ in range(steps):
+            wall += cost * (1 + load) * (1 + rng.gauss(0, 0.005))
+            cpu += cost * (1 + 0.03 * load) * (1 + rng.gauss(0, 0.005))
+            rec["steps"].append(wall)
+            rec["cpu"].append(cpu)
+        return summary(rec)
+    return run
+
+
+def test_cpu_time_holds_the_ratio_where_the_wall_clock_cannot():
+    trusted_wall = right_cpu = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        both = R.interleave(_cpu_side(rng, 1.02, 1.0), _cpu_side(rng, 1.00, 1.0), 5)
+        wall = R.ratio("x", [(a["s_per_step"], b["s_per_step"]) for a, b in both])
+        cpu = R.ratio("x", [(a["cpu_s_per_step"], b["cpu_s_per_step"]) for a, b in both], measure="cpu")
+        shown, other = R.steadier(wall, cpu)
+        trusted_wall += wall.trusted
+        assert shown is cpu and other is wall and shown.spread <= wall.spread
+        right_cpu += shown.trusted and abs(shown.median - TRUE_RATIO) < 0.03
+        assert R.as_json([shown])["measure"] == {"x": "cpu"} and "CPU time" in shown.text()
+    assert right_cpu >= 18 and trusted_wall <= 5, (right_cpu, trusted_wall)
+    # a quiet machine: the two agree, and a tie goes to the wall clock; a GPU run keeps the wall clock
+    quiet = R.Ratio("x", [1.02, 1.021, 1.019], measure="cpu")
+    same = R.Ratio("x", [1.02, 1.021, 1.019])
+    assert R.steadier(same, quiet)[0] is same and R.steadier(same, R.Ratio("x", [1.0] * 3, measure="cpu"),
+                                                             wall_only=True)[0] is same
+    assert R.steadier(same, None) == (same, None)
+
+
+def test_packing_flops_put_the_row_wide_attention_beside_the_padding(tmp_path):
+    import bench_trl
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 256, "intermediate_size": 704,
+                                                      "num_hidden_layers": 4, "num_attention_heads": 8,
+                                                      "num_key_value_heads": 2, "vocab_size": 4000}))
+    lengths = [100, 200] * 50
+    f = bench_trl.packing_flops(tmp_path, lengths, 2, 1000.0, 0)
+    linear = 4 * (2 * 256 * 256 + 2 * 256 * 64 + 3 * 256 * 704) + 256 * 4000
+    assert f["packed"]["linear"] == linear and f["packed"]["attention"] == 1000 * 4 * 2 * 256
+    # each example's own block only: sum(L^2) / sum(L) pairs per token
+    assert f["packed"]["attention_varlen"] == pytest.approx((100 ** 2 + 200 ** 2) / 300 * 4 * 2 * 256)
+    assert f["padded"]["linear"] >= linear  # padding computed too (a pair of 100 and 200 pads to 400)
+    assert f["predicted_speedup_varlen"] > f["predicted_speedup"]  # a varlen kernel keeps what the padding cost
+    assert 0 < f["attention_share_padded"] < f["attention_share_packed"] < 1

@@ -177,8 +177,13 @@ def decide_machine(cfg: AppConfig, card_gb: float | None = None) -> tuple[Placem
 
 def keeps_best(cfg: AppConfig, say) -> dict:
     """Early stopping makes the best held-out point's adapter the run's: it must be kept as the run trains
-    (training.keep_best), or a run that stops would have only its last."""
+    (training.keep_best), or a run that stops would have only its last. Without held-out points (eval_every 0: a
+    preset's early stopping under a run that turned the points off) there is nothing to stop on: it is turned off,
+    and said."""
     stop = cfg.training.early_stop
+    if stop.on and cfg.training.eval_every == 0:
+        say("early stopping is off for this run: training.eval_every is 0, so there is no held-out curve to stop on")
+        return {"training.early_stop.patience": 0}
     if not stop.on or cfg.training.keep_best:
         return {}
     say(f"early stopping (after {stop.patience} held-out points without a rise) keeps the best point's adapter as "

@@ -116,13 +116,14 @@ def test_the_run_adapter_is_the_best_points_and_the_last_is_kept(tmp_path):
 
 def test_early_stop_needs_held_out_points_and_keeps_the_best():
     from app.config.build import build_config
-    from app.errors import UserError
     from app.train.planning.plan import keeps_best
 
-    with pytest.raises(UserError, match="training.early_stop needs the held-out curve"):
-        build_config({}, None, ["training.early_stop.patience=3", "training.eval_every=0"])
-    cfg = build_config({}, None, ["training.early_stop.patience=3"])
     said = []
+    off = build_config({}, None, ["training.early_stop.patience=3", "training.eval_every=0"])
+    assert keeps_best(off, said.append) == {"training.early_stop.patience": 0}
+    assert said.pop() == ("early stopping is off for this run: training.eval_every is 0, so there is no held-out "
+                          "curve to stop on")
+    cfg = build_config({}, None, ["training.early_stop.patience=3"])
     assert keeps_best(cfg, said.append) == {"training.keep_best": True} and "makes it the run's adapter" in said[0]
     assert keeps_best(build_config({}, None, []), said.append) == {}
 
