@@ -187,3 +187,21 @@ def test_packing_flops_put_the_row_wide_attention_beside_the_padding(tmp_path):
     assert f["padded"]["linear"] >= linear  # padding computed too (a pair of 100 and 200 pads to 400)
     assert f["predicted_speedup_varlen"] > f["predicted_speedup"]  # a varlen kernel keeps what the padding cost
     assert 0 < f["attention_share_padded"] < f["attention_share_packed"] < 1
+
+
+def test_early_stopping_replayed_on_a_runs_points(tmp_path):
+    import bench_early_stop as E
+
+    rising = [(6, 0.2), (12, 0.3), (18, 0.3), (24, 0.4), (30, 0.5)]
+    flat = [(6, 0.5), (12, 0.4), (18, 0.45), (24, 0.5), (30, 0.6)]
+    assert E.replay(rising, 2)["early"] is False
+    stop = E.replay(flat, 2)
+    assert stop["early"] and stop["stopped_at"] == 18 and stop["kept_step"] == 6 and stop["kept"] - stop["last"] < 0
+    for name, curve in (("grpo-quick-1", rising), ("grpo-quick-2", flat), ("built-frozen", flat)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "eval/accuracy": a}) + "\n"
+                                                              for s, a in curve))
+    assert E.main(["--runs", str(tmp_path), "--patience", "2,4", "--no-doc"]) == 0  # the built run is left out
+    r = E.measure([tmp_path / "grpo-quick-1", tmp_path / "grpo-quick-2"], 2)
+    assert (r["stopped_early"], r["of"]) == (1, 2) and r["steps_saved"] == pytest.approx(1 - 18 / 30)
+    assert "| 2 | 1 of 2 |" in E.markdown({2: r}, "grpo-quick")

@@ -53,7 +53,7 @@ def _cli_config(model: str, data: str, runs: Path):
 def test_untouched_form_is_the_preset(tmp_path):
     form = h.form_defaults("gsm8k-grpo")
     preset, flags, sets, argv = h.form_to_cli(form, tmp_path)
-    assert preset == "gsm8k-grpo" and sets == [] and form["early_stop"] == 3  # the preset's early stopping shown
+    assert preset == "gsm8k-grpo" and sets == [] and form["early_stop"] == 4  # the preset's early stopping shown
     assert argv == ["qlora-app", "train", "--preset", "gsm8k-grpo", "--output-dir", str(tmp_path)]
     assert h.config_from_form(form, tmp_path) == build_config(load_preset("gsm8k-grpo"), {"output_dir": str(tmp_path)})
 
