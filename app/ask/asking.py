@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from app.errors import UserError
-from app.ask.logprobs import image_logprobs, text_logprobs
+from app.ask.logprobs import image_logprobs, text_logprobs, token_logprobs
 from app.model.generation import format_prompt, generate, generate_ids, generate_one, generate_with_images
 from app.model.pair import plain_conversation, system_first
 from app.run.counts import CallCounts
@@ -91,6 +91,7 @@ class Ask:
 class Answer:
     text: str
     turns: list[dict] | None = None  # a tool run: the calls and results before the answer
+    ids: list[int] | None = None  # the text path: the token ids generated (what `serve` scores for logprobs)
 
 
 def item_tools(run_cfg, items: list[dict], stats: CallCounts | None = None) -> tuple[list[list[Callable]], list]:
@@ -177,7 +178,13 @@ class Asker:
         if path == "tools":
             rollout = self._rollouts([ask.messages], [tools], max_new_tokens, temperature, seed)[0]
             return Answer(rollout.text, rollout.turns)
-        return Answer(generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop))
+        text, new = generate_one(self.model, self.tok, ids, max_new_tokens, temperature, seed, on_text, stop)
+        return Answer(text, ids=new)
+
+    def token_logprobs(self, ids: list[int], start: int, top: int = 0) -> list[tuple[int, float, list]]:
+        """Each token's log-probability from ``start`` on, with the ``top`` most likely alternatives (a text
+        prompt: app/ask/logprobs.token_logprobs; `serve`'s logprobs and echo)."""
+        return token_logprobs(self.model, ids, start, top)
 
     def logprobs(self, items: list[dict]) -> list[tuple[float, float]]:
         """The held-out pairs' (chosen, rejected) summed log-probabilities (app/eval/preference.py), the pictures

@@ -1,5 +1,6 @@
-"""The summed log-probability of a held-out pair's chosen and rejected answers after its prompt, as a model reads
-them: the prompt as training built it (the run's system prompt and chat template), the answer as TRL's DPO tokenizes
+"""Log-probabilities as a model reads text: each token's (with its most likely alternatives) over one sequence
+(``token_logprobs``: what `serve` returns for logprobs / top_logprobs / echo), and the summed log-probability of a
+held-out pair's chosen and rejected answers after its prompt, as a model reads them: the prompt as training built it (the run's system prompt and chat template), the answer as TRL's DPO tokenizes
 it (the assistant turn as the template closes it, or the text and the end-of-sequence token without one), the
 pictures read with it on the image path. Asked through app/ask/asking.Asker.logprobs; app/eval/preference.py turns
 base's and adapter's into preference accuracy. torch is imported inside the functions.
@@ -11,6 +12,26 @@ from app.model.generation import adds_special_tokens, format_prompt, pad_left
 from app.model.vision import encode_with_images, image_prompt_text
 
 BATCH = 4  # pairs per forward pass (x2 answers): a left-padded batch keeps only the answers' logits
+
+
+def token_logprobs(model, ids: list[int], start: int, top: int = 0) -> list[tuple[int, float, list]]:
+    """[(token id, its log-probability, [(alternative id, log-probability)] x ``top``, most likely first)] for the
+    tokens of ``ids`` from ``start`` on (start >= 1: the first token has no context), each given the ones before it,
+    from one forward pass; the values are the model's own (fp32 log-softmax of its logits)."""
+    import torch
+
+    start = max(1, start)
+    if start >= len(ids):
+        return []
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits[0, start - 1:-1].float()
+    logps = torch.log_softmax(logits, dim=-1)  # row j predicts token start + j
+    targets = torch.tensor(ids[start:], device=logps.device)
+    chosen = logps.gather(-1, targets[:, None])[:, 0].tolist()
+    best = torch.topk(logps, min(top, logps.shape[-1])) if top else None
+    return [(t, lp, list(zip(best.indices[j].tolist(), best.values[j].tolist())) if best is not None else [])
+            for j, (t, lp) in enumerate(zip(ids[start:], chosen))]
 
 
 def answer_text(tok, item: dict, answer: str, prompt: str) -> str:

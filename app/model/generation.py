@@ -205,9 +205,10 @@ def generate_ids(model, tok, prompt_ids: list[list[int]], max_new_tokens: int, t
 
 
 def generate_one(model, tok, ids: list[int], max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-                 on_text: Callable[[str], None] | None = None, stop=None) -> str:
-    """One prompt's answer (token ids in, text out), streamed piece by piece to ``on_text`` and ended early when
-    the ``stop`` event is set: chat's path. The same batch of one that ``generate`` runs at batch_size=1."""
+                 on_text: Callable[[str], None] | None = None, stop=None) -> tuple[str, list[int]]:
+    """One prompt's answer (token ids in; its text and the token ids generated out, the end-of-sequence token
+    included where one was), streamed piece by piece to ``on_text`` and ended early when the ``stop`` event is set:
+    chat's path. The same batch of one that ``generate`` runs at batch_size=1."""
     import threading
 
     import torch
@@ -243,4 +244,5 @@ def generate_one(model, tok, ids: list[int], max_new_tokens: int, temperature: f
     worker.join()
     if "error" in out:
         raise out["error"]
-    return decode(tok, _new_tokens(tok, out["new"][0]))
+    new = _new_tokens(tok, out["new"][0])
+    return decode(tok, new), new

@@ -4,6 +4,9 @@ when asked), /v1/completions.
 What a request may ask and how it is read is app/serve/requests.py (every field honoured or refused, never
 dropped); stop strings end a reply before them, streamed or not; a tools request gets its calls back as
 ``tool_calls`` (TRL's parser, as training reads them) and sends their results as ``tool`` messages.
+Log-probabilities (chat's logprobs / top_logprobs; completions' logprobs and echo, a prompt sent as token ids, several
+prompts as several choices: what lm-evaluation-harness's local-completions client sends) are the model's own, read
+by one forward pass over the prompt and the reply (app/ask/logprobs.token_logprobs), on whole replies.
 Every problem with a request is an OpenAI-style error ``{"error": {"message", "type", "param", "code"}}`` with its
 status (400 a bad request, 401 a missing or wrong key, 404 an unknown model or route, 500 a failure while
 generating), never a crashed server. With an API key, every route asks for ``Authorization: Bearer KEY``. A streamed
@@ -24,6 +27,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.errors import UserError
 from app.serve import requests as R
+from app.serve.engine import Reply
 from app.serve.requests import BadRequest
 
 # a reply's tokens when a request does not say (OpenAI's /v1/completions says 16), or what the context leaves beside the
@@ -47,9 +51,11 @@ def _number(body: dict, key: str, default, kind=float, low=None, high=None):
     return kind(value)
 
 
-def _settings(body: dict) -> dict:
+def _settings(body: dict, echo: bool = False) -> dict:
+    """Sampling settings; max_tokens 0 only with echo (the prompt scored, nothing generated)."""
     tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return {"max_tokens": _number({"max_tokens": tokens}, "max_tokens", DEFAULT_MAX_TOKENS, int, 1, 1 << 20),
+    return {"max_tokens": _number({"max_tokens": tokens}, "max_tokens", DEFAULT_MAX_TOKENS, int, 0 if echo else 1,
+                                  1 << 20),
             "temperature": _number(body, "temperature", 1.0, float, 0, 2),
             "seed": _number(body, "seed", 0, int, 0, 2**63 - 1)}
 
@@ -76,7 +82,8 @@ async def _body(engine, request: Request) -> dict:
 
 
 async def _answer(engine, request: Request, chat: bool):
-    """A chat completion (``chat``) or a text completion, whole or streamed."""
+    """A chat completion (``chat``) or a text completion (one choice per prompt), whole or streamed; with
+    log-probabilities when asked (whole replies)."""
     try:
         body = await _body(engine, request)
         tools = R.tools(body) if chat else None
@@ -85,20 +92,20 @@ async def _answer(engine, request: Request, chat: bool):
         pictures = R.images(body, engine.local_only, engine.fetch_internal) if chat else []
         if pictures:
             engine.asker.path(True)  # a model that reads none: the one refusal, this request's 400
-        if chat:
-            text = engine.chat_prompt(msgs := R.messages(body), tools)
-        elif isinstance(body.get("prompt"), str):
-            text = body["prompt"]
-        else:
-            raise BadRequest("prompt must be a string", "prompt")
-        settings = _settings(body)
+        top, echo = R.logprobs(body, chat)
+        if top is not None and (tools or pictures):
+            raise BadRequest("log-probabilities are returned for text replies here, without tools or pictures",
+                             "logprobs")
+        asks = [(engine.chat_prompt(msgs := R.messages(body), tools), None)] if chat else R.prompts(body)
+        if len(asks) > 1 and body.get("stream"):
+            raise BadRequest("a streamed completion takes one prompt here", "prompt")
+        settings = _settings(body, echo)
         settings["stops"] = R.stops(body)
         if pictures:  # a chat about pictures: the engine asks the model with them (app/model/generation.py)
             settings.update(images=pictures, messages=msgs)
         asked = body.get("max_completion_tokens", body.get("max_tokens"))
-        # a prompt that does not fit is this request's 400
-        settings["max_tokens"] = engine.reply_tokens(text, None if asked is None else settings["max_tokens"],
-                                                     DEFAULT_MAX_TOKENS)
+        # each prompt's text and reply length; a prompt that does not fit is this request's 400
+        prompts = [_prompt(engine, text, ids, None if asked is None else settings["max_tokens"]) for text, ids in asks]
     except BadRequest as e:
         return _fail(e)
     except UserError as e:
@@ -106,25 +113,81 @@ async def _answer(engine, request: Request, chat: bool):
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
     usage = bool((body.get("stream_options") or {}).get("include_usage"))
     if body.get("stream"):
-        return StreamingResponse(_stream(engine, body["model"], text, settings, rid, chat, tools, usage),
+        (text, ids, tokens), = prompts
+        return StreamingResponse(_stream(engine, body["model"], text, {**settings, "max_tokens": tokens,
+                                                                       "prompt_ids": ids}, rid, chat, tools, usage),
                                  media_type="text/event-stream")
-    out = await asyncio.to_thread(engine.reply, body["model"], text, **settings)
-    content, calls = engine.tool_calls(out.text, text, tools) if tools else (out.text, None)
-    finish = "tool_calls" if calls else _finish(out, settings)
-    if chat:
-        message = {"role": "assistant", "content": content if content or not calls else None}
-        if calls:
-            message["tool_calls"] = calls
-        choice = {"index": 0, "finish_reason": finish, "message": message}
-    else:
-        choice = {"index": 0, "finish_reason": finish, "text": out.text, "logprobs": None}
+    choices, outs = [], []
+    for i, (text, ids, tokens) in enumerate(prompts):
+        asked_here = {**settings, "max_tokens": tokens}
+        out = (await asyncio.to_thread(engine.reply, body["model"], text, **asked_here, prompt_ids=ids) if tokens
+               else _nothing_generated(engine, text, ids))
+        outs.append(out)
+        scored = (await asyncio.to_thread(engine.logprobs, body["model"], ids or engine.ids(text, 0), out, top,
+                                          echo) if top is not None else None)
+        content, calls = engine.tool_calls(out.text, text, tools) if tools else (out.text, None)
+        finish = "tool_calls" if calls else _finish(out, asked_here)
+        if chat:
+            message = {"role": "assistant", "content": content if content or not calls else None}
+            if calls:
+                message["tool_calls"] = calls
+            choice = {"index": i, "finish_reason": finish, "message": message}
+            if top is not None:
+                choice["logprobs"] = {"content": _chat_logprobs(engine.tok, scored), "refusal": None}
+        else:
+            choice = {"index": i, "finish_reason": finish, "text": (text if echo else "") + out.text,
+                      "logprobs": _completion_logprobs(engine.tok, scored) if top is not None else None}
+        choices.append(choice)
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": body["model"], "choices": [choice], "usage": _usage(out)}
+            "model": body["model"], "choices": choices, "usage": _usage(*outs)}
 
 
-def _usage(out) -> dict:
-    return {"prompt_tokens": out.prompt_tokens, "completion_tokens": out.reply_tokens,
-            "total_tokens": out.prompt_tokens + out.reply_tokens}
+def _prompt(engine, text: str | None, ids: list[int] | None, asked: int | None) -> tuple[str, list[int] | None, int]:
+    """(text, token ids or None, reply tokens) of one prompt: a prompt sent as token ids is checked against the
+    vocabulary and the context, and read back as text (what echo returns)."""
+    if ids is None:
+        return text, None, engine.reply_tokens(text, asked, DEFAULT_MAX_TOKENS)
+    room = DEFAULT_MAX_TOKENS if engine.context is None else max(1, engine.context - len(ids))
+    tokens = min(DEFAULT_MAX_TOKENS, room) if asked is None else asked
+    engine.checked_ids(ids, tokens)
+    return engine.tok.decode(ids), ids, tokens
+
+
+def _nothing_generated(engine, text: str, ids: list[int] | None):
+    """max_tokens 0 with echo: the prompt alone, scored and returned; nothing generated."""
+    return Reply("", len(ids) if ids is not None else len(engine.ids(text, 0)), 0)
+
+
+def _piece(tok, token: int) -> str:
+    return tok.decode([token])
+
+
+def _completion_logprobs(tok, scored: list[tuple]) -> dict:
+    """/v1/completions' logprobs: tokens, token_logprobs, top_logprobs ({token: log-probability}; None for an echoed
+    prompt's first token, which has no context) and text_offset (each token's start in the returned text)."""
+    tokens = [_piece(tok, t) for t, _, _ in scored]
+    offsets, at = [], 0
+    for piece in tokens:
+        offsets.append(at)
+        at += len(piece)
+    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in scored],
+            "top_logprobs": [None if lp is None else {_piece(tok, a): v for a, v in alts} for _, lp, alts in scored],
+            "text_offset": offsets}
+
+
+def _chat_logprobs(tok, scored: list[tuple]) -> list[dict]:
+    """/v1/chat/completions' logprobs.content: each reply token with its log-probability, its bytes and its
+    top_logprobs alternatives."""
+    def entry(token: int, lp: float) -> dict:
+        piece = _piece(tok, token)
+        return {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8"))}
+
+    return [{**entry(t, lp), "top_logprobs": [entry(a, v) for a, v in alts]} for t, lp, alts in scored]
+
+
+def _usage(*outs) -> dict:
+    prompt, reply = sum(o.prompt_tokens for o in outs), sum(o.reply_tokens for o in outs)
+    return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply}
 
 
 def build_api(engine, api_key: str | None = None) -> FastAPI:

@@ -42,6 +42,7 @@ class Reply(NamedTuple):
     prompt_tokens: int
     reply_tokens: int
     stopped_at: str | None = None  # the stop string that ended it
+    ids: list[int] | None = None  # the token ids generated (None: a reply cut by a stop string, or not generated)
 
 
 class StopAt:
@@ -147,14 +148,36 @@ class Engine:
         used = len(self.ids(text, 1))
         return max(1, min(most, self.context - used))
 
+    def checked_ids(self, ids: list[int], max_tokens: int) -> list[int]:
+        """A prompt sent as token ids: every id in the vocabulary, and room left for ``max_tokens``."""
+        vocab = len(self.tok)
+        if any(t >= vocab for t in ids):
+            raise UserError(f"the prompt holds token ids beyond this model's vocabulary of {vocab}")
+        if self.context is not None and len(ids) + max_tokens > self.context:
+            raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
+                            f"{self.context}-token context; shorten it or lower max_tokens")
+        return list(ids)
+
+    def logprobs(self, name: str, prompt_ids: list[int], reply: Reply, top: int, echo: bool = False) -> list[tuple]:
+        """[(token id, log-probability or None, [(alternative id, log-probability)])] of the reply's tokens (those
+        generated; a reply cut by a stop string: its text as the tokenizer splits it) and, with ``echo``, the
+        prompt's first (its first token has no context: None), as model ``name`` reads them when it is free: the
+        model's own values (app/ask/logprobs.token_logprobs)."""
+        side = self.side(name)
+        said = reply.ids if reply.ids is not None else self.tok(reply.text, add_special_tokens=False)["input_ids"]
+        ids = list(prompt_ids) + list(said)
+        with self._turn, self.pair.side(side):
+            scored = self.asker.token_logprobs(ids, 1 if echo else len(prompt_ids), top)
+        return ([(ids[0], None, [])] if echo and ids else []) + scored
+
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
               stop: threading.Event | None = None, stops: list[str] = (), images: list = (),
-              messages: list[dict] | None = None) -> Reply:
-        """The reply to prompt ``text`` from model ``name``, when the model is free; ``stops``: strings that end
-        it (not shown, not counted), streamed or not; ``images`` with ``messages``: a chat request with pictures,
-        answered whole (one piece when streamed)."""
+              messages: list[dict] | None = None, prompt_ids: list[int] | None = None) -> Reply:
+        """The reply to prompt ``text`` (or its token ids, ``prompt_ids``) from model ``name``, when the model is
+        free; ``stops``: strings that end it (not shown, not counted), streamed or not; ``images`` with
+        ``messages``: a chat request with pictures, answered whole (one piece when streamed)."""
         side = self.side(name)
-        ids = self.ids(text, max_tokens)
+        ids = self.checked_ids(prompt_ids, max_tokens) if prompt_ids is not None else self.ids(text, max_tokens)
         watch = StopAt(list(stops))
         ended = _Either(stop)
 
@@ -175,8 +198,8 @@ class Engine:
                 log.warning("%s: %s", name, note)
             streamed = on_text or watch.stops
             with self.pair.side(side):
-                out = self.asker.one(ask, ids, max_tokens, temperature, seed, piece if streamed else None,
-                                     ended).text
+                answer = self.asker.one(ask, ids, max_tokens, temperature, seed, piece if streamed else None, ended)
+            out = answer.text
             if images and streamed:
                 piece(out)
         hit = watch.first(out)  # the whole text is cut as the stream was (the decoded text is the reference)
@@ -188,7 +211,9 @@ class Engine:
             self.stats.requests += 1
             self.stats.waited_s += waited
             self.stats.stopped += int(bool(stop and stop.is_set()))
-        return Reply(out, len(ids), len(self.tok(out, add_special_tokens=False)["input_ids"]), hit[1] if hit else None)
+        made = None if hit else answer.ids  # the tokens generated, where the reply is all of them
+        return Reply(out, len(ids), len(made) if made is not None else
+                     len(self.tok(out, add_special_tokens=False)["input_ids"]), hit[1] if hit else None, made)
 
 
 class _Either:

@@ -18,14 +18,14 @@ ROLES = ("system", "user", "assistant", "tool")
 MAX_STOPS = 16  # OpenAI takes up to 4; lm-eval sends a task's `until` with the EOS (more on some tasks), as vLLM takes
 # the fields served; "user" and "parallel_tool_calls" are a client's bookkeeping and the model's own choice
 HONOURED = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "seed", "stream",
-            "stream_options", "n", "stop", "tools", "tool_choice", "user", "parallel_tool_calls"}
+            "stream_options", "n", "stop", "tools", "tool_choice", "user", "parallel_tool_calls", "logprobs",
+            "top_logprobs", "echo"}
 # the fields taken only at these values: anything else asks for what this server does not do
 AT_DEFAULT = {"top_p": (1, None), "presence_penalty": (0, None), "frequency_penalty": (0, None),
-              "logprobs": (False, None), "top_logprobs": (0, None), "echo": (False, None), "best_of": (1, None),
-              "logit_bias": (None, {}), "suffix": (None, ""), "response_format": ({"type": "text"}, None)}
-WHY_NOT = {"response_format": "no constrained decoding here; ask for the format in the prompt",
-           "logprobs": "log-probabilities are not returned here", "top_logprobs": "log-probabilities are not "
-           "returned here", "echo": "the prompt is not echoed here"}
+              "best_of": (1, None), "logit_bias": (None, {}), "suffix": (None, ""),
+              "response_format": ({"type": "text"}, None)}
+WHY_NOT = {"response_format": "no constrained decoding here; ask for the format in the prompt"}
+MAX_TOP_LOGPROBS = 20  # alternatives per token (OpenAI's chat limit; vLLM's default cap)
 
 
 class BadRequest(Exception):
@@ -40,7 +40,7 @@ def check_fields(body: dict) -> None:
         if key in HONOURED:
             continue
         if key in AT_DEFAULT:
-            if value in AT_DEFAULT[key] and not (isinstance(value, bool) and key not in ("logprobs", "echo")):
+            if value in AT_DEFAULT[key] and not isinstance(value, bool):
                 continue
             shown = value.get("type") if key == "response_format" and isinstance(value, dict) else value
             why = WHY_NOT.get(key, f"this server samples with temperature alone; send {key}="
@@ -54,6 +54,56 @@ def check_fields(body: dict) -> None:
             raise BadRequest("stream_options takes only include_usage", "stream_options")
         if not body.get("stream"):
             raise BadRequest("stream_options goes with stream: true", "stream_options")
+
+
+def logprobs(body: dict, chat: bool) -> tuple[int | None, bool]:
+    """(alternatives per token, or None when no log-probabilities are asked; echo): chat's ``logprobs: true`` with
+    ``top_logprobs: k``, or completions' ``logprobs: k`` with ``echo`` (the prompt's own tokens scored too, as
+    lm-evaluation-harness's loglikelihood requests ask). On whole replies only."""
+    if chat:
+        asked, top = body.get("logprobs"), body.get("top_logprobs")
+        if asked not in (None, True, False):
+            raise BadRequest("logprobs must be true or false on chat completions", "logprobs")
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int)
+                                or not 0 <= top <= MAX_TOP_LOGPROBS):
+            raise BadRequest(f"top_logprobs must be a whole number from 0 to {MAX_TOP_LOGPROBS}", "top_logprobs")
+        if top and not asked:
+            raise BadRequest("top_logprobs goes with logprobs: true", "top_logprobs")
+        if body.get("echo") is not None:
+            raise BadRequest("echo goes with /v1/completions", "echo")
+        wanted, echo = (top or 0) if asked else None, False
+    else:
+        wanted, echo = body.get("logprobs"), body.get("echo", False)
+        if body.get("top_logprobs") is not None:
+            raise BadRequest("top_logprobs goes with /v1/chat/completions; completions take logprobs: N",
+                             "top_logprobs")
+        if wanted is not None and (isinstance(wanted, bool) or not isinstance(wanted, int)
+                                   or not 0 <= wanted <= MAX_TOP_LOGPROBS):
+            raise BadRequest(f"logprobs must be a whole number from 0 to {MAX_TOP_LOGPROBS} on completions",
+                             "logprobs")
+        if echo not in (True, False, None):
+            raise BadRequest("echo must be true or false", "echo")
+        echo = bool(echo)
+    if (wanted is not None or echo) and body.get("stream"):
+        raise BadRequest("logprobs and echo are returned on whole replies here; drop stream",
+                         "logprobs" if wanted is not None else "echo")
+    return wanted, echo
+
+
+def prompts(body: dict) -> list[tuple[str | None, list[int] | None]]:
+    """A completion request's prompts as (text, token ids): a string, a list of strings, a list of token ids, or a
+    list of such lists (each a choice of its own, as lm-evaluation-harness sends a batch)."""
+    value = body.get("prompt")
+    ids = lambda x: isinstance(x, list) and bool(x) and all(  # noqa: E731
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in x)
+    if isinstance(value, str):
+        return [(value, None)]
+    if ids(value):
+        return [(None, value)]
+    if isinstance(value, list) and value and all(isinstance(v, str) or ids(v) for v in value):
+        return [(v, None) if isinstance(v, str) else (None, v) for v in value]
+    raise BadRequest("prompt must be a string, a list of strings, a list of token ids or a list of such lists",
+                     "prompt")
 
 
 def stops(body: dict) -> list[str]:

@@ -225,15 +225,15 @@ def test_fields_are_honoured_or_refused_by_name_never_dropped(served):
     client = _client(url)
     msgs = [{"role": "user", "content": PROMPT}]
     for kwargs, field in (({"response_format": {"type": "json_object"}}, "response_format"),
-                          ({"logprobs": True}, "logprobs"), ({"top_p": 0.5}, "top_p"),
+                          ({"logprobs": True, "stream": True}, "logprobs"), ({"top_p": 0.5}, "top_p"),
                           ({"presence_penalty": 1.0}, "presence_penalty"), ({"extra_body": {"min_p": 0.1}}, "min_p"),
                           ({"stream_options": {"include_usage": True}}, "stream_options"),
                           ({"tool_choice": "required"}, "tool_choice")):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model="run", messages=msgs, max_tokens=4, **kwargs)
         assert e.value.body["param"] == field and field in e.value.body["message"], e.value.body
-    with pytest.raises(openai.BadRequestError, match="logprobs"):
-        client.completions.create(model="run", prompt="hi", max_tokens=2, logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="best_of"):
+        client.completions.create(model="run", prompt="hi", max_tokens=2, best_of=2)
     # at the value that asks for nothing, they are fine; include_usage is honoured
     ok = client.chat.completions.create(model="run", messages=msgs, max_tokens=4, top_p=1,
                                         response_format={"type": "text"}, user="me", temperature=0)
