@@ -405,7 +405,8 @@ How to read it: every ratio comes from {d['reps']} interleaved pairs (A B, B A, 
 one ratio per pair; the value is the median, in brackets the lowest and highest pair (bench/ratio.py). A run's
 s/step is its median optimizer step after the first (which pays one-off warm-up). Each pair is measured twice, in
 wall-clock time and in the CPU time the process spent (user + system, all threads; OpenMP threads sleep while they
-wait on both sides), and the measure whose pairs agree better is reported (named in brackets); the other: {others}.
+wait on both sides): the wall clock is reported where its pairs agree, else the CPU time where those agree better
+(named in brackets; bench/ratio.steadier says why not simply the steadier); the other: {others}.
 {verdict}
 
 | ratio | median (lowest-highest pair) | what |
@@ -430,7 +431,10 @@ removes** (multiply-adds per real token, forward, from the model's shape: `packi
 ({f['attention_share_padded']:.0%}: their examples are {f['mean_example_tokens']:.0f} tokens); a packed row of
 {f['row_tokens']:.0f} real tokens pays {f['packed']['linear']:,.0f} and {f['packed']['attention']:,.0f}
 ({f['attention_share_packed']:.0%}), because on a CPU attention is computed over the whole row and then masked to
-keep its examples apart. That predicts {f['predicted_speedup']:.2f}x. A variable-length attention kernel (on a GPU,
+keep its examples apart. By the count alone packing would gain {f['predicted_speedup']:.2f}x (it measures
+{_fmt(rr['sft_packing_speedup'].median, 2)}x: a count leaves out that one long row keeps the CPU's matrix kernels
+busier than {p['per_row']} short ones), so what packing cannot win here is the row-wide attention, not padding or
+its bookkeeping. A variable-length attention kernel (on a GPU,
 flash-attention's varlen, which transformers uses for packed rows) computes only each example's own block
 ({f['packed']['attention_varlen']:,.0f} per token), which predicts {f['predicted_speedup_varlen']:.2f}x: on a GPU
 packing's gain approaches the padding it removes; on this CPU the row-wide attention costs the rest.
