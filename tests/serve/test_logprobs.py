@@ -66,7 +66,7 @@ def test_chat_logprobs_are_the_models_own_with_their_alternatives(served):
         r = client.chat.completions.create(model=name, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
                                            top_logprobs=3)
         content = r.choices[0].logprobs.content
-        text = said[name] = r.choices[0].message.content
+        said[name] = r.choices[0].message.content
         # one entry per reply token (a random adapter's reply may hold pieces of multi-byte characters, so the
         # pieces are not compared with the text here: the echo test does that on plain words)
         assert len(content) == r.usage.completion_tokens
