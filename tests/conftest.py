@@ -102,6 +102,15 @@ def cli(*args, cwd=None, timeout: float = 600, env: dict | None = None, stdin: s
                           input=stdin, env=merged)
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (for a server a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def cli_command(*args) -> list[str]:
     """The command line of `qlora-app ARGS` for a test that needs the process itself (Popen: a signal, a kill, a
     server it stops), the one spelling of it beside ``cli``."""

@@ -74,16 +74,22 @@ def test_the_harness_scores_base_and_adapter_as_compare_does_and_the_run_keeps_i
     assert f"| qlora_arith | exact_match (last-number) | 100 | {row['base']:.1%} | {row['adapter']:.1%} |" in card
 
 
+def _task(tmp_path: Path, name: str, rows: Path, prompt: str, tokens: int) -> Path:
+    """A folder holding one generation task of one's own over a JSON-lines file of {q, a} rows."""
+    own = tmp_path / "tasks"
+    own.mkdir()
+    (own / f"{name}.yaml").write_text(
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {rows}\n"
+        f"output_type: generate_until\ntest_split: test\ndoc_to_text: '{prompt}'\ndoc_to_target: '{{{{a}}}}'\n"
+        f"generation_kwargs:\n  until: ['\\n\\n']\n  max_gen_toks: {tokens}\n  do_sample: false\nmetric_list:\n"
+        "  - metric: exact_match\n")
+    return own
+
+
 def test_a_gsm8k_format_file_and_a_task_of_ones_own(trained, tmp_path):
     if not GSM8K.is_file():
         pytest.skip("../shared/data/gsm8k_train.jsonl is not here")
-    own = tmp_path / "tasks"
-    own.mkdir()
-    (own / "my_task.yaml").write_text(
-        "task: my_sums\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(tmp_path / "sums.jsonl")
-        + "\noutput_type: generate_until\ntest_split: test\ndoc_to_text: '{{q}}'\ndoc_to_target: '{{a}}'\n"
-        "generation_kwargs:\n  until: ['\\n\\n']\n  max_gen_toks: 16\n  do_sample: false\nmetric_list:\n"
-        "  - metric: exact_match\n")
+    own = _task(tmp_path, "my_sums", tmp_path / "sums.jsonl", "{{q}}", 16)
     (tmp_path / "sums.jsonl").write_text("".join(json.dumps({"q": f"What is {a} + 1?", "a": str(a + 1)}) + "\n"
                                                  for a in range(6)))
     r = _cli("eval", str(trained), "--tasks", "qlora_gsm8k_file,my_sums", "--metadata", f"path={GSM8K}",
@@ -126,13 +132,7 @@ def test_task_rows_the_adapter_trained_on_are_left_out(trained, tmp_path):
     fresh = [prompt_text(r, det) for r in held.select(range(5))]
     # three training prompts: as they are, shouted with its spacing changed, and under the task's own template
     asked = [seen[0], "  " + seen[1].upper().replace(" ", "   "), seen[2]] + fresh
-    own = tmp_path / "tasks"
-    own.mkdir()
-    (own / "mixed.yaml").write_text(
-        "task: mixed_sums\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: " + str(tmp_path / "m.jsonl")
-        + "\noutput_type: generate_until\ntest_split: test\ndoc_to_text: 'Problem: {{q}}\\nSolution:'\n"
-        "doc_to_target: '{{a}}'\ngeneration_kwargs:\n  until: ['\\n\\n']\n  max_gen_toks: 8\n  do_sample: false\n"
-        "metric_list:\n  - metric: exact_match\n")
+    own = _task(tmp_path, "mixed_sums", tmp_path / "m.jsonl", "Problem: {{q}}\\nSolution:", 8)
     (tmp_path / "m.jsonl").write_text("".join(json.dumps({"q": q, "a": "1"}) + "\n" for q in asked))
     r = _cli("eval", str(trained), "--tasks", "mixed_sums", "--include-path", str(own), "--local-only",
              "--json", str(tmp_path / "ev.json"))

@@ -10,17 +10,12 @@ import threading
 import time
 
 import pytest
-from conftest import cli
+from conftest import cli, free_port
 from repo_paths import ROOT
 
 pytestmark = pytest.mark.slow
 PROMPT = "What is 3 + 4?"
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +29,7 @@ def served(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     run = write_run(root / "run", tiny_models["qwen3"], make_adapter(tiny_models["qwen3"], root / "a"))
     engine = Engine(run)
-    port = _port()
+    port = free_port()
     srv, thread = start_in_thread(engine, "127.0.0.1", port, key="s3cret")
     yield f"http://127.0.0.1:{port}/v1", engine, run
     srv.should_exit = True

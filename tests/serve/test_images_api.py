@@ -4,17 +4,12 @@ sent to a text run are 400s naming the part, and the server stays up."""
 
 import base64
 import io
-import socket
 
 import pytest
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _data_url(color) -> str:
@@ -29,7 +24,7 @@ def _serve(run, local_only=True):
     from app.serve.engine import Engine
     from app.serve.server import start_in_thread
 
-    port = _port()
+    port = free_port()
     srv, thread = start_in_thread(Engine(run, local_only=local_only), "127.0.0.1", port, key="k")
     return f"http://127.0.0.1:{port}/v1", srv, thread
 

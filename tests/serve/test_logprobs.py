@@ -4,18 +4,13 @@ pass; and lm-evaluation-harness's own local-completions client runs a multiple-c
 the loglikelihoods its in-process HFLM gets from the same model."""
 
 import json
-import socket
 
 import pytest
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 PROMPT = "What is 3 + 4?"
 
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _client(url):
@@ -36,7 +31,7 @@ def served(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("serve-logprobs")
     run = write_run(root / "run", tiny_models["qwen3"], make_adapter(tiny_models["qwen3"], root / "a"))
     engine = Engine(run)
-    port = _port()
+    port = free_port()
     srv, thread = start_in_thread(engine, "127.0.0.1", port)
     yield f"http://127.0.0.1:{port}/v1", engine
     srv.should_exit = True

@@ -3,9 +3,9 @@ calls back as ``tool_calls`` (TRL's parser, as training reads them), answers the
 the final answer: greedy, the same calls and the same answer as `chat` gives with the run's own tools."""
 
 import json
-import socket
 
 import pytest
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 QUESTION = "Mia has 47 stickers and gets 38 more. How many stickers does Mia have now?"
@@ -31,9 +31,7 @@ def served(tools_run):
     from app.serve.server import start_in_thread
 
     engine = Engine(tools_run)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     srv, thread = start_in_thread(engine, "127.0.0.1", port, key=None)
     yield f"http://127.0.0.1:{port}/v1", engine
     srv.should_exit = True
