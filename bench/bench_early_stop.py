@@ -59,9 +59,9 @@ def measure(runs: list[Path], patience: int) -> dict:
 
 def markdown(results: dict[int, dict], source: str) -> str:
     first = next(iter(results.values()))
-    lines = [f"Measured {date.today():%Y-%m-%d} by `python bench/bench_early_stop.py` on the {first['of']} healthy runs "
-             f"kept by bench_diagnosis ({source}): each run's held-out points (auto: about 10 per run, 32 rows each, "
-             "greedy) replayed through the run's own `BestPoint`, exactly the decisions early stopping would have "
+    lines = [f"Measured {date.today():%Y-%m-%d} by `python bench/bench_early_stop.py` on the {first['of']} healthy "
+             f"runs kept by bench_diagnosis ({source}): each run's held-out points (auto: about 10 per run, 32 rows "
+             "each, greedy) replayed through the run's own `BestPoint`, exactly the decisions early stopping would have "
              "taken (the evaluations change nothing in training). min_delta 0.", "",
              "| patience (points) | runs stopped before their last step | held-out accuracy of the kept adapter - "
              "the last point's (mean over all runs; over the stopped) | steps saved by the stopped |",
@@ -76,7 +76,8 @@ def markdown(results: dict[int, dict], source: str) -> str:
                       "runs early; min_delta 0, because on 32 rows a point's 95% interval is about +-16 points "
                       "(Wilson): a threshold that meant something would have to be that large, and more rows "
                       "(training.eval_rows) are the better way to a steadier curve."]
-    lines += ["", "Per run at each patience (stopped at / the kept point's step, its accuracy -> the last point's):", ""]
+    lines += ["", "Per run at each patience (stopped at / the kept point's step, its accuracy -> the last "
+                  "point's):", ""]
     for patience, r in results.items():
         cells = [f"{name} {v['stopped_at'] if v['early'] else 'ran out'} / {v['kept_step']}, "
                  f"{v['kept']:.0%} -> {v['last']:.0%}" for name, v in r["runs"].items()]

@@ -12,13 +12,13 @@ Within one run, a step's time is the median over its optimizer steps (see stepti
 that stalls a few steps moves a mean, not a median.
 
 Each ratio is measured twice over the same pairs: in wall-clock time and in the CPU time the process spent (user +
-system, all its threads). A neighbour on a shared machine steals wall time from one side of a pair and not the
-other; the CPU time a fixed amount of work takes moves much less (less cache, a slower shared core: a few percent,
-not the 30% a stolen core costs the wall clock). ``steadier`` reports the wall clock where its pairs agree, else
-the CPU time where those agree better, and says which; with OpenMP's threads made to sleep rather than spin while they wait (OMP_WAIT_POLICY=PASSIVE, on both
-sides), a thread waiting for a stolen core does not bill its wait as CPU time. On a quiet machine with one process
-per core the two agree; on a GPU the CPU time only measures the host's side, so there the wall clock is the one
-that counts (``steadier(..., wall_only=True)``).
+system, all its threads). A neighbour on a shared machine steals wall time from one side of a pair and not the other;
+the CPU time a fixed amount of work takes moves much less (less cache, a slower shared core: a few percent, not the
+30% a stolen core costs the wall clock). ``steadier`` reports the wall clock where its pairs agree, else the CPU time
+where those agree better, and says which; with OpenMP's threads made to sleep rather than spin while they wait
+(OMP_WAIT_POLICY=PASSIVE, on both sides), a thread waiting for a stolen core does not bill its wait as CPU time. The two
+need not agree where the sides use the cores differently (``steadier`` says why the wall clock comes first); on a GPU
+the CPU time only measures the host's side, so there the wall clock is the one that counts (``wall_only``).
 """
 
 from __future__ import annotations

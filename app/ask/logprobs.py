@@ -1,9 +1,10 @@
 """Log-probabilities as a model reads text: each token's (with its most likely alternatives) over one sequence
 (``token_logprobs``: what `serve` returns for logprobs / top_logprobs / echo), and the summed log-probability of a
-held-out pair's chosen and rejected answers after its prompt, as a model reads them: the prompt as training built it (the run's system prompt and chat template), the answer as TRL's DPO tokenizes
-it (the assistant turn as the template closes it, or the text and the end-of-sequence token without one), the
-pictures read with it on the image path. Asked through app/ask/asking.Asker.logprobs; app/eval/preference.py turns
-base's and adapter's into preference accuracy. torch is imported inside the functions.
+held-out pair's chosen and rejected answers after its prompt, as a model reads them: the prompt as training built it
+(the run's system prompt and chat template), the answer as TRL's DPO tokenizes it (the assistant turn as the template
+closes it, or the text and the end-of-sequence token without one), the pictures read with it on the image path. Asked
+through app/ask/asking.Asker.logprobs; app/eval/preference.py turns base's and adapter's into preference accuracy.
+torch is imported inside the functions.
 """
 
 from __future__ import annotations

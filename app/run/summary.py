@@ -162,8 +162,8 @@ def early_stop_text(st: dict) -> str | None:
         return None
     at = f"the best held-out point was step {es.get('best_step')}"
     head = (f"stopped at step {es['stopped_at']}: {at}" if es.get("stopped_at") is not None
-            else f"took all its steps ({es.get('waited', 0)} of {es.get('patience')} held-out points without a "
-                 f"rise at the end): {at}")
+            else f"not stopped early ({es.get('waited', 0)} of {es.get('patience')} held-out points without a rise "
+                 f"by its last step): {at}")
     chose = st.get(layout.ADAPTER_STEP)
     if chose is not None and chose == es.get("best_step") and st.get("step") != chose:
         head += f"; the run's adapter is step {chose}'s, the last step's is in {layout.LAST_ADAPTER}/"

@@ -67,9 +67,9 @@ def build_trainer(plan: RunPlan, loaded: Loaded, run_dir: Path, counts: RunCount
 
 
 def attach_callbacks(trainer, session, tokenizer, heldout: list[dict], processor=None):
-    """(watch, stop, progress bar, best point): the run's callbacks on ``trainer``, reporting to ``session`` (its record, its
-    say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected errors, the
-    held-out evaluation every training.eval_every steps, and its best point (early stopping: early_stop.py)."""
+    """(watch, stop, progress bar, best point): the run's callbacks on ``trainer``, reporting to ``session`` (its
+    record, its say): metrics.jsonl and progress (RunDirCallback), Stop on a signal, QLORA_APP_FAULT's injected
+    errors, the held-out evaluation every training.eval_every steps, and its best point (early_stop.py)."""
     # heavy (transformers' TrainerCallback), imported only after the session's import_first: Unsloth must patch
     # transformers before it loads
     from app.train.running.callbacks import FaultCallback, Reporting, RunDirCallback, StopFlag, TerminalProgress

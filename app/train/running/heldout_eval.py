@@ -1,15 +1,15 @@
-"""Held-out evaluation during training (training.eval_every): greedy answers to a fixed seeded sample of held-out
-rows, scored with the run's shaped reward, through compare's own generate / score_cell / summary (one evaluator).
+"""Held-out evaluation during training (training.eval_every): greedy answers to a fixed seeded sample of held-out rows,
+scored with the run's shaped reward, through compare's own generate / score_cell / summary (one evaluator).
 
 Points go into metrics.jsonl as eval/accuracy (with its 95% interval, eval/accuracy_low / _high: Wilson's, on the
-rows it judged), eval/reward and eval/<component>, on the line of their step (every
-``eval_every`` steps, on logged steps when automatic, and at the last step; the base before training is what
-`compare` measures). A distillation run adds eval/divergence (KL from its teacher on the same answers). Preference
-data adds eval/pref_accuracy, eval/pref_margin and eval/pref_likelier on the same
-rows' pairs (app/eval/preference.py; the base's "chosen more likely" goes to status.json once). Each point's score
-(accuracy; for data without references the preference accuracy of its pairs, else the mean reward) goes to the
-run's ``BestPoint`` (early_stop.py: the best point, in status.json and the checkpoints, and early stopping); with
-training.keep_best the best point's adapter is kept in RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
+rows it judged), eval/reward and eval/<component>, on the line of their step (every ``eval_every`` steps, on logged
+steps when automatic, and at the last step; the base before training is what `compare` measures). A distillation run
+adds eval/divergence (KL from its teacher on the same answers). Preference data adds eval/pref_accuracy,
+eval/pref_margin and eval/pref_likelier on the same rows' pairs (app/eval/preference.py; the base's "chosen more
+likely" goes to status.json once). Each point's score (accuracy; for data without references the preference accuracy
+of its pairs, else the mean reward) goes to the run's ``BestPoint`` (early_stop.py: the best point, in status.json
+and the checkpoints, and early stopping); with training.keep_best the best point's adapter is kept in
+RUN/adapter-best/. Rank 0 only. transformers is imported at module level (TrainerCallback).
 """
 
 from __future__ import annotations

@@ -137,7 +137,8 @@ def test_words_in_the_summary():
                                    "step 20's, the last step's is in adapter-last/")
     ran = {"step": 60, layout.ADAPTER_STEP: 60,
            layout.EARLY_STOP: {"stopped_at": None, "best_step": 60, "patience": 3, "waited": 0}}
-    assert early_stop_text(ran).startswith("took all its steps (0 of 3 held-out points without a rise at the end)")
+    assert early_stop_text(ran).startswith("not stopped early (0 of 3 held-out points without a rise by its last "
+                                           "step): the best held-out point was step 60")
     assert early_stop_text({}) is None and chosen_line({}) is None
     assert chosen_line({"chosen_on": 32}).startswith("the 32 held-out rows the adapter was chosen on")
 
