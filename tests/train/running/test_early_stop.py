@@ -227,3 +227,33 @@ def test_resume_and_the_oom_ladder_keep_the_count(tmp_path, monkeypatch):
     st = store.read_status(d)
     assert st["oom_changes"] and st["oom_changes"][0]["from_step"] == 2
     assert st["step"] == 4 and st[layout.EARLY_STOP]["stopped_at"] == 4 and st[layout.EARLY_STOP]["best_step"] == 1
+
+
+@pytest.mark.slow
+def test_stop_still_stops_a_run_with_early_stopping_and_resume_finishes_it(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import cli, cli_command
+
+    run = tmp_path / "stopped"
+    sets = [s for x in FLAT + ["training.max_steps=40", "training.save_steps=1", "training.proof_rows=0"]
+            for s in ("--set", x)]
+    p = subprocess.Popen([*cli_command(), "train", "--preset", "demo-grpo", "--run-dir", str(run), "--no-progress",
+                          "--set", "training.early_stop.patience=30", *sets],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and len([r for r in store.read_metrics(run) if layout.EVAL_ACCURACY in r]) < 2:
+        time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)  # Stop in the UI
+    p.wait(timeout=300)
+    st = store.read_status(run)
+    assert p.returncode == 130 and st["status"] == layout.INTERRUPTED and st["step"] < 40, st
+    assert st[layout.EARLY_STOP]["stopped_at"] is None and st[layout.EARLY_STOP]["waited"] >= 1
+    # resumed with less patience: the count from the checkpoint goes on and the run stops early, finished
+    r = cli("train", "--resume", str(run), "--no-progress", "--set", "training.early_stop.patience=3", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    st = store.read_status(run)
+    assert st["status"] == layout.FINISHED and st[layout.EARLY_STOP]["stopped_at"] is not None
+    assert st["step"] < 40 and st[layout.ADAPTER_STEP] == st[layout.EARLY_STOP]["best_step"] == 1
