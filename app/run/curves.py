@@ -123,10 +123,13 @@ class Panel:
     ylim: tuple[float, float] | None = None
     percent: bool = False
     best: tuple[int, float] | None = None  # held-out: (step, value) of the best point
+    stopped_at: int | None = None  # held-out: the step early stopping ended the run at (training.early_stop)
 
 
-def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Panel], tuple[float, float]]:
-    """What the figure shows, and the one step range every panel shares."""
+def panels(records: list[dict], max_steps: int | None = None,
+           stopped_at: int | None = None) -> tuple[list[Panel], tuple[float, float]]:
+    """What the figure shows, and the one step range every panel shares; ``stopped_at``: the step early stopping
+    ended the run at, marked on the held-out panel."""
     out: list[Panel] = []
     grpo = any(r.get("reward") is not None for r in records)
     xs, ys = series(records, "loss")
@@ -169,7 +172,7 @@ def panels(records: list[dict], max_steps: int | None = None) -> tuple[list[Pane
         out.append(Panel("heldout", title, [Series(held, hx, hy, "#2ca02c", smooth=False, label=label,
                                                    band=spread)],
                          (-0.02, 1.02) if acc else readable_limits(hy, _min_span(hy, 0.2)), percent=acc,
-                         best=best))
+                         best=best, stopped_at=stopped_at))
     mx, my = series(records, layout.PEAK_RESERVED)
     if mx:
         where = next((r.get(layout.PEAK_DEVICE) for r in reversed(records) if r.get(layout.PEAK_DEVICE)), "") or ""
@@ -238,9 +241,9 @@ def waiting(text: str = "waiting for the first logged step"):
     return fig
 
 
-def figure(records: list[dict], title: str = "", max_steps: int | None = None):
+def figure(records: list[dict], title: str = "", max_steps: int | None = None, stopped_at: int | None = None):
     """A matplotlib Figure (object API: no pyplot state, safe from the UI's worker threads), or None."""
-    shown, xlim = panels(records, max_steps)
+    shown, xlim = panels(records, max_steps, stopped_at)
     if not shown:
         return None
     from matplotlib.figure import Figure
@@ -253,6 +256,9 @@ def figure(records: list[dict], title: str = "", max_steps: int | None = None):
     for ax, panel in zip(axes.flat, shown):
         for s in panel.series:
             _draw(ax, s)
+        if panel.stopped_at is not None:  # where early stopping ended the run (the axis still runs to max_steps)
+            ax.axvline(panel.stopped_at, color="#888888", linestyle=":", linewidth=1.5,
+                       label=f"stopped early at step {panel.stopped_at}")
         if panel.best:
             step, value = panel.best
             shown_value = f"{value:.0%}" if panel.percent else f"{value:.3g}"
@@ -292,10 +298,15 @@ def _draw(ax, s: Series) -> None:
             label=s.label if s.label else f"smoothed (EMA over ~{span} points)")
 
 
+def stopped_at(status: dict) -> int | None:
+    """The step early stopping ended a run at, from its status.json (None: it did not)."""
+    return (status.get(layout.EARLY_STOP) or {}).get("stopped_at")
+
+
 def save_curves(run_dir: Path, out: Path | None = None) -> Path | None:
     records = store.read_metrics(run_dir)
-    max_steps = (store.read_status(run_dir) or {}).get("max_steps")
-    fig = figure(records, Path(run_dir).name, max_steps)
+    st = store.read_status(run_dir) or {}
+    fig = figure(records, Path(run_dir).name, st.get("max_steps"), stopped_at(st))
     if fig is None:
         return None
     out = Path(out or Path(run_dir) / layout.CURVES)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from app.host.procs import pid_alive
 from app.run import layout, lookup, store
-from app.run.curves import figure, waiting
+from app.run.curves import figure, stopped_at, waiting
 from app.run.summary import run_summary
 from app.ui.folders import shown_runs
 from app.ui.jobs import console_tail, running_elsewhere
@@ -50,7 +50,7 @@ def curves(run_dir: Path | None, records: list[dict] | None = None, max_steps: i
     if run_dir is None:
         return None
     recs = store.read_metrics(run_dir) if records is None else records
-    return figure(recs, Path(run_dir).name, max_steps) or waiting()
+    return figure(recs, Path(run_dir).name, max_steps, stopped_at(store.read_status(run_dir) or {})) or waiting()
 
 
 def curves_key(run_dir: Path | None, records: list[dict], summary: dict | None) -> tuple:

@@ -119,6 +119,18 @@ def test_each_heldout_point_shows_its_interval():
     assert "accuracy (greedy), 95% interval of each point" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+def test_where_early_stopping_ended_the_run_is_marked(tmp_path):
+    recs = _grpo_records(40, eval_at=(20, 40))
+    (held,) = [p for p in curves.panels(recs, 80, stopped_at=40)[0] if p.key == "heldout"]
+    assert held.stopped_at == 40
+    ax = _by_title(curves.figure(recs, "run", 80, stopped_at=40), "held-out accuracy")
+    assert "stopped early at step 40" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_xlim()[1] > 80  # the axis still runs to the run's planned end
+    assert curves.stopped_at({layout.EARLY_STOP: {"stopped_at": 40}}) == 40 and curves.stopped_at({}) is None
+    plain = _by_title(curves.figure(recs, "run", 80), "held-out accuracy")
+    assert not any("stopped early" in t.get_text() for t in plain.get_legend().get_texts())
+
+
 def test_heldout_reward_when_the_data_has_no_references():
     recs = [{"step": i, "reward": 1.0, **({layout.EVAL_REWARD: 0.1 * i} if i % 5 == 0 else {})} for i in range(1, 21)]
     ax = _by_title(curves.figure(recs), "held-out mean reward")
