@@ -186,6 +186,8 @@ def comparison_text(cmp: dict | None) -> str | None:
         base, adapter = (_fmt(s[k].get("mean_reward")) for k in ("base", "adapter"))
         head = f"mean reward base {base} -> adapter {adapter}"
     rows = f"on {s['n']} held-out rows" if s.get("heldout", True) else f"on {s['n']} typed prompts"
+    chosen = (cmp.get("config") or {}).get("chosen_on")
+    rows += f" (not the {chosen} the adapter was chosen on)" if chosen else ""
     if s.get("teacher") and b is not None and s["teacher"].get("accuracy") is not None:  # a distillation run
         closed = s.get("closed")
         head += f", teacher {s['teacher']['accuracy']:.1%}" + (f" ({closed:.0%} of its lead closed)"

@@ -191,6 +191,7 @@ def test_a_flat_curve_stops_and_the_best_adapter_is_the_runs(stopped):
     assert proof["config"]["chosen_on"] == 8 and proof["config"]["adapter"] == str(d / layout.ADAPTER)
     words = "stopped at step 3: the best held-out point was step 1; the run's adapter is step 1's"
     assert run_summary(d)["early_stop"].startswith(words)
+    assert run_summary(d)["comparison"].endswith("on 12 held-out rows (not the 8 the adapter was chosen on)")
     assert f"early stopping: {words}" in (d / layout.LOG).read_text()
     card = write_card(d / layout.ADAPTER, d, _cfg(d), "adapter", "base", {}, adapter_dir=d / layout.ADAPTER)
     text = card.read_text()
