@@ -31,6 +31,7 @@ from pathlib import Path
 from app.config.methods import method_of
 from app.data import build_splits
 from app.data.convert import prompt_text
+from app.data.images import undecoded
 from app.data.leaks import Leaks, find_leaks
 from app.errors import UserError
 from app.host.offline import hub_offline, hub_reachable, offline
@@ -165,7 +166,7 @@ def training_leaks(run_cfg, loaded: dict, local_only: bool) -> dict:
         return {}
     rows, _, det = build_splits(run_cfg.data, run_cfg.training.seed, local_only,
                                 labelled=method_of(run_cfg).rows == "labelled")
-    train = [prompt_text(r, det) for r in rows]
+    train = [prompt_text(r, det) for r in undecoded(rows)]  # the prompts' text: a picture column is not decoded
     out = {}
     for name, task in loaded.items():
         docs = list(task.eval_docs or [])

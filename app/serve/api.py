@@ -121,10 +121,10 @@ async def _answer(engine, request: Request, chat: bool):
     for i, (text, ids, tokens) in enumerate(prompts):
         asked_here = {**settings, "max_tokens": tokens}
         out = (await asyncio.to_thread(engine.reply, body["model"], text, **asked_here, prompt_ids=ids) if tokens
-               else _nothing_generated(engine, text, ids))
+               else Reply("", len(ids), 0))  # max_tokens 0 with echo: the prompt alone, scored; nothing generated
         outs.append(out)
-        scored = (await asyncio.to_thread(engine.logprobs, body["model"], ids or engine.ids(text, 0), out, top,
-                                          echo) if top is not None else None)
+        scored = (await asyncio.to_thread(engine.logprobs, body["model"], ids, out, top, echo) if top is not None
+                  else None)
         content, calls = engine.tool_calls(out.text, text, tools) if tools else (out.text, None)
         finish = "tool_calls" if calls else _finish(out, asked_here)
         if chat:
@@ -142,20 +142,15 @@ async def _answer(engine, request: Request, chat: bool):
             "model": body["model"], "choices": choices, "usage": _usage(*outs)}
 
 
-def _prompt(engine, text: str | None, ids: list[int] | None, asked: int | None) -> tuple[str, list[int] | None, int]:
-    """(text, token ids or None, reply tokens) of one prompt: a prompt sent as token ids is checked against the
-    vocabulary and the context, and read back as text (what echo returns)."""
+def _prompt(engine, text: str | None, ids: list[int] | None, asked: int | None) -> tuple[str, list[int], int]:
+    """(text, token ids, reply tokens) of one prompt, tokenized once here (the reply and its log-probabilities read
+    these ids): a prompt sent as token ids is checked against the vocabulary and read back as text (what echo
+    returns); either is checked against the context."""
     if ids is None:
-        return text, None, engine.reply_tokens(text, asked, DEFAULT_MAX_TOKENS)
-    room = DEFAULT_MAX_TOKENS if engine.context is None else max(1, engine.context - len(ids))
-    tokens = min(DEFAULT_MAX_TOKENS, room) if asked is None else asked
-    engine.checked_ids(ids, tokens)
-    return engine.tok.decode(ids), ids, tokens
-
-
-def _nothing_generated(engine, text: str, ids: list[int] | None):
-    """max_tokens 0 with echo: the prompt alone, scored and returned; nothing generated."""
-    return Reply("", len(ids) if ids is not None else len(engine.ids(text, 0)), 0)
+        ids = engine.ids(text, 0)
+    else:
+        text = engine.tok.decode(engine.checked_ids(ids, 0))
+    return text, ids, engine.reply_tokens(ids, asked, DEFAULT_MAX_TOKENS)
 
 
 def _piece(tok, token: int) -> str:

@@ -132,31 +132,31 @@ class Engine:
 
     def ids(self, text: str, max_tokens: int) -> list[int]:
         """The prompt's token ids; a prompt that leaves no room for ``max_tokens`` is one line."""
-        ids = self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"]
+        return self.fits(self.tok(text, add_special_tokens=adds_special_tokens(self.tok))["input_ids"], max_tokens)
+
+    def fits(self, ids: list[int], max_tokens: int) -> list[int]:
+        """``ids``, when they leave room for ``max_tokens`` in the model's context; else one line."""
         if self.context is not None and len(ids) + max_tokens > self.context:
             raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
                             f"{self.context}-token context; shorten it or lower max_tokens")
-        return ids
+        return list(ids)
 
-    def reply_tokens(self, text: str, asked: int | None, most: int) -> int:
-        """A request's reply length, checked against the context: ``asked``, or when it names none ``most`` or what
-        the context leaves beside the prompt (the prompt tokenized once)."""
-        if asked is not None or self.context is None:
-            tokens = most if asked is None else asked
-            self.ids(text, tokens)
-            return tokens
-        used = len(self.ids(text, 1))
-        return max(1, min(most, self.context - used))
+    def reply_tokens(self, ids: list[int], asked: int | None, most: int) -> int:
+        """A request's reply length for prompt ``ids``, checked against the context: ``asked``, or when it names
+        none ``most`` or what the context leaves beside the prompt."""
+        if asked is None and self.context is not None:
+            self.fits(ids, 1)
+            return max(1, min(most, self.context - len(ids)))
+        tokens = most if asked is None else asked
+        self.fits(ids, tokens)
+        return tokens
 
     def checked_ids(self, ids: list[int], max_tokens: int) -> list[int]:
         """A prompt sent as token ids: every id in the vocabulary, and room left for ``max_tokens``."""
         vocab = len(self.tok)
         if any(t >= vocab for t in ids):
             raise UserError(f"the prompt holds token ids beyond this model's vocabulary of {vocab}")
-        if self.context is not None and len(ids) + max_tokens > self.context:
-            raise UserError(f"the prompt is {len(ids)} tokens and max_tokens {max_tokens}: more than the model's "
-                            f"{self.context}-token context; shorten it or lower max_tokens")
-        return list(ids)
+        return self.fits(ids, max_tokens)
 
     def logprobs(self, name: str, prompt_ids: list[int], reply: Reply, top: int, echo: bool = False) -> list[tuple]:
         """[(token id, log-probability or None, [(alternative id, log-probability)])] of the reply's tokens (those
@@ -173,11 +173,11 @@ class Engine:
     def reply(self, name: str, text: str, max_tokens: int, temperature: float, seed: int = 0, on_text=None,
               stop: threading.Event | None = None, stops: list[str] = (), images: list = (),
               messages: list[dict] | None = None, prompt_ids: list[int] | None = None) -> Reply:
-        """The reply to prompt ``text`` (or its token ids, ``prompt_ids``) from model ``name``, when the model is
-        free; ``stops``: strings that end it (not shown, not counted), streamed or not; ``images`` with
+        """The reply to prompt ``text`` (or its token ids as the caller read them, ``prompt_ids``) from model
+        ``name``, when the model is free; ``stops``: strings that end it (not shown, not counted), streamed or not; ``images`` with
         ``messages``: a chat request with pictures, answered whole (one piece when streamed)."""
         side = self.side(name)
-        ids = self.checked_ids(prompt_ids, max_tokens) if prompt_ids is not None else self.ids(text, max_tokens)
+        ids = self.fits(prompt_ids, max_tokens) if prompt_ids is not None else self.ids(text, max_tokens)
         watch = StopAt(list(stops))
         ended = _Either(stop)
 

@@ -263,7 +263,6 @@ class Session:
         # which adapter is the run's, decided once here and recorded (the proof, the card and export read it)
         adapter, chosen = run_adapter(trainer.model, loaded.tokenizer, self.dir, self.best, step,
                                       self.plan.cfg.training.early_stop)
-        self.final.update(chosen)
         self.record(None, step=step, **chosen)  # before the proof, which reads which step's adapter it measures
         said = early_stop_text({**chosen, "step": step})
         if said:
