@@ -173,6 +173,24 @@ def quick_demo(tmp_path_factory):
     return _demo(tmp_path_factory, "quick-demo", "--quick", "--seed", "7")
 
 
+@pytest.fixture(scope="session")
+def teacher_ggufs(tmp_path_factory) -> dict[str, Path]:
+    """The distillation demo's teacher (arith-teacher) as GGUF files, {"f16": ..., "q4_k_m": ...}, written once a
+    test session (app/demo/build_teacher.teacher_gguf: llama.cpp's converter and quantizer)."""
+    pytest.importorskip("llama_cpp")
+    from app.config.builtin import TEACHER_MODEL
+    from app.demo.build_teacher import teacher_gguf
+    from app.demo.recipe import base_model_path
+
+    def build(folder: Path) -> None:
+        src = base_model_path(name=TEACHER_MODEL)
+        for outtype in ("f16", "q4_k_m"):
+            teacher_gguf(src, outtype, out=folder / f"arith-teacher-{outtype}.gguf")
+
+    folder = built_once(tmp_path_factory, "teacher-ggufs", build)
+    return {t: folder / f"arith-teacher-{t}.gguf" for t in ("f16", "q4_k_m")}
+
+
 @pytest.fixture()
 def math_jsonl(tmp_path) -> Path:
     """A small GSM8K-shaped local dataset."""

@@ -248,6 +248,9 @@ def demo(
                                          "to call it right on two-digit word problems (arith-calc)."),
     images: bool = switch("--images", help="SFT of a tiny vision-language model (4-bit) on built-in images: it "
                                            "learns to name the colour of a shape."),
+    gguf_teacher: bool = switch("--gguf-teacher", help="--method distill: the teacher exported to a Q4_K_M GGUF and "
+                                                       "run by llama.cpp in a child process (never in training "
+                                                       "memory); its top-k log-probabilities are the signal."),
 ):
     """Offline end-to-end demo on CPU: 4-bit QLoRA + GRPO (or DPO, KTO, distillation) on built-in arithmetic, then
     base vs adapter."""
@@ -255,7 +258,7 @@ def demo(
     use_free_cores(note=lambda ln: console.print(f"[yellow]note:[/] {escape(ln)}"))  # pairs, proofs: free cores
     try:
         run_chosen_demo(output_dir, quick=quick, console=console, seed=seed, method=method, tools=tools,
-                        images=images)
+                        images=images, gguf_teacher=gguf_teacher)
     except KeyboardInterrupt as e:  # Ctrl-C: stopped, not a success (130 = 128 + SIGINT, what shells report)
         if not isinstance(e, DemoInterrupted):
             err_console.print("demo interrupted")

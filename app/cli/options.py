@@ -48,7 +48,8 @@ JUDGE_URL = typer.Option(None, help="A judge in the reward: an OpenAI-compatible
 JUDGE_MODEL = typer.Option(None, help="The judge: its name at --judge-url, else a local model.")
 JUDGE_RUBRIC = typer.Option(None, help="The judge's rubric file ({prompt} {completion} ...).")
 TEACHER = typer.Option(None, help="--method distill: the teacher, a model id or folder, or a qlora-app run (its base "
-                                  "with its adapter).")
+                                  "with its adapter), loaded beside the student; or never in training memory: a "
+                                  ".gguf file (llama.cpp in a child process) or an http(s)://host:port/v1 endpoint.")
 NUM_PROCESSES = typer.Option(None, "--num-processes", help="Processes on this machine (one per GPU); >1 runs torchrun "
                                                            "DDP.")
 NNODES = typer.Option(None, "--nnodes", help="Machines taking part (multi-node).")

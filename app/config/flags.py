@@ -95,7 +95,7 @@ FLAGS = (
     Flag("kto.beta", None, "kto_beta", "KTO beta"),
     Flag("kto.desirable_weight", None, "kto_desirable_weight", "Weight of good answers"),
     Flag("kto.undesirable_weight", None, "kto_undesirable_weight", "Weight of bad answers"),
-    Flag("distill.teacher", "--teacher", "teacher", "Teacher (model id, folder or run)"),
+    Flag("distill.teacher", "--teacher", "teacher", "Teacher (model, run, .gguf file or http(s) endpoint)"),
     Flag("distill.mode", None, "distill_mode", "Distillation"),
     Flag("distill.beta", None, "distill_beta", "Divergence beta (0 forward KL, 1 reverse KL)"),
     Flag("distill.teacher_4bit", None, "teacher_4bit", "Teacher in 4-bit"),

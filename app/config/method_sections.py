@@ -173,7 +173,10 @@ class DistillSection(StrictModel):
 
     teacher: str | None = _d(None, "the model that knows the task: a model id or folder (loaded 4-bit unless "
                                    "distill.teacher_4bit=false), or a qlora-app run folder (its base with its "
-                                   "adapter, inference only); it must share the student's vocabulary")
+                                   "adapter, inference only), both beside the student; or one never in training "
+                                   "memory: a .gguf file (llama.cpp in a child process, on the CPU and "
+                                   "distill.teacher_gpu_layers) or an http(s)://host:port/v1 OpenAI-compatible "
+                                   "endpoint that returns log-probabilities; it must share the student's vocabulary")
     teacher_4bit: bool = _d(True, "load a model teacher in 4-bit NF4 (a run teacher loads as its run did); false: "
                                   "16-bit, about 4x its memory")
     teacher_system_prompt: str | None = _d(None, "the system prompt the teacher is asked with: unset, as it was "
@@ -190,3 +193,17 @@ class DistillSection(StrictModel):
                                  "loss (TRL's)", gt=0)
     max_completion_length: int = _d(256, "tokens an answer may take, the student's samples and the teacher's "
                                          "written answers alike", gt=0)
+    top_k: int = _d(20, "a GGUF or endpoint teacher: its most likely tokens returned per answer position, the "
+                        "support of the loss (with the answer's own token and a tail bucket for the rest); 20 is "
+                        "what OpenAI-compatible servers return at most (OpenAI's and vLLM's default cap), and "
+                        "top-k KD with a tail tracks the full KL closely from a few tens down", ge=1, le=20)
+    teacher_threads: int | None = _d(None, "a GGUF teacher: CPU threads llama.cpp runs on (unset: half this "
+                                           "machine's cores, the rest train)", ge=1)
+    teacher_context: int | None = _d(None, "a GGUF teacher: its context in tokens (unset: the run's longest prompt "
+                                           "plus distill.max_completion_length, within the file's own)", ge=16)
+    teacher_gpu_layers: int = _d(0, "a GGUF teacher: layers llama.cpp offloads to the GPU (0: none, the card is "
+                                    "the student's; -1: all)", ge=-1)
+    teacher_model: str | None = _d(None, "an endpoint teacher: the model name to ask it for (unset: the first it "
+                                         "lists at /v1/models)")
+    teacher_timeout: float = _d(120.0, "a GGUF or endpoint teacher: seconds one request may take before it is "
+                                       "retried (3 tries; then the run stops at its last checkpoint)", gt=0)

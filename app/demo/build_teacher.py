@@ -46,3 +46,33 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def teacher_gguf(teacher_dir: Path, outtype: str = "q4_k_m", out: Path | None = None) -> Path:
+    """The demo teacher as a GGUF file (``outtype``, Q4_K_M as a user's exported run ships), written once beside the
+    cache of built models (convert to f16 with llama.cpp's converter, quantize with llama.cpp), atomically: the
+    distillation demo's teacher outside the training process (``qlora-app demo --method distill --gguf-teacher``).
+    ``out``: another file to write (a test's)."""
+    import os
+
+    from app.config.builtin import TEACHER_MODEL, cache_dir
+    from app.export.gguf import convert, pre_tokenizer
+    from app.export.quantize import quantize
+
+    out = Path(out) if out else cache_dir(TEACHER_MODEL).with_name(f"{TEACHER_MODEL}-{outtype}.gguf")
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    f16 = out.with_name(f"{out.stem}.f16.tmp-{os.getpid()}.gguf")
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    try:
+        if outtype in ("f16", "bf16", "q8_0", "f32"):  # the converter writes these itself
+            convert(Path(teacher_dir), tmp, outtype, pre_tokenizer(Path(teacher_dir)), TEACHER_MODEL)
+        else:
+            convert(Path(teacher_dir), f16, "f16", pre_tokenizer(Path(teacher_dir)), TEACHER_MODEL)
+            quantize(f16, tmp, outtype)
+        tmp.rename(out)
+    finally:
+        f16.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    return out

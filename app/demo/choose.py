@@ -20,16 +20,20 @@ def _preference(output_dir, quick, console, seed, method, tools):  # the same pa
     return run_dpo_demo(output_dir, quick=quick, console=console, seed=seed, method=method)
 
 
-def _distill(output_dir, quick, console, seed, method, tools):
-    return run_distill_demo(output_dir, quick=quick, console=console, seed=seed)
+def _distill(output_dir, quick, console, seed, method, tools, gguf_teacher=False):
+    return run_distill_demo(output_dir, quick=quick, console=console, seed=seed, gguf_teacher=gguf_teacher)
 
 
 DEMOS = {"rollouts": _grpo, "pairs": _preference, "teacher": _distill}  # a Method's ``demo`` -> its runner
 
 
 def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | None = None, tools: bool = False,
-                    images: bool = False):
-    """``method``: as typed (None: the demo's own: GRPO, or SFT for --images)."""
+                    images: bool = False, gguf_teacher: bool = False):
+    """``method``: as typed (None: the demo's own: GRPO, or SFT for --images); ``gguf_teacher``: distillation's
+    teacher as a Q4_K_M GGUF in llama.cpp's child process."""
+    if gguf_teacher and (images or tools or method != "distill"):
+        raise UserError("--gguf-teacher is the distillation demo's (its teacher in llama.cpp, outside training "
+                        "memory); pass --method distill with it")
     if images:
         pictured = with_("picture_demo")
         chosen = METHODS.get(method or "sft")
@@ -44,4 +48,6 @@ def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | N
                         "sft)")
     if tools and not chosen.rewarded:
         raise UserError("--tools is a GRPO demo (the model learns from the reward of its rollouts); drop --method")
+    if gguf_teacher:
+        return _distill(output_dir, quick, console, seed, chosen.name, tools, gguf_teacher=True)
     return DEMOS[chosen.demo](output_dir, quick, console, seed, chosen.name, tools)

@@ -24,6 +24,7 @@ from app.config.build import build_config, load_yaml_file
 from app.config.builtin import BUILTIN_MODEL, TEACHER_MODEL
 from app.config.method_sections import DISTILL_MODES
 from app.config.presets import load_preset
+from app.demo.build_teacher import teacher_gguf
 from app.demo.recipe import EVAL_SIZE, base_model_path
 from app.demo.run import _keep_previous, run_proof, stop_if_interrupted
 from app.eval.render import print_result
@@ -44,10 +45,11 @@ def demo_config(base: Path | str, teacher: Path | str) -> dict:
 
 
 def run_distill_demo(output_dir: Path, quick: bool = False, console=None, progress: bool | None = None,
-                     seed: int = 42, sets: list[str] | tuple = ()) -> Comparison:
+                     seed: int = 42, sets: list[str] | tuple = (), gguf_teacher: bool = False) -> Comparison:
     """Returns the run's proof (base, student, teacher); its config["demo"] holds the stages, the run folder, the
     timings and the tokens the student sampled. ``sets``: --set overrides of the demo's config (the bench's
-    off-policy variant)."""
+    off-policy variant); ``gguf_teacher``: the teacher exported to a Q4_K_M GGUF, run by llama.cpp in a child
+    process (its top-k log-probabilities the signal)."""
     console = console or Console()
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -56,6 +58,8 @@ def run_distill_demo(output_dir: Path, quick: bool = False, console=None, progre
     console.rule("[bold]qlora-app demo --method distill[/]: a larger teacher into the 4-bit tiny base, on CPU, "
                  "offline")
     base, teacher = base_model_path(name=BUILTIN_MODEL), base_model_path(name=TEACHER_MODEL)
+    if gguf_teacher:  # exported once (convert + quantize, seconds), then llama.cpp runs it beside the training
+        teacher = teacher_gguf(teacher)
     timings["prepare_models_s"] = time.time() - t0
     console.print(f"student: {base}\nteacher: {teacher}")
     n_eval = QUICK["eval"] if quick else EVAL_SIZE
@@ -138,8 +142,9 @@ def _print_outcome(result: Comparison, console, run: Path, out: Path, total_s: f
     st = Table(title=f"held-out accuracy ({result.summary.n} held-out problems, greedy)")
     for col in ("model", "accuracy", "mean shaped reward"):
         st.add_column(col, justify="left" if col == "model" else "right")
+    outside = str(result.config.get("teacher") or "").endswith(".gguf")
     for name, label in (("base", "student before (4-bit base)"), ("distill", "+ distillation (final adapter)"),
-                        ("teacher", "teacher (4-bit)")):
+                        ("teacher", "teacher (Q4_K_M GGUF, llama.cpp)" if outside else "teacher (4-bit)")):
         if name in d["stages"]:
             st.add_row(label, f"{d['stages'][name]['accuracy']:.1%}", f"{d['stages'][name]['mean_reward']:.3f}")
     console.print(st)

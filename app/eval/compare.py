@@ -216,12 +216,36 @@ def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
     asked = [{**it, "messages": reasked(it["messages"], student, system),
               "plain": reasked(it["plain"], student, system) if it.get("plain") is not None else None}
              for it in items] if (system or None) != (student or None) else items
+    if source.outside:
+        return _outside_answers(source, asked, tok, gen, (recorded or {}).get("where"), run_cfg), source.label
     model = load_teacher(source, None, local_only, keep, device=run_cfg.runtime.device)
     out = Asker(model, tok, None, None, fix="compare it with rows without images").answers(asked, **gen)
     del model
     gc.collect()
     label = source.label + (f" (asked with its system prompt {system!r})" if system and system != student else "")
     return out, label
+
+
+def _outside_answers(source, items: list[dict], tok, gen: dict, where: dict | None, run_cfg) -> list[dict] | None:
+    """A GGUF or endpoint teacher's greedy answers to ``items`` (its prompts as the student's tokenizer makes them,
+    as training asked it), opened where the run's plan recorded it ran (or, for an adapter folder alone, planned
+    again here)."""
+    from app.model.generation import adds_special_tokens, format_prompt
+    from app.teacher.connect import OutsideTeacher
+    from app.train.planning.teacher import plan_outside
+
+    where = where or plan_outside(run_cfg, source).record()
+    prompts = [tok(format_prompt(tok, it), add_special_tokens=adds_special_tokens(tok))["input_ids"] for it in items]
+    out = []
+    with OutsideTeacher(where, tok) as teacher:
+        for at in range(0, len(prompts), teacher.client.batch):
+            part = prompts[at:at + teacher.client.batch]
+            for s in teacher.client.answer(part, gen["max_new_tokens"], 1, None, scored=False):
+                out.append({"text": tok.decode(s.ids, skip_special_tokens=True), "tokens": len(s.ids),
+                            "prompt_cut": False})
+            if gen.get("on_batch"):
+                gen["on_batch"](len(part))
+    return out
 
 
 def _dataset_name(run_cfg, dataset, num_samples):

@@ -2,7 +2,9 @@
 loading it for inference.
 
 A teacher is a model id or folder (loaded 4-bit unless distill.teacher_4bit is false) or a qlora-app run (its
-adapter on the base it trained on, opened the way every command opens a run: app/model/pair.py). Distillation
+adapter on the base it trained on, opened the way every command opens a run: app/model/pair.py), loaded beside the
+student; or one that never enters the training process (``outside``): a ``.gguf`` file (run by llama.cpp in a child
+process) or an ``http(s)://…/v1`` OpenAI-compatible endpoint, both asked through app/teacher/. Distillation
 matches the two models' next-token distributions over one vocabulary, so a teacher must be a causal language model
 whose tokens are the student's. The same tokenizer behind a head padded to another size (Qwen2.5-7B's 152,064 rows
 beside 1.5B's 151,936 for one 151,665-token tokenizer) is the same vocabulary: the rows no token has are dropped from
@@ -42,14 +44,25 @@ class TeacherSource:
     config: dict | None
     trained_system: str | None = None  # a run teacher's data.system_prompt: how it was taught to be asked
     files: Any = field(default=None, compare=False, repr=False)
+    outside: str | None = None  # "gguf" or "endpoint": a teacher outside the training process (app/teacher/)
 
     @property
     def label(self) -> str:
         return f"run {self.given}" if self.adapter_dir else self.given
 
     def record(self) -> dict:
+        if self.outside:
+            return {"teacher": self.given, "outside": self.outside}
         return {"teacher": self.given, "model": self.model.name_or_path, "4bit": self.model.load_in_4bit,
                 "adapter": str(self.adapter_dir) if self.adapter_dir else None}
+
+
+def outside_kind(name: str | None) -> str | None:
+    """"endpoint" for an http(s) URL, "gguf" for a .gguf file, else None (a model or a run, loaded here)."""
+    text = str(name or "").strip()
+    if text.lower().startswith(("http://", "https://")):
+        return "endpoint"
+    return "gguf" if text.lower().endswith(".gguf") else None
 
 
 def find_teacher(distill, student: ModelConfig, local_only: bool, loads: bool = True) -> TeacherSource:
@@ -60,6 +73,9 @@ def find_teacher(distill, student: ModelConfig, local_only: bool, loads: bool = 
     if not name or not str(name).strip():
         raise UserError("method distill learns from a teacher: pass --teacher MODEL (a model id or folder) or "
                         "--teacher RUN (a qlora-app run, its base with its adapter)")
+    kind = outside_kind(name)
+    if kind:
+        return _outside_teacher(str(name).strip(), kind, student)
     found = lookup.locate(name)
     if lookup.is_run_dir(found) or (found / "adapter_config.json").is_file():
         return _run_teacher(name, found, local_only, loads)
@@ -72,6 +88,18 @@ def find_teacher(distill, student: ModelConfig, local_only: bool, loads: bool = 
     except UserError as e:
         raise UserError(f"teacher: {e}") from None
     return TeacherSource(name, mc, None, read_config(name))
+
+
+def _outside_teacher(name: str, kind: str, student: ModelConfig) -> TeacherSource:
+    """A GGUF file (it must be one: read here from its header) or an endpoint (probed before the student loads:
+    app/train/planning/teacher.py)."""
+    if kind == "gguf":
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UserError(f"teacher file '{name}' does not exist; pass a .gguf file (qlora-app export --format gguf "
+                            "RUN writes one of any run), an http(s)://host:port/v1 endpoint, a model or a run")
+        name = str(path.resolve())
+    return TeacherSource(name, student.model_copy(update={"name_or_path": name}), None, None, outside=kind)
 
 
 def _run_teacher(name: str, found: Path, local_only: bool, loads: bool) -> TeacherSource:
@@ -97,6 +125,8 @@ def teacher_system(distill, source: TeacherSource, student_system: str | None) -
     set_ = distill.teacher_system_prompt
     if set_ is not None:
         return (set_ or None), "distill.teacher_system_prompt"
+    if source.outside:
+        return student_system, "the student's (data.system_prompt): a GGUF or endpoint teacher has no training record"
     if source.adapter_dir is not None:
         return source.trained_system, "as its run was trained (its data.system_prompt)"
     return student_system, "the student's (data.system_prompt): a model teacher has no training record"

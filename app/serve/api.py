@@ -93,6 +93,7 @@ async def _answer(engine, request: Request, chat: bool):
         if pictures:
             engine.asker.path(True)  # a model that reads none: the one refusal, this request's 400
         top, echo = R.logprobs(body, chat)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
         if top is not None and (tools or pictures):
             raise BadRequest("log-probabilities are returned for text replies here, without tools or pictures",
                              "logprobs")
@@ -133,10 +134,10 @@ async def _answer(engine, request: Request, chat: bool):
                 message["tool_calls"] = calls
             choice = {"index": i, "finish_reason": finish, "message": message}
             if top is not None:
-                choice["logprobs"] = {"content": _chat_logprobs(engine.tok, scored), "refusal": None}
+                choice["logprobs"] = {"content": _chat_logprobs(engine.tok, scored, as_ids), "refusal": None}
         else:
             choice = {"index": i, "finish_reason": finish, "text": (text if echo else "") + out.text,
-                      "logprobs": _completion_logprobs(engine.tok, scored) if top is not None else None}
+                      "logprobs": _completion_logprobs(engine.tok, scored, as_ids) if top is not None else None}
         choices.append(choice)
     return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": body["model"], "choices": choices, "usage": _usage(*outs)}
@@ -153,28 +154,31 @@ def _prompt(engine, text: str | None, ids: list[int] | None, asked: int | None) 
     return text, ids, engine.reply_tokens(ids, asked, DEFAULT_MAX_TOKENS)
 
 
-def _piece(tok, token: int) -> str:
-    return tok.decode([token])
+def _piece(tok, token: int, as_ids: bool = False) -> str:
+    """A token as a reply names it: its text, or (vLLM's return_tokens_as_token_ids) ``token_id:N``, which a client
+    maps back to the id without two tokens spelled alike colliding (a distillation teacher's top-k: app/teacher)."""
+    return f"token_id:{token}" if as_ids else tok.decode([token])
 
 
-def _completion_logprobs(tok, scored: list[tuple]) -> dict:
+def _completion_logprobs(tok, scored: list[tuple], as_ids: bool = False) -> dict:
     """/v1/completions' logprobs: tokens, token_logprobs, top_logprobs ({token: log-probability}; None for an echoed
     prompt's first token, which has no context) and text_offset (each token's start in the returned text)."""
-    tokens = [_piece(tok, t) for t, _, _ in scored]
+    tokens = [_piece(tok, t, as_ids) for t, _, _ in scored]
     offsets, at = [], 0
     for piece in tokens:
         offsets.append(at)
         at += len(piece)
     return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in scored],
-            "top_logprobs": [None if lp is None else {_piece(tok, a): v for a, v in alts} for _, lp, alts in scored],
+            "top_logprobs": [None if lp is None else {_piece(tok, a, as_ids): v for a, v in alts}
+                             for _, lp, alts in scored],
             "text_offset": offsets}
 
 
-def _chat_logprobs(tok, scored: list[tuple]) -> list[dict]:
+def _chat_logprobs(tok, scored: list[tuple], as_ids: bool = False) -> list[dict]:
     """/v1/chat/completions' logprobs.content: each reply token with its log-probability, its bytes and its
     top_logprobs alternatives."""
     def entry(token: int, lp: float) -> dict:
-        piece = _piece(tok, token)
+        piece = _piece(tok, token, as_ids)
         return {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8"))}
 
     return [{**entry(t, lp), "top_logprobs": [entry(a, v) for a, v in alts]} for t, lp, alts in scored]

@@ -19,7 +19,7 @@ MAX_STOPS = 16  # OpenAI takes up to 4; lm-eval sends a task's `until` with the 
 # the fields served; "user" and "parallel_tool_calls" are a client's bookkeeping and the model's own choice
 HONOURED = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "seed", "stream",
             "stream_options", "n", "stop", "tools", "tool_choice", "user", "parallel_tool_calls", "logprobs",
-            "top_logprobs", "echo"}
+            "top_logprobs", "echo", "return_tokens_as_token_ids"}
 # the fields taken only at these values: anything else asks for what this server does not do
 AT_DEFAULT = {"top_p": (1, None), "presence_penalty": (0, None), "frequency_penalty": (0, None),
               "best_of": (1, None), "logit_bias": (None, {}), "suffix": (None, ""),

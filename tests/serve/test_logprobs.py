@@ -150,3 +150,22 @@ def test_lm_evals_own_client_runs_a_multiple_choice_task_against_serve(served, t
     assert len(resps(served_lm)) == 12  # 4 rows x 3 choices, each a loglikelihood request the server scored
     assert resps(served_lm) == pytest.approx(resps(local), abs=1e-3)
     assert served_lm["results"]["sums_mc"]["acc,none"] == local["results"]["sums_mc"]["acc,none"]
+
+
+def test_tokens_come_back_as_ids_when_asked_and_a_teacher_client_reads_them(served):
+    """vLLM's return_tokens_as_token_ids: each token and alternative named ``token_id:N``; the distillation
+    teacher's client (app/teacher/client.py) reads the server's scores of an answer as the model's own."""
+    from app.teacher.client import TeacherClient
+
+    url, engine = served
+    ids = engine.tok("The answer is 7.", add_special_tokens=False)["input_ids"]
+    r = _client(url).completions.create(model="run", prompt=ids, echo=True, max_tokens=0, logprobs=3,
+                                        extra_body={"return_tokens_as_token_ids": True})
+    lp = r.choices[0].logprobs
+    assert lp.tokens == [f"token_id:{t}" for t in ids]
+    assert all(k.startswith("token_id:") for alts in lp.top_logprobs[1:] for k in alts)
+    scored = TeacherClient(url, engine.tok, model="run").score([ids], [2], 3)[0]
+    assert scored.ids == ids[2:]
+    own, tops = _own(engine, "adapter", ids, top=3)
+    assert scored.lps == pytest.approx(own[1:], abs=1e-4)
+    assert [v for v in scored.top_lps[0][:3]] == pytest.approx(tops[1], abs=1e-4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from app.train.methods.distill import build_distill_trainer, build_off_policy_trainer
 from app.train.methods.grpo import build_grpo_trainer
+from app.train.methods.outside_teacher import build_outside_trainer
 from app.train.methods.preference_trainers import build_dpo_trainer, build_kto_trainer, build_orpo_trainer
 from app.train.methods.sft import build_sft_trainer
 
@@ -32,6 +33,8 @@ def _kto(plan, loaded, run_dir, rewards, counts, on_sampler_change):
 
 
 def _distill(plan, loaded, run_dir, rewards, counts, on_sampler_change):
+    if plan.teacher.outside is not None:  # a GGUF or an endpoint: its top-k log-probabilities, either mode
+        return build_outside_trainer(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir)
     build = build_off_policy_trainer if plan.cfg.distill.mode == "off_policy" else build_distill_trainer
     return build(plan, loaded.model, loaded.tokenizer, plan.train_ds, run_dir, loaded.teacher)
 

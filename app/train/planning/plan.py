@@ -53,7 +53,7 @@ from app.train.planning.precision import precision_lines
 from app.train.planning.preflight import fit_memory, token_lengths
 from app.train.planning.reward_checks import check_reward, judge_answers, reference_match
 from app.train.planning.rows import training_rows
-from app.train.planning.teacher import TeacherPlan, plan_teacher
+from app.train.planning.teacher import TeacherPlan, plan_teacher, probe_outside
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,9 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     train_ds = None
     if tok is not None and rows is not None:
         cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps, teacher)
+    if teacher is not None and teacher.outside is not None and train_ds is not None and not offline:
+        # before the student loads: up, its log-probabilities, the data's tokens, its speed (the dry run: plan_report)
+        teacher = probe_outside(teacher, train_ds, tok, cfg.model.name_or_path, steps.say)
 
     cfg, fast = _fast_paths(cfg, fit, linear_attention_layers(model_files.config), train_ds, world, steps)
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},

@@ -7,12 +7,20 @@ the student's samples (one layer's intermediates at a time and the last hidden s
 through the teacher's head a chunk at a time). The student samples with the training model itself (TRL's
 DistillationTrainer has no merged copy): its KV cache is the generation phase, which never overlaps the backward.
 
-Owns ``TeacherPlan`` and its memory terms. Must not load weights.
+A teacher outside the training process (a .gguf file, an http(s) endpoint: app/teacher/) adds nothing to the
+student's memory but the layers a GGUF offloads to the card; the plan says where it runs and what it takes
+(``Outside``: the file against this machine's free RAM, its context, its threads), refuses one that cannot fit, and
+before the student loads probes it (``probe_outside``): up, log-probabilities returned, the data tokenized as the
+student tokenizes it, and its throughput.
+
+Owns ``TeacherPlan``, ``Outside`` and their memory terms. Must not load weights.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from app.config.method_sections import DISTILL_MODES
 from app.config.methods import method_of
@@ -34,6 +42,7 @@ class TeacherPlan:
     student_system: str | None = None  # the student's, which training rows carry
     system_why: str = ""
     mode: str = "on_policy"  # distill.mode: what the teacher does (DISTILL_MODES)
+    outside: "Outside | None" = None  # a teacher outside the training process: where and how it runs
 
     @property
     def reasks(self) -> bool:
@@ -42,7 +51,8 @@ class TeacherPlan:
 
     def record(self) -> dict:
         return {**self.source.record(), "head_rows_kept": self.keep_rows, "shares_base": self.shares_base,
-                "system_prompt": self.system_prompt, "system_prompt_why": self.system_why}
+                "system_prompt": self.system_prompt, "system_prompt_why": self.system_why,
+                **({"where": self.outside.record()} if self.outside else {})}
 
     def system_line(self) -> str | None:
         """Said when the teacher is asked with another system prompt than the student, else None."""
@@ -55,6 +65,8 @@ class TeacherPlan:
 
     def line(self) -> str:
         s = self.source
+        if self.outside is not None:
+            return f"teacher: {self.outside.line()}; {OUTSIDE_MODES[self.mode]}"
         precision = "4-bit" if s.model.load_in_4bit else "16-bit"
         what = (f"run {s.given}: its adapter on {s.model.name_or_path}" if s.adapter_dir else s.model.name_or_path)
         line = f"teacher: {what}, {precision}, inference only; {DISTILL_MODES[self.mode]}"
@@ -74,6 +86,14 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     if not method_of(cfg).teacher:
         return None
     source = find_teacher(cfg.distill, cfg.model, cfg.runtime.local_only, loads=not offline)
+    if source.outside:
+        system, why = teacher_system(cfg.distill, source, cfg.data.system_prompt)
+        plan = TeacherPlan(source, None, False, system, cfg.data.system_prompt, why, cfg.distill.mode,
+                           plan_outside(cfg, source))
+        say(plan.line())
+        if plan.system_line():
+            say(plan.system_line())
+        return plan
     problem = causal_problem(source)
     if problem:
         raise UserError(problem)
@@ -104,6 +124,8 @@ def teacher_bytes(teacher: TeacherPlan | None, tokens: int, d: int) -> tuple[flo
     told."""
     if teacher is None:
         return 0.0, 0.0
+    if teacher.outside is not None:  # never in the training process: only the layers a GGUF offloads to the card
+        return teacher.outside.card_gb * GB, 0.0
     mc = teacher.source.model
     shape, params, _ = model_shape(mc.name_or_path or "", teacher.source.config)
     if shape is None or not params:
@@ -111,3 +133,176 @@ def teacher_bytes(teacher: TeacherPlan | None, tokens: int, d: int) -> tuple[flo
     weights = weight_bytes(shape, params, mc.load_in_4bit, mc.double_quant, d)
     forward = tokens * (4 * shape["hidden"] + 3 * shape["intermediate"]) * d + tokens * shape["hidden"] * d
     return weights, forward
+
+
+GB = 2**30
+OUTSIDE_MODES = {
+    "on_policy": "on-policy: the student answers, the teacher scores every token of its answers (its top-k "
+                 "log-probabilities, batched each step)",
+    "off_policy": "off-policy: the teacher answers each training prompt once, greedily, with its top-k "
+                  "log-probabilities (kept in the run folder: teacher-answers.jsonl), and the student learns them",
+}
+
+
+@dataclass(frozen=True)
+class Outside:
+    """Where a teacher outside the training process runs: ``kind`` gguf (llama.cpp in a child process of this
+    machine) or endpoint (a server elsewhere); a GGUF's file size, layers, context, threads, offloaded layers and
+    the RAM it takes against what this machine has free; ``tokens_per_s`` what the probe measured."""
+
+    kind: str
+    given: str
+    top_k: int
+    timeout: float
+    model: str | None = None  # an endpoint's model name (None: the first it lists)
+    threads: int = 0
+    context: int = 0
+    gpu_layers: int = 0
+    file_gb: float = 0.0
+    layers: int | None = None
+    ram_gb: float = 0.0  # what the child holds in RAM: the file's layers not offloaded, its KV cache and logits
+    card_gb: float = 0.0  # the layers offloaded to the card
+    free_ram_gb: float | None = None
+    tokens_per_s: float | None = None
+
+    def record(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        if self.kind == "endpoint":
+            speed = f", {self.tokens_per_s:,.0f} tokens/s scored in the probe" if self.tokens_per_s else ""
+            model = f" (model {self.model})" if self.model else ""
+            return (f"{self.given}{model}, an OpenAI-compatible endpoint (never in training memory): its "
+                    f"top-{self.top_k} log-probabilities per answer token{speed}")
+        offload = (f"{self.gpu_layers if self.gpu_layers >= 0 else 'all'} of {self.layers or '?'} layers on the "
+                   f"card ({self.card_gb:.2f} GB beside the student)" if self.gpu_layers else "none on the card")
+        free = f" of {self.free_ram_gb:.1f} GB free" if self.free_ram_gb is not None else ""
+        speed = f"; {self.tokens_per_s:,.0f} tokens/s scored in the probe" if self.tokens_per_s else ""
+        return (f"{Path(self.given).name} in llama.cpp, a child process (never in training memory): a "
+                f"{_size(self.file_gb)} file, {_size(self.ram_gb)} of RAM{free} with a {self.context}-token context, "
+                f"{self.threads} threads, {offload}; its top-{self.top_k} log-probabilities per answer token{speed}")
+
+
+def gguf_facts(path: str) -> dict:
+    """A GGUF file's own facts from its header (no weights read): layers, trained context, widths, vocabulary.
+    A file that is no GGUF (or a torn one) is one line."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(path)
+        fields = {k: f.contents() for k, f in reader.fields.items()
+                  if not k.startswith("tokenizer.ggml.") or k in ("tokenizer.ggml.bos_token_id",)}
+        vocab = len(reader.fields["tokenizer.ggml.tokens"].data) if "tokenizer.ggml.tokens" in reader.fields else None
+    except Exception as e:  # noqa: BLE001 - a torn or foreign file fails in many ways inside the reader
+        raise UserError(f"teacher file '{path}' is not a readable GGUF ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:160] if str(e) else 'unreadable'}); export it again (qlora-app "
+                        "export --format gguf) or pass another --teacher") from None
+    arch = fields.get("general.architecture") or ""
+    get = lambda key: fields.get(f"{arch}.{key}")  # noqa: E731
+    return {"arch": arch, "layers": get("block_count"), "context": get("context_length"),
+            "hidden": get("embedding_length"), "heads": get("attention.head_count"),
+            "kv_heads": get("attention.head_count_kv") or get("attention.head_count"),
+            "head_dim": get("attention.key_length"), "vocab": vocab}
+
+
+def plan_outside(cfg, source: TeacherSource, free_ram_gb: float | None = None) -> Outside:
+    """Where ``source`` (a .gguf or an endpoint) runs and what it takes; a GGUF that cannot fit in this machine's
+    free RAM plus the layers it offloads is one line. ``free_ram_gb``: as measured here (None: read now)."""
+    d = cfg.distill
+    if d.temperature != 1.0:
+        raise UserError(f"distill.temperature={d.temperature:g} with a GGUF or endpoint teacher: its log-"
+                        "probabilities come at temperature 1, so the loss compares both at 1; set "
+                        "distill.temperature=1")
+    if source.outside == "endpoint":
+        return Outside("endpoint", source.given, d.top_k, d.teacher_timeout, d.teacher_model)
+    facts = gguf_facts(source.given)
+    file_gb = Path(source.given).stat().st_size / GB
+    layers = facts["layers"]
+    own = facts["context"] or 4096
+    context = d.teacher_context or min(own, _round_up(cfg.training.max_length + d.max_completion_length, 256))
+    threads = d.teacher_threads or max(1, (os.cpu_count() or 2) // 2)
+    offloaded = (layers or 0) if d.teacher_gpu_layers < 0 else min(d.teacher_gpu_layers, layers or 0)
+    share = offloaded / layers if layers else 0.0
+    kv = 2 * (layers or 0) * context * (facts["kv_heads"] or 0) * (facts["head_dim"] or _div(facts["hidden"],
+                                                                                           facts["heads"])) * 2
+    logits = context * (facts["vocab"] or 0) * 4  # every position's logits (it scores whole answers)
+    ram = file_gb * (1 - share) + (kv + logits) / GB
+    free = _free_ram_gb() if free_ram_gb is None else free_ram_gb
+    out = Outside("gguf", source.given, d.top_k, d.teacher_timeout, None, threads, context, d.teacher_gpu_layers,
+                  file_gb, layers, ram, file_gb * share, free)
+    if free is not None and ram > free:
+        more = (f"offload layers to the GPU (distill.teacher_gpu_layers, {layers} in all)" if layers and
+                offloaded < layers else "a smaller quantization of the teacher")
+        raise UserError(f"teacher {Path(source.given).name} needs {ram:.1f} GB of RAM ({file_gb:.1f} GB file less "
+                        f"{offloaded} offloaded layers, plus a {context}-token context) and this machine has "
+                        f"{free:.1f} GB free; {more}, a shorter distill.teacher_context, or an endpoint teacher "
+                        "on another machine")
+    return out
+
+
+def _size(gb: float) -> str:
+    return f"{gb:.2f} GB" if gb >= 0.1 else f"{gb * 1024:.1f} MB"
+
+
+def _round_up(n: int, step: int) -> int:
+    return -(-int(n) // step) * step
+
+
+def _div(a, b) -> int:
+    return int(a) // int(b) if a and b else 0
+
+
+def _free_ram_gb() -> float | None:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / GB
+    except (ImportError, OSError):
+        return None
+
+
+def sample_texts(train_ds, tok, n: int = 8) -> list[str]:
+    """The first ``n`` training prompts as the student is asked them (chat-templated text): what the vocabulary
+    check tokenizes on both sides."""
+    texts = []
+    for row in train_ds.select(range(min(n, len(train_ds)))):
+        p = row["prompt"]
+        texts.append(tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) if isinstance(p, list)
+                     else str(p))
+    return [t for t in texts if t]
+
+
+def probe_outside(plan: TeacherPlan, train_ds, tok, student_name: str, say, log_file: Path | None = None
+                  ) -> TeacherPlan:
+    """Before the student loads: the outside teacher started (a GGUF) or reached (an endpoint), a sample of the
+    data tokenized by it as by the student (another vocabulary: one line), a few answers scored (no log-probabilities,
+    down, too slow: one line) and its throughput measured. Returns the plan with the throughput; said."""
+    from app.teacher.client import TeacherFailed
+    from app.teacher.connect import OutsideTeacher
+
+    texts = sample_texts(train_ds, tok)
+    if not texts:
+        return plan
+    mine = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    try:
+        with OutsideTeacher(plan.outside.record(), tok, log_file) as teacher:
+            theirs = teacher.client.tokenize(texts)
+            for text, a, b in zip(texts, mine, theirs):
+                if b[:1] == [tok.bos_token_id] and a[:1] != b[:1]:
+                    b = b[1:]  # the server put its BOS before the text: not the text's tokens
+                if a != b:
+                    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+                    raise UserError(
+                        f"teacher '{plan.source.given}' tokenizes the data another way than the student "
+                        f"'{student_name}' (from token {at} of {text[:60]!r}: {b[at:at + 6]} there, {a[at:at + 6]} "
+                        "here): distillation matches the two models' next-token distributions over one vocabulary, "
+                        "so pass a teacher of the student's family (its tokenizer)")
+            seqs = [ids for ids in mine if len(ids) > 1][:4]
+            teacher.client.score(seqs, [1] * len(seqs), plan.outside.top_k)
+            speed = teacher.client.tokens_per_second
+    except TeacherFailed as e:
+        raise UserError(f"{e} (probed before the student loads)") from None
+    out = replace(plan, outside=replace(plan.outside, tokens_per_s=speed))
+    say(f"teacher probe: the data tokenizes alike on both sides ({len(texts)} prompts); "
+        f"{speed:,.0f} tokens/s scored" if speed else "teacher probe: the data tokenizes alike on both sides")
+    return out

@@ -38,7 +38,8 @@ def load_model(plan: RunPlan) -> Loaded:
     A distillation run's teacher loads beside it, for inference."""
     cfg = plan.cfg
     t = plan.teacher
-    teacher = load_teacher(t.source, plan.where, cfg.runtime.local_only, t.keep_rows) if t else None
+    # a teacher outside the training process (a GGUF, an endpoint) is asked by its trainer, never loaded here
+    teacher = load_teacher(t.source, plan.where, cfg.runtime.local_only, t.keep_rows) if t and not t.outside else None
     if plan.backend == "unsloth":
         model, tok = load_with_unsloth(cfg, plan.where.compute_dtype)
         return Loaded(model, tok, "unsloth", cfg.model.load_in_4bit, teacher=teacher)

@@ -82,6 +82,10 @@ def test_the_ladder_steps_down_a_distillation_by_its_own_settings(teacher_7b):
     ("./no-such-folder", "teacher: model path './no-such-folder' not found"),
     ("org/Not-Cached-7B", "teacher: model 'org/Not-Cached-7B' is not in the local HF cache and --local-only forbids "
                           "downloads; run 'qlora-app prefetch --model org/Not-Cached-7B'"),
+    ("./no-such.gguf", "teacher file './no-such.gguf' does not exist; pass a .gguf file"),
+    ("http://127.0.0.1:9/v1", "the teacher http://127.0.0.1:9/v1 failed listing its models: it is not answering "
+                              "(connection refused or lost), after retries; start it, or check --teacher (probed "
+                              "before the student loads)"),
 ])
 def test_a_bad_teacher_is_one_line_and_no_run_folder(tmp_path, tiny_models, teacher, said):
     args = ["train", "--method", "distill", "--model", tiny_models["llama"], "--dataset", "arith", "--local-only",
@@ -181,3 +185,86 @@ def test_the_on_policy_teacher_reads_its_own_prompt_before_the_same_answer(tiny_
         assert torch.allclose(got, want) and not torch.allclose(got, plain)
         mine = trainer._get_last_hidden_state(student, ids, ones(ids), 4)
         assert torch.allclose(mine, student.base_model(input_ids=ids).last_hidden_state[:, :-1][:, -4:])
+
+
+GB = 2**30
+
+
+def _fake_gguf(path, size_gb: float, layers: int = 48, context: int = 262144, vocab: int = 151936):
+    """A GGUF header as Qwen3-30B-A3B's Q4_K_M file has it (layers, context, widths, vocabulary), the file extended
+    (sparse) to the published file's size: what the plan reads of a teacher it never loads."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "qwen3moe")
+    w.add_block_count(layers)
+    w.add_context_length(context)
+    w.add_embedding_length(2048)
+    w.add_head_count(32)
+    w.add_head_count_kv(4)
+    w.add_key_length(128)
+    w.add_token_list([f"t{i}" for i in range(vocab)])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(path, "r+b") as f:
+        f.truncate(int(size_gb * GB))
+    return path
+
+
+@pytest.fixture()
+def gguf_30b(tmp_path):
+    return _fake_gguf(tmp_path / "Qwen3-30B-A3B-Q4_K_M.gguf", 18.6)
+
+
+def test_a_gguf_teacher_is_planned_outside_training_memory(gguf_30b, teacher_7b, monkeypatch):
+    """The GPU estimate counts the student alone (a 7B teacher in memory adds its weights); the plan says where the
+    teacher runs and what it takes of this machine's RAM; layers offloaded to the card are counted on the card."""
+    monkeypatch.setattr("app.train.planning.teacher._free_ram_gb", lambda: 64.0)
+    plan = plan_for(_cfg(gguf_30b), gpu_gb=12)
+    est, out = plan.estimate, plan.teacher.outside
+    assert out.kind == "gguf" and out.layers == 48 and out.card_gb == 0 and not est.get("teacher_gb")
+    in_memory = plan_for(_cfg(teacher_7b), gpu_gb=12).estimate
+    assert est["total_gb"] < in_memory["total_gb"] - 4.5
+    # 18.6 GB of weights, a 1280-token context (the run's max_length and answer budget) and its logits
+    assert out.context == 1280 and 18.6 < out.ram_gb < 20.5 and out.threads >= 1
+    line = plan.teacher.line()
+    assert "in llama.cpp, a child process (never in training memory): a 18.60 GB file" in line
+    assert "of 64.0 GB free with a 1280-token context" in line and "none on the card" in line
+    assert plan.status_fields()["teacher"]["where"]["file_gb"] == pytest.approx(18.6)
+    half = plan_for(_cfg(gguf_30b, teacher_gpu_layers=24), gpu_gb=24)
+    assert half.teacher.outside.card_gb == pytest.approx(9.3, abs=0.01)
+    assert half.estimate["teacher_gb"] == pytest.approx(9.3, abs=0.01) and half.teacher.outside.ram_gb < 11
+
+
+def test_a_gguf_teacher_that_cannot_fit_in_ram_is_one_line(gguf_30b, monkeypatch):
+    monkeypatch.setattr("app.train.planning.teacher._free_ram_gb", lambda: 12.0)
+    with pytest.raises(UserError, match=r"teacher Qwen3-30B-A3B-Q4_K_M.gguf needs 1\d.\d GB of RAM \(18.6 GB file "
+                                        r"less 0 offloaded layers, plus a 1280-token context\) and this machine has "
+                                        r"12.0 GB free; offload layers to the GPU \(distill.teacher_gpu_layers, 48 in "
+                                        r"all\)"):
+        plan_for(_cfg(gguf_30b), gpu_gb=24)
+    with pytest.raises(UserError, match=r"distill.temperature=0.7 with a GGUF or endpoint teacher"):
+        plan_for(_cfg(gguf_30b, temperature=0.7), gpu_gb=24)
+
+
+@pytest.mark.slow
+def test_a_gguf_of_another_vocabulary_is_refused_in_one_line_before_the_student_loads(tmp_path):
+    """The GGUF's own tokenizer (llama.cpp reads it from the file's metadata) tokenizes a sample of the data
+    another way than the student's: one line naming both, exit 2, no run folder."""
+    pytest.importorskip("llama_cpp")
+    import tiny
+
+    from app.export.gguf import convert, pre_tokenizer
+
+    tiny.build_tokenizer(tmp_path / "tok")
+    other = tiny.build_from_config("llama", tmp_path / "other", tmp_path / "tok", hidden_size=64,
+                                   intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=512)
+    gguf_file = convert(other, tmp_path / "other.gguf", "f16", pre_tokenizer(other), "other")
+    r = cli_here("train", "--method", "distill", "--model", "arith-base", "--teacher", gguf_file, "--dataset",
+                 "arith", "--local-only", "--max-steps", "1", "--output-dir", tmp_path / "runs", cwd=tmp_path)
+    said = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode == 2 and "Traceback" not in said, said
+    assert "other.gguf' tokenizes the data another way than the student '" in said and "arith-base' (from token" in said
+    assert not (tmp_path / "runs").exists()
