@@ -16,9 +16,10 @@ layer and the ones below, never one above; docs/architecture.md draws it):
                             loaded, paired with an adapter, given LoRA and asked to generate; the tools a model calls
                             and the guard around them
     ask                     the one service that asks a model: a request, pictures, a run's tool loop, or text
-    train, eval, export, synth
+    train, eval, export, synth, teacher
                             the session and everything it plans and builds; compare, chat and the harness; getting
-                            an adapter out; training data made by asking a model (pairs)
+                            an adapter out; training data made by asking a model (pairs); a distillation teacher
+                            outside the training process (a GGUF in llama.cpp's child, an endpoint)
     demo, ui, serve         the offline demo; the web UI (which runs the CLI in a subprocess); the OpenAI-compatible
                             API server
     cli                     every command and all terminal rendering

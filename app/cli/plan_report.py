@@ -62,10 +62,9 @@ def print_plan(cfg: AppConfig, explain: str | None, console, err_console, gpu_gb
     try:
         plan = make_plan(cfg, rows, det, note=notes.append, offline=True, machine=machine)
         judge_answers(plan.cfg, rows, det, notes.append)  # the judge the run would ask, asked as the run asks it
-        if plan.teacher is not None and plan.teacher.outside is not None and plan.train_ds is not None:
-            # the teacher the run would ask, probed as the run probes it: its expected throughput
-            plan = replace(plan, teacher=probe_outside(plan.teacher, plan.train_ds, plan.tokenizer,
-                                                       plan.cfg.model.name_or_path, notes.append))
+        # a teacher outside the training process, probed as the run probes it: its expected throughput
+        plan = replace(plan, teacher=probe_outside(plan.teacher, plan.train_ds, plan.tokenizer,
+                                                   plan.cfg.model.name_or_path, notes.append))
     except UserError as e:
         plan, refused = None, e
     shown = plan.cfg if plan is not None else resolve(cfg)

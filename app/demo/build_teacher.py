@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.config.builtin import BUILTIN_MODEL, builtin_model_path
+from app.config.builtin import BUILTIN_MODEL, TEACHER_MODEL, builtin_model_path, cache_dir
 from app.demo.build_base import MODEL_SHAPE, PRETRAIN_SEED, build_corpus, encode, pretrain, run_builder
+from app.export.gguf import convert, pre_tokenizer
+from app.export.quantize import quantize
 
 TEACHER_SEED = PRETRAIN_SEED + 10
 RIGHT = 0.95  # the share of transcripts with the right operation (arith-base's: 0.3)
@@ -54,10 +56,6 @@ def teacher_gguf(teacher_dir: Path, outtype: str = "q4_k_m", out: Path | None = 
     distillation demo's teacher outside the training process (``qlora-app demo --method distill --gguf-teacher``).
     ``out``: another file to write (a test's)."""
     import os
-
-    from app.config.builtin import TEACHER_MODEL, cache_dir
-    from app.export.gguf import convert, pre_tokenizer
-    from app.export.quantize import quantize
 
     out = Path(out) if out else cache_dir(TEACHER_MODEL).with_name(f"{TEACHER_MODEL}-{outtype}.gguf")
     if out.is_file():

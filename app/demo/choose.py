@@ -31,7 +31,7 @@ def run_chosen_demo(output_dir, quick: bool, console, seed: int, method: str | N
                     images: bool = False, gguf_teacher: bool = False):
     """``method``: as typed (None: the demo's own: GRPO, or SFT for --images); ``gguf_teacher``: distillation's
     teacher as a Q4_K_M GGUF in llama.cpp's child process."""
-    if gguf_teacher and (images or tools or method != "distill"):
+    if gguf_teacher and (images or tools or not getattr(METHODS.get(method or "grpo"), "teacher", False)):
         raise UserError("--gguf-teacher is the distillation demo's (its teacher in llama.cpp, outside training "
                         "memory); pass --method distill with it")
     if images:

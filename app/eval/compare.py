@@ -25,7 +25,10 @@ from app.eval.result import Cell, Comparison, Row
 from app.model.pair import load_pair, open_target
 from app.model.shape import read_config
 from app.data.turns import reasked
+from app.model.generation import adds_special_tokens, format_prompt
 from app.model.teacher import find_teacher, load_teacher, teacher_system, vocab_size
+from app.teacher.connect import OutsideTeacher
+from app.teacher.place import plan_outside
 from app.rewards import match, score_completion
 from app.run import layout, lookup, proof
 from app.run.store import read_status
@@ -216,7 +219,7 @@ def teacher_side(run_cfg, items: list[dict], tok, gen: dict, local_only: bool,
     asked = [{**it, "messages": reasked(it["messages"], student, system),
               "plain": reasked(it["plain"], student, system) if it.get("plain") is not None else None}
              for it in items] if (system or None) != (student or None) else items
-    if source.outside:
+    if source.outside:  # a GGUF or an endpoint: asked, never loaded here
         return _outside_answers(source, asked, tok, gen, (recorded or {}).get("where"), run_cfg), source.label
     model = load_teacher(source, None, local_only, keep, device=run_cfg.runtime.device)
     out = Asker(model, tok, None, None, fix="compare it with rows without images").answers(asked, **gen)
@@ -230,10 +233,6 @@ def _outside_answers(source, items: list[dict], tok, gen: dict, where: dict | No
     """A GGUF or endpoint teacher's greedy answers to ``items`` (its prompts as the student's tokenizer makes them,
     as training asked it), opened where the run's plan recorded it ran (or, for an adapter folder alone, planned
     again here)."""
-    from app.model.generation import adds_special_tokens, format_prompt
-    from app.teacher.connect import OutsideTeacher
-    from app.train.planning.teacher import plan_outside
-
     where = where or plan_outside(run_cfg, source).record()
     prompts = [tok(format_prompt(tok, it), add_special_tokens=adds_special_tokens(tok))["input_ids"] for it in items]
     out = []

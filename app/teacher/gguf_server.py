@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 from app.errors import UserError
+from app.export.llamacpp import death_line, open_gguf
 
 READY = "qlora-app teacher ready on port "
 START_TIMEOUT_S = 600  # a 30B-A3B Q4_K_M file from a cold disk
@@ -191,8 +192,6 @@ def _handler(model: _Model):
 def main(argv: list[str] | None = None) -> None:
     """The child: load the file (the way llama.cpp runs on this CPU: app.export.llamacpp.open_gguf), then serve on
     127.0.0.1 until the parent ends it; the port is said on stdout once the file is loaded."""
-    from app.export.llamacpp import open_gguf
-
     a = argparse.ArgumentParser()
     a.add_argument("--model", required=True)
     a.add_argument("--threads", type=int, default=1)
@@ -249,8 +248,6 @@ class GgufTeacher:
     def died(self, waited: bool = False, what: str = "serving the teacher") -> str | None:
         """How the child ended (None while it runs): llama.cpp's own last line where it said one (a corrupt file),
         else the signal or exit code in words."""
-        from app.export.llamacpp import death_line
-
         if self.proc is None:
             return None
         if waited:

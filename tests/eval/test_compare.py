@@ -399,7 +399,8 @@ def test_the_proof_reads_the_teachers_decisions_from_the_run(monkeypatch):
     from app.config.schema import AppConfig
 
     seen = {}
-    monkeypatch.setattr(C, "find_teacher", lambda *a, **k: SimpleNamespace(label="run t", config={"vocab_size": 9}))
+    monkeypatch.setattr(C, "find_teacher", lambda *a, **k: SimpleNamespace(label="run t", config={"vocab_size": 9},
+                                                                            outside=None))
     monkeypatch.setattr(C, "read_config", lambda *a, **k: pytest.fail("the student's config read again"))
     monkeypatch.setattr(C, "teacher_system", lambda *a, **k: pytest.fail("the system prompt decided again"))
 

@@ -25,7 +25,7 @@ LAYERS = (
     ("app.run",),
     ("app.data", "app.rewards", "app.model", "app.tools"),
     ("app.ask",),
-    ("app.train", "app.eval", "app.export", "app.synth"),
+    ("app.train", "app.eval", "app.export", "app.synth", "app.teacher"),
     ("app.demo", "app.ui", "app.serve"),
     ("app.cli",),
 )

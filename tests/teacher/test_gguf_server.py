@@ -74,7 +74,7 @@ def test_a_child_killed_by_a_signal_is_one_line_naming_it(teacher_ggufs, hf_teac
 
 
 def test_a_file_llama_cpp_cannot_load_is_one_line(teacher_ggufs, tmp_path):
-    from app.train.planning.teacher import gguf_facts
+    from app.teacher.place import gguf_facts
 
     torn = tmp_path / "torn.gguf"
     data = teacher_ggufs["q4_k_m"].read_bytes()

@@ -256,17 +256,14 @@ def make_plan(cfg: AppConfig, rows=None, det=None, *, machine: tuple[Placement, 
     if family and not family.has_template:
         steps.say(family.line())
         steps.settle()
-    if tools and tok is not None:
-        problem = tool_template_problem(tok, cfg.model.name_or_path)
-        if problem:
-            raise UserError(problem)
+    problem = tool_template_problem(tok, cfg.model.name_or_path) if tools and tok is not None else None
+    if problem:
+        raise UserError(problem)
     train_ds = None
     if tok is not None and rows is not None:
         cfg, train_ds = training_rows(cfg, rows, det, tok, context, vision, tools, steps, teacher)
-    if teacher is not None and teacher.outside is not None and train_ds is not None and not offline:
-        # before the student loads: up, its log-probabilities, the data's tokens, its speed (the dry run: plan_report)
+    if not offline:  # an outside teacher before the student loads: up, log-probabilities, the data's tokens, speed
         teacher = probe_outside(teacher, train_ds, tok, cfg.model.name_or_path, steps.say)
-
     cfg, fast = _fast_paths(cfg, fit, linear_attention_layers(model_files.config), train_ds, world, steps)
     return RunPlan(cfg=cfg, where=where, backend=backend, world_size=world, estimate={},
                    lengths_known=lengths is not None, fast=fast, context=context, adjustments=tuple(steps.adjustments),

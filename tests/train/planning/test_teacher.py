@@ -220,7 +220,7 @@ def gguf_30b(tmp_path):
 def test_a_gguf_teacher_is_planned_outside_training_memory(gguf_30b, teacher_7b, monkeypatch):
     """The GPU estimate counts the student alone (a 7B teacher in memory adds its weights); the plan says where the
     teacher runs and what it takes of this machine's RAM; layers offloaded to the card are counted on the card."""
-    monkeypatch.setattr("app.train.planning.teacher._free_ram_gb", lambda: 64.0)
+    monkeypatch.setattr("app.teacher.place._free_ram_gb", lambda: 64.0)
     plan = plan_for(_cfg(gguf_30b), gpu_gb=12)
     est, out = plan.estimate, plan.teacher.outside
     assert out.kind == "gguf" and out.layers == 48 and out.card_gb == 0 and not est.get("teacher_gb")
@@ -238,7 +238,7 @@ def test_a_gguf_teacher_is_planned_outside_training_memory(gguf_30b, teacher_7b,
 
 
 def test_a_gguf_teacher_that_cannot_fit_in_ram_is_one_line(gguf_30b, monkeypatch):
-    monkeypatch.setattr("app.train.planning.teacher._free_ram_gb", lambda: 12.0)
+    monkeypatch.setattr("app.teacher.place._free_ram_gb", lambda: 12.0)
     with pytest.raises(UserError, match=r"teacher Qwen3-30B-A3B-Q4_K_M.gguf needs 1\d.\d GB of RAM \(18.6 GB file "
                                         r"less 0 offloaded layers, plus a 1280-token context\) and this machine has "
                                         r"12.0 GB free; offload layers to the GPU \(distill.teacher_gpu_layers, 48 in "
