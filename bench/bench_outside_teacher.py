@@ -2,12 +2,14 @@
 GGUF in llama.cpp's child process, beside the same demo with the teacher in memory, over seeds; the training
 process's peak memory beside a plain SFT of the student; the teacher's throughput.
 
-    python bench/bench_outside_teacher.py [--out DIR] [--seeds 1,2,3,4,5] [--table-only]
+    python bench/bench_outside_teacher.py [--out DIR] [--seeds 1,2,3,4,5] [--kinds gguf,memory,gguf_off]
+                                          [--table-only] [--sft-only]
 
 Per seed, each run a `qlora-app` process of its own (peak RSS is a process's whole life, so runs never share one):
   1. `qlora-app demo --method distill --seed N`: arith-teacher (4-bit) in the training process;
   2. `qlora-app demo --method distill --gguf-teacher --seed N`: the same teacher exported to Q4_K_M, run by llama.cpp
      in a child process; the student learns its top-20 log-probabilities;
+  3. the same GGUF teacher off-policy (the demo's preset with distill.mode=off_policy): it answers each prompt once;
 and once: `qlora-app train --preset demo-distill --method sft` (the student alone: the same data, batch, steps and
 4-bit base, on the reference answers): the peak the distillation runs are measured against. Rewrites the
 `## distillation from a GGUF teacher` section of docs/performance.md. CPU, offline.
@@ -51,30 +53,49 @@ def _fresh(folder: Path) -> Path:
     return folder
 
 
-def demo(seed: int, out: Path, gguf: bool) -> dict:
+def demo(seed: int, out: Path, kind: str) -> dict:
+    """One seed's distillation demo, its teacher ``kind``: memory (in the training process), gguf (Q4_K_M in
+    llama.cpp's child, on-policy: `qlora-app demo --method distill --gguf-teacher`) or gguf_off (the same file,
+    off-policy: the demo's preset with distill.mode=off_policy and the demo's seed and proof rows)."""
     from app.run import layout, store
 
-    seconds = _cli("demo", "--method", "distill", "--seed", seed, "--output-dir", _fresh(out),
-                   *(["--gguf-teacher"] if gguf else []))
-    result = json.loads((out / layout.DEMO_DISTILL_JSON).read_text())
-    d, s = result["config"]["demo"], result["summary"]
-    run = Path(d["run"])
+    if kind == "gguf_off":
+        from app.config.builtin import TEACHER_MODEL
+        from app.demo.build_teacher import teacher_gguf
+        from app.demo.recipe import EVAL_SIZE, base_model_path
+
+        seconds = _cli("train", "--preset", "demo-distill", "--teacher", teacher_gguf(base_model_path(
+            name=TEACHER_MODEL)), "--set", "distill.mode=off_policy", "--set", f"training.seed={seed}", "--set",
+            f"training.proof_rows={EVAL_SIZE}", "--output-dir", _fresh(out), "--no-progress")
+        (run,) = [p for p in out.iterdir() if p.is_dir()]
+        result = json.loads((run / layout.COMPARE_JSON).read_text())
+        s = result["summary"]
+        lift = s["adapter"]["accuracy"] - s["base"]["accuracy"]
+    else:
+        seconds = _cli("demo", "--method", "distill", "--seed", seed, "--output-dir", _fresh(out),
+                       *(["--gguf-teacher"] if kind == "gguf" else []))
+        result = json.loads((out / layout.DEMO_DISTILL_JSON).read_text())
+        d, s = result["config"]["demo"], result["summary"]
+        run, lift = Path(d["run"]), d["lift"]
     st = store.read_status(run) or {}
     recs = store.read_metrics(run)
     speeds = [r["teacher/tokens_per_s"] for r in recs if r.get("teacher/tokens_per_s")]
     return {"seed": seed, "base": s["base"]["accuracy"], "student": s["adapter"]["accuracy"],
-            "teacher": s["teacher"]["accuracy"], "lift": d["lift"], "seconds": seconds,
+            "teacher": s["teacher"]["accuracy"], "lift": lift, "seconds": seconds,
             "train_s": recs[-1]["time"] if recs else None, "peak_gb": st.get("peak_mem_allocated_gib"),
             "tokens_per_s": statistics.mean(speeds) if speeds else None,
             "probe_tokens_per_s": ((st.get(layout.TEACHER) or {}).get("where") or {}).get("tokens_per_s")}
 
 
 def sft(out: Path) -> dict:
-    """The student alone: the demo's preset as SFT on the reference answers (no teacher anywhere)."""
+    """The student alone: the demo's preset as SFT on the reference answers (no teacher anywhere), a prompt and its
+    answer per row as the distillation runs see them (packing off: packed 1,024-token rows would measure SFT's
+    longer rows, not the teacher)."""
     from app.run import store
 
     seconds = _cli("train", "--preset", "demo-distill", "--method", "sft", "--set", "distill.teacher=null",
-                   "--set", "training.proof_rows=0", "--output-dir", _fresh(out), "--no-progress")
+                   "--set", "training.proof_rows=0", "--set", "training.packing=false", "--output-dir", _fresh(out),
+                   "--no-progress")
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return {"peak_gb": (store.read_status(run) or {}).get("peak_mem_allocated_gib"), "seconds": seconds}
 
@@ -105,7 +126,8 @@ def table(rows: dict) -> str:
              f"seeds, and the training process's peak stays within {TARGET_GB} GB of the student-only SFT on "
              f"{len(within)} of {len(gg)}.**", "",
              "| seed | base | student (GGUF teacher) | student (teacher in memory) | GGUF teacher | lift, pts (GGUF) "
-             "| lift, pts (in memory) | whole demo, s (GGUF) | peak GB (GGUF) | peak GB (in memory) | teacher tokens/s |",
+             "| lift, pts (in memory) | whole demo, s (GGUF) | peak GB (GGUF) | peak GB (in memory) "
+             "| teacher tokens/s |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     by_seed = {r["seed"]: r for r in mem}
     for r in gg:
@@ -116,12 +138,13 @@ def table(rows: dict) -> str:
                      f"{in_memory[2]} | {r['tokens_per_s'] or 0:,.0f} |")
     lines += ["", "| teacher | lift, pts (mean ± sd) | whole demo, s | training process's peak, GB | "
                   "teacher tokens/s |", "|---|---:|---:|---:|---:|"]
-    for name, rs in (("Q4_K_M GGUF in llama.cpp's child process (top-20)", gg),
-                     ("in memory, 4-bit (full distribution)", mem)):
+    for name, rs in (("Q4_K_M GGUF in llama.cpp's child process (top-20), on-policy", gg),
+                     ("the same GGUF, off-policy (its answers written once, top-20 each)", rows.get("gguf_off", [])),
+                     ("in memory, 4-bit (full distribution), on-policy", mem)):
         if rs:
             lines.append(f"| {name} | {_ms([r['lift'] for r in rs], pct=True)} | {_ms([r['seconds'] for r in rs])} "
                          f"| {_ms([r['peak_gb'] for r in rs], digits=2)} | "
-                         f"{_ms([r.get('tokens_per_s') for r in rs])} |")
+                         f"{_ms([r.get('tokens_per_s') or r.get('probe_tokens_per_s') for r in rs])} |")
     if base_peak is not None:
         lines.append(f"| none: SFT of the student alone (same data, batch, steps) | - | {alone['seconds']:.0f} | "
                      f"{base_peak:.2f} | - |")
@@ -133,19 +156,28 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "qlora-outside-teacher-bench")
     ap.add_argument("--seeds", default="1,2,3,4,5")
     ap.add_argument("--table-only", action="store_true", help="the table of DIR/rows.json, nothing run")
+    ap.add_argument("--sft-only", action="store_true", help="measure the student-only SFT again into DIR/rows.json")
+    ap.add_argument("--kinds", default="gguf,memory,gguf_off", help="the teachers measured per seed (added to "
+                                                                   "DIR/rows.json where it has others)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    rows: dict = {"memory": [], "gguf": [], "sft": None}
-    if a.table_only:
-        rows = json.loads((a.out / "rows.json").read_text())
-    else:
+    rows: dict = {"memory": [], "gguf": [], "gguf_off": [], "sft": None}
+    kept = a.out / "rows.json"
+    if kept.is_file():
+        rows.update(json.loads(kept.read_text()))
+    if a.sft_only or (not a.table_only and rows["sft"] is None):
         rows["sft"] = sft(a.out / "sft")
         print(json.dumps(rows["sft"]), flush=True)
+        kept.write_text(json.dumps(rows, indent=1))
+    if not (a.table_only or a.sft_only):
+        kinds = a.kinds.split(",")
+        for kind in kinds:
+            rows[kind] = []
         for seed in [int(s) for s in a.seeds.split(",")]:
-            for kind, gguf in (("gguf", True), ("memory", False)):
-                rows[kind].append(demo(seed, a.out / f"{kind}-{seed}", gguf))
-                print(json.dumps(rows[kind][-1]), flush=True)
-            (a.out / "rows.json").write_text(json.dumps(rows, indent=1))
+            for kind in kinds:
+                rows[kind].append(demo(seed, a.out / f"{kind}-{seed}", kind))
+                print(json.dumps({"kind": kind, **rows[kind][-1]}), flush=True)
+            kept.write_text(json.dumps(rows, indent=1))
     body = table(rows)
     print(body)
     print(write_section("distillation from a GGUF teacher", body))

@@ -52,9 +52,10 @@ class Outside:
                    f"card ({self.card_gb:.2f} GB beside the student)" if self.gpu_layers else "none on the card")
         free = f" of {self.free_ram_gb:.1f} GB free" if self.free_ram_gb is not None else ""
         speed = f"; {self.tokens_per_s:,.0f} tokens/s scored in the probe" if self.tokens_per_s else ""
+        threads = f"{self.threads} thread" + ("s" if self.threads != 1 else "")
         return (f"{Path(self.given).name} in llama.cpp, a child process (never in training memory): a "
                 f"{_size(self.file_gb)} file, {_size(self.ram_gb)} of RAM{free} with a {self.context}-token context, "
-                f"{self.threads} threads, {offload}; its top-{self.top_k} log-probabilities per answer token{speed}")
+                f"{threads}, {offload}; its top-{self.top_k} log-probabilities per answer token{speed}")
 
 
 def gguf_facts(path: str) -> dict:
@@ -89,6 +90,10 @@ def plan_outside(cfg, source: TeacherSource, free_ram_gb: float | None = None) -
                         "distill.temperature=1")
     if source.outside == "endpoint":
         return Outside("endpoint", source.given, d.top_k, d.teacher_timeout, d.teacher_model)
+    if cfg.runtime.num_processes * cfg.runtime.nnodes > 1:
+        raise UserError(f"a GGUF teacher runs in one llama.cpp child beside one training process, and this run has "
+                        f"{cfg.runtime.num_processes * cfg.runtime.nnodes} (each would load the file): serve it once "
+                        "(llama.cpp's llama-server, or vLLM) and pass its http://host:port/v1 as --teacher")
     facts = gguf_facts(source.given)
     file_gb = Path(source.given).stat().st_size / GB
     layers = facts["layers"]

@@ -28,7 +28,7 @@ log = logging.getLogger("qlora_app")
 _RENAME = {"train_loss": "loss"}
 _KEEP_PREFIXES = ("rewards/", "logps/", "completions/", "kl", "entropy", "grad_norm", "reward", "loss", "learning_rate",
                   "epoch", "num_tokens", "step_time", "frac_reward_zero_std", "mean_token_accuracy", "reward_std",
-                  "tools/", "teacher/")  # teacher/: an outside teacher's throughput (app/train/methods/outside_teacher.py)
+                  "tools/", "teacher/")  # teacher/: an outside teacher's throughput (methods/outside_teacher.py)
 
 
 def _clean(v):

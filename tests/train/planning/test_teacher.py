@@ -246,6 +246,9 @@ def test_a_gguf_teacher_that_cannot_fit_in_ram_is_one_line(gguf_30b, monkeypatch
         plan_for(_cfg(gguf_30b), gpu_gb=24)
     with pytest.raises(UserError, match=r"distill.temperature=0.7 with a GGUF or endpoint teacher"):
         plan_for(_cfg(gguf_30b, temperature=0.7), gpu_gb=24)
+    two = build_config({**_cfg(gguf_30b).model_dump(), "runtime": {"num_processes": 2}})
+    with pytest.raises(UserError, match=r"this run has 2 \(each would load the file\): serve it once"):
+        plan_for(two, gpu_gb=24)
 
 
 @pytest.mark.slow
