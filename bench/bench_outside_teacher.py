@@ -136,18 +136,24 @@ def table(rows: dict) -> str:
         lines.append(f"| {r['seed']} | {r['base']:.1%} | {r['student']:.1%} | {in_memory[0]} | {r['teacher']:.1%} | "
                      f"{100 * r['lift']:+.1f} | {in_memory[1]} | {r['seconds']:.0f} | {r['peak_gb']:.2f} | "
                      f"{in_memory[2]} | {r['tokens_per_s'] or 0:,.0f} |")
+    probe = [r.get("probe_tokens_per_s") for r in gg + rows.get("gguf_off", [])]
     lines += ["", "| teacher | lift, pts (mean ± sd) | whole demo, s | training process's peak, GB | "
-                  "teacher tokens/s |", "|---|---:|---:|---:|---:|"]
+                  "teacher tokens/s scored in training |", "|---|---:|---:|---:|---:|"]
     for name, rs in (("Q4_K_M GGUF in llama.cpp's child process (top-20), on-policy", gg),
                      ("the same GGUF, off-policy (its answers written once, top-20 each)", rows.get("gguf_off", [])),
                      ("in memory, 4-bit (full distribution), on-policy", mem)):
         if rs:
             lines.append(f"| {name} | {_ms([r['lift'] for r in rs], pct=True)} | {_ms([r['seconds'] for r in rs])} "
                          f"| {_ms([r['peak_gb'] for r in rs], digits=2)} | "
-                         f"{_ms([r.get('tokens_per_s') or r.get('probe_tokens_per_s') for r in rs])} |")
+                         f"{_ms([r.get('tokens_per_s') for r in rs])} |")
     if base_peak is not None:
         lines.append(f"| none: SFT of the student alone (same data, batch, steps) | - | {alone['seconds']:.0f} | "
                      f"{base_peak:.2f} | - |")
+    if any(probe):
+        lines += ["", f"The plan's probe (8 prompts, before the student loads) measured {_ms(probe)} tokens/s; "
+                      "on-policy training sends a whole generation batch per request and scores faster. Off-policy, "
+                      "the teacher writes its answers token by token before the first step (most of its whole-demo "
+                      "time), once: a repeated run reuses them."]
     return "\n".join(lines)
 
 

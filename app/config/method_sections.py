@@ -207,3 +207,13 @@ class DistillSection(StrictModel):
                                          "lists at /v1/models)")
     teacher_timeout: float = _d(120.0, "a GGUF or endpoint teacher: seconds one request may take before it is "
                                        "retried (3 tries; then the run stops at its last checkpoint)", gt=0)
+
+    @property
+    def outside(self) -> str | None:
+        """"endpoint" for an http(s) URL teacher, "gguf" for a .gguf file (both outside the training process: app/
+        teacher/), else None (a model or a run, loaded beside the student)."""
+        text = str(self.teacher or "").strip().lower()
+        if text.startswith(("http://", "https://")):
+            return "endpoint"
+        return "gguf" if text.endswith(".gguf") else None
+

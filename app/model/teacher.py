@@ -57,13 +57,6 @@ class TeacherSource:
                 "adapter": str(self.adapter_dir) if self.adapter_dir else None}
 
 
-def outside_kind(name: str | None) -> str | None:
-    """"endpoint" for an http(s) URL, "gguf" for a .gguf file, else None (a model or a run, loaded here)."""
-    text = str(name or "").strip()
-    if text.lower().startswith(("http://", "https://")):
-        return "endpoint"
-    return "gguf" if text.lower().endswith(".gguf") else None
-
 
 def find_teacher(distill, student: ModelConfig, local_only: bool, loads: bool = True) -> TeacherSource:
     """The teacher ``distill`` (the run's DistillSection) names, for ``student`` (the run's ModelConfig). A missing
@@ -73,7 +66,7 @@ def find_teacher(distill, student: ModelConfig, local_only: bool, loads: bool = 
     if not name or not str(name).strip():
         raise UserError("method distill learns from a teacher: pass --teacher MODEL (a model id or folder) or "
                         "--teacher RUN (a qlora-app run, its base with its adapter)")
-    kind = outside_kind(name)
+    kind = distill.outside
     if kind:
         return _outside_teacher(str(name).strip(), kind, student)
     found = lookup.locate(name)

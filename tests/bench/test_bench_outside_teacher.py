@@ -26,5 +26,6 @@ def test_the_table_counts_the_targets_and_sets_the_gguf_teacher_beside_the_one_i
     assert "| 1 | 20.0% | 60.0% | 62.0% | 100.0% | +40.0 | +42.0 | 50 | 0.80 | 0.85 | 3,000 |" in t
     assert "| 3 | 20.0% | 50.0% | - | 100.0% | +30.0 | - | 200 | 1.30 | - | 3,000 |" in t
     assert ("| the same GGUF, off-policy (its answers written once, top-20 each) | +50.0 ± 0.0 | 60 ± 0 | "
-            "0.80 ± 0.00 | 1000 ± 0 |") in t
+            "0.80 ± 0.00 | - |") in t
+    assert "The plan's probe (8 prompts, before the student loads) measured 1000 ± 0 tokens/s" in t
     assert "| none: SFT of the student alone (same data, batch, steps) | - | 40 | 0.90 | - |" in t

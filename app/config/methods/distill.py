@@ -21,6 +21,11 @@ class Distill(Method):
 
     def card_line(self, cfg, named) -> str:
         d = cfg.distill
+        if d.outside:
+            where = "a GGUF file run by llama.cpp" if d.outside == "gguf" else "an OpenAI-compatible endpoint"
+            return (f"- distillation ({d.mode.replace('_', '-')}) from teacher {named(d.teacher, 'model')} ({where}, "
+                    f"outside the training process): its top-{d.top_k} log-probabilities per answer token, beta "
+                    f"{d.beta:g} (0 forward KL, 1 reverse KL), answers up to {d.max_completion_length} tokens")
         return (f"- distillation ({d.mode.replace('_', '-')}) from teacher {named(d.teacher, 'model')}"
                 + f" ({'4' if d.teacher_4bit else '16'}-bit)"
                 + (f": beta {d.beta:g} (0 forward KL, 1 reverse KL), temperature {d.temperature:g}"

@@ -33,9 +33,9 @@ TEACHER_LOG = "teacher.log"  # the llama.cpp child's own notes
 
 
 def build_outside_trainer(plan: RunPlan, model, tok, train_ds, run_dir: Path):
-    """The run's trainer on its outside teacher (plan.teacher.outside), which it opens here and closes when the
-    trainer goes (a step-down after out-of-memory builds another); off-policy, the teacher's answers are written
-    first."""
+    """The run's trainer on its outside teacher (plan.teacher.outside), which it opens here and closes when training
+    ends (or the trainer goes unused: a step-down after out-of-memory builds another); off-policy, the teacher's
+    answers are written first."""
     from trl import DistillationConfig  # heavy: imported when a trainer is built
 
     t = plan.teacher
@@ -77,6 +77,13 @@ class OutsideTeacherSide:
 
     teacher = answers = run_dir = None
     top_k = 20
+
+    def train(self, *args, **kwargs):
+        """TRL's training, the teacher ended with it (however it ends): the proof asks its own, never two at once."""
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            self.teacher.close()
 
     # ---------------------------------------------------------------------------------- the teacher's answers
     def write_answers(self, rows, max_tokens: int) -> None:

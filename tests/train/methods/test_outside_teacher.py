@@ -65,6 +65,8 @@ def test_a_gguf_teacher_teaches_from_outside_the_training_process(gguf_runs, tea
     s = proof["summary"]
     assert s["teacher"]["accuracy"] >= s["base"]["accuracy"] + 0.3  # the GGUF answers the proof as the teacher
     assert (run / "teacher.log").is_file()
+    card = (run / layout.ADAPTER / "README.md").read_text()  # the model card says where its teacher ran
+    assert "(a GGUF file run by llama.cpp, outside the training process): its top-20 log-probabilities" in card
 
 
 def test_off_policy_answers_are_written_once_and_reused(gguf_runs):
