@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import _demo, cli
+from conftest import _demo, cli, cli_here
 
 from app.run import layout, store
 
@@ -86,3 +86,27 @@ def test_off_policy_distillation_trains_on_the_teachers_answers(tmp_path):
     proof = json.loads((run / layout.COMPARE_JSON).read_text())
     assert proof["summary"]["teacher"]["accuracy"] is not None and len(proof["rows"]) == 16
     assert "completions/mean_length" not in json.dumps(store.read_metrics(run))  # SFT: nothing sampled in training
+
+
+@pytest.mark.e2e  # a demo of its own
+def test_the_gguf_teacher_demo_lifts_the_student_from_outside_the_training_process(tmp_path_factory):
+    """`qlora-app demo --method distill --gguf-teacher --quick --seed 17` (a seed no setting was tried on): the
+    teacher as a Q4_K_M GGUF in llama.cpp's child process, its top-20 the signal; the proof's third column is the
+    GGUF's (docs/performance.md has 5 seeds of the full demo)."""
+    r, out = _demo(tmp_path_factory, "distill-gguf-demo", "--method", "distill", "--gguf-teacher", "--quick",
+                   "--seed", "17")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads((out / layout.DEMO_DISTILL_JSON).read_text())
+    s, demo = result["summary"], result["config"]["demo"]
+    assert result["config"]["teacher"].endswith("arith-teacher-q4_k_m.gguf")
+    assert s["teacher"]["accuracy"] >= s["base"]["accuracy"] + 0.3 and demo["lift"] >= 0.2
+    st = store.read_status(Path(demo["run"]))
+    assert st[layout.TEACHER]["where"]["kind"] == "gguf" and st[layout.TEACHER]["where"]["tokens_per_s"] > 0
+    said = " ".join(r.stdout.split())
+    assert "teacher (Q4_K_M GGUF, llama.cpp)" in said and "of the teacher's lead closed" in said
+
+
+def test_gguf_teacher_is_the_distillation_demos_alone():
+    r = cli_here("demo", "--gguf-teacher", "--quick")
+    assert r.returncode == 2 and "--gguf-teacher is the distillation demo's" in " ".join(r.stdout.split() +
+                                                                                         r.stderr.split())
