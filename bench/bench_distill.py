@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
+from perfdoc import mean_sd, write_section  # noqa: E402 - bench/ is the script folder
 
 os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 TARGET_LIFT, TARGET_SECONDS = 0.20, 180.0  # issue #61's target, per seed
@@ -84,14 +83,6 @@ def grpo(seed: int, out: Path, quick: bool, reach: float | None) -> dict:
             "reached_tokens": sampled_tokens(upto, per_step) if hit else None}
 
 
-def _ms(xs, pct: bool = False, digits: int = 0) -> str:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "-"
-    m, sd = statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{100 * m:+.1f} ± {100 * sd:.1f}" if pct else f"{m:.{digits}f} ± {sd:.{digits}f}"
-
-
 def table(rows: dict, quick: bool) -> str:
     on, off, g = rows.get("on_policy", []), rows.get("off_policy", []), rows.get("grpo", [])
     seeds = ", ".join(str(r["seed"]) for r in on)
@@ -113,16 +104,16 @@ def table(rows: dict, quick: bool) -> str:
     for name, rs in (("on-policy distillation", on), ("off-policy distillation (teacher's answers, SFT)", off),
                      ("GRPO (the GRPO demo, whole run)", g)):
         if rs:
-            lines.append(f"| {name} | {_ms([r['lift'] for r in rs], pct=True)} | "
-                         f"{_ms([r['train_s'] for r in rs])} | {_ms([r['tokens'] for r in rs])} | "
-                         f"{_ms([r['steps'] for r in rs])} |")
+            lines.append(f"| {name} | {mean_sd([r['lift'] for r in rs], pct=True)} | "
+                         f"{mean_sd([r['train_s'] for r in rs])} | {mean_sd([r['tokens'] for r in rs])} | "
+                         f"{mean_sd([r['steps'] for r in rs])} |")
     if g:
         reached = [r for r in g if r["reached_step"] is not None]
         lines += ["", f"**What GRPO needs to get as far:** its held-out accuracy during training reached the "
                       f"on-policy student's last held-out point on {len(reached)} of {len(g)} seeds, "
-                      + (f"after {_ms([r['reached_s'] for r in reached])} s of training and "
-                         f"{_ms([r['reached_tokens'] for r in reached])} sampled tokens (distillation: "
-                         f"{_ms([r['train_s'] for r in on])} s, {_ms([r['tokens'] for r in on])} tokens)."
+                      + (f"after {mean_sd([r['reached_s'] for r in reached])} s of training and "
+                         f"{mean_sd([r['reached_tokens'] for r in reached])} sampled tokens (distillation: "
+                         f"{mean_sd([r['train_s'] for r in on])} s, {mean_sd([r['tokens'] for r in on])} tokens)."
                          if reached else "never within its 200 steps.")]
     return "\n".join(lines)
 

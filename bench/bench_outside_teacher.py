@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from perfdoc import write_section  # noqa: E402 - bench/ is the script folder
+from perfdoc import mean_sd, write_section  # noqa: E402 - bench/ is the script folder
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "PYTHONPATH": str(ROOT)}
@@ -100,14 +100,6 @@ def sft(out: Path) -> dict:
     return {"peak_gb": (store.read_status(run) or {}).get("peak_mem_allocated_gib"), "seconds": seconds}
 
 
-def _ms(xs, pct: bool = False, digits: int = 0) -> str:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return "-"
-    m, sd = statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
-    return f"{100 * m:+.1f} ± {100 * sd:.1f}" if pct else f"{m:.{digits}f} ± {sd:.{digits}f}"
-
-
 def table(rows: dict) -> str:
     mem, gg, alone = rows.get("memory", []), rows.get("gguf", []), rows.get("sft") or {}
     seeds = ", ".join(str(r["seed"]) for r in gg)
@@ -143,14 +135,14 @@ def table(rows: dict) -> str:
                      ("the same GGUF, off-policy (its answers written once, top-20 each)", rows.get("gguf_off", [])),
                      ("in memory, 4-bit (full distribution), on-policy", mem)):
         if rs:
-            lines.append(f"| {name} | {_ms([r['lift'] for r in rs], pct=True)} | {_ms([r['seconds'] for r in rs])} "
-                         f"| {_ms([r['peak_gb'] for r in rs], digits=2)} | "
-                         f"{_ms([r.get('tokens_per_s') for r in rs])} |")
+            lines.append(f"| {name} | {mean_sd([r['lift'] for r in rs], pct=True)} | {mean_sd([r['seconds'] for r in rs])} "
+                         f"| {mean_sd([r['peak_gb'] for r in rs], digits=2)} | "
+                         f"{mean_sd([r.get('tokens_per_s') for r in rs])} |")
     if base_peak is not None:
         lines.append(f"| none: SFT of the student alone (same data, batch, steps) | - | {alone['seconds']:.0f} | "
                      f"{base_peak:.2f} | - |")
     if any(probe):
-        lines += ["", f"The plan's probe (8 prompts, before the student loads) measured {_ms(probe)} tokens/s; "
+        lines += ["", f"The plan's probe (8 prompts, before the student loads) measured {mean_sd(probe)} tokens/s; "
                       "on-policy training sends a whole generation batch per request and scores faster. Off-policy, "
                       "the teacher writes its answers token by token before the first step (most of its whole-demo "
                       "time), once: a repeated run reuses them."]
