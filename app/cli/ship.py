@@ -17,7 +17,7 @@ from app.data.images import open_image
 from app.errors import UserError
 from app.ask.asking import check_generation
 from app.eval.chat import Chat
-from app.export.bundle import export_run
+from app.export.bundle import export_base, export_run
 from app.export.prefetch import prefetch as do_prefetch
 from app.export.push import push_run
 from app.export.quantize import DEFAULT as GGUF_DEFAULT
@@ -148,7 +148,10 @@ def _conversation(session, sides: list[str], gen: dict) -> None:
 
 
 def export(
-    run: Path = typer.Argument(..., help="Run directory (or bare run name) or adapter directory."),
+    run: Optional[Path] = typer.Argument(None, help="Run directory (or bare run name) or adapter directory."),
+    base: Optional[str] = typer.Option(None, "--base", help="Instead of a run: a base model (hub id, folder or a "
+                                       "shipped model) as a GGUF (--format gguf), the file a gguf-lora adapter loads "
+                                       "beside."),
     out: Optional[Path] = typer.Option(None, help="Destination folder (new or empty; --force to write into a full "
                                                   "one). Default: RUN/exports/FORMAT."),
     fmt: Optional[str] = typer.Option(None, "--format", help="adapter (default), merged, gguf, gguf-lora (the adapter "
@@ -166,6 +169,18 @@ def export(
     """Export the adapter, merged 16-bit weights, a GGUF (llama.cpp), the adapter as a llama.cpp LoRA GGUF, or GGUF +
     Modelfile (Ollama), with a model card."""
     apply_local_only(local_only)
+    if (run is None) == (base is None):
+        raise UserError("export takes a run (qlora-app export RUN) or a base model (qlora-app export --base MODEL "
+                        "--format gguf), one of the two")
+    if base is not None:
+        if merge or fmt not in (None, "gguf"):
+            raise UserError(f"--base exports a base model as a GGUF; drop --format {fmt or 'merged'} (or pass "
+                            "--format gguf)")
+        with console.status("exporting the base (gguf)", spinner="dots") if console.is_terminal else _nothing():
+            res = export_base(base, out, outtype=outtype, force=force, local_only=local_only)
+        console.print(f"[green]exported[/] the base as gguf ({', '.join(res.files.values())}) to", highlight=False)
+        console.print(str(res.out), highlight=False, soft_wrap=True)
+        return
     if merge and fmt not in (None, "merged"):
         raise UserError(f"--merge means --format merged; drop one of --merge and --format {fmt}")
     fmt = "merged" if merge else fmt or "adapter"

@@ -4,7 +4,7 @@ Formats: ``adapter`` (the PEFT folder), ``merged`` (the adapter merged into a 16
 the 4-bit one: that would bake rounding error into every layer), ``gguf`` (the merged model converted by llama.cpp's
 converter: one .gguf file, plus the vision projector's for a vision-language model), ``gguf-lora`` (the adapter
 alone in llama.cpp's LoRA format, for the base's own GGUF: app/export/lora_gguf.py) and ``ollama`` (the GGUF plus
-a Modelfile).
+a Modelfile). ``export_base``: a GGUF of a base model alone, the file a gguf-lora adapter loads beside.
 
 Everything is written into a hidden staging folder beside DIR and moved into DIR at the end, so a crash or a full
 disk leaves nothing under DIR's final names. At most one 16-bit copy of the model is in memory: the merge frees it
@@ -100,11 +100,68 @@ def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype
                             "base's projector file, which this adapter's language side would have to match); export "
                             "--format gguf for the merged model and its projector")
     result = Exported(out=out, fmt=fmt)
+    return _published(result, lambda stage: _build(stage, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt,
+                                                    outtypes, dtype, local_only, images=bool(mc.images)))
+
+
+def export_base(base: str, out, outtype: str | None = None, force: bool = False, local_only: bool = False) -> Exported:
+    """A GGUF of a base model alone (``qlora-app export --base MODEL --format gguf``): the file an adapter GGUF
+    (--format gguf-lora) loads beside, for any model the converter takes, the shipped ones included (their tokenizer
+    declared as app/export/gguf.pre_tokenizer declares it). ``outtype``: as a run's GGUF export (default q4_k_m)."""
+    outtypes = quant.parse_outtypes(outtype or quant.DEFAULT)
+    gguf_mod.converter()  # the extra is missing: one line before anything is read
+    quant.check_quantizer(outtypes)
+    folder = model_folder(base, local_only)
+    name = slug(folder.name if folder.name != "snapshots" else base)
+    out = Path(out) if out is not None else Path("exports") / f"{name}-gguf"
+    check_out(out, force)
+    result = Exported(out=out, fmt="gguf")
+
+    def build(stage: Path) -> None:
+        from transformers import AutoConfig, AutoTokenizer  # heavy
+
+        config = AutoConfig.from_pretrained(folder)
+        gguf_mod.check_architecture(config)
+        tok = AutoTokenizer.from_pretrained(folder)
+        _write_ggufs(folder, stage, name, outtypes, tok, gguf_mod.pre_tokenizer(folder), result)
+        written = ", ".join(f"`{f}`" for f in result.files.values())
+        (stage / "README.md").write_text(
+            f"# {name} (GGUF)\n\nThe base model `{base}` as {written}, written by llama.cpp's converter (and its "
+            "quantizer for the k-quants) with `qlora-app export --base`. Load an adapter GGUF of a run on this base "
+            f"beside it (`qlora-app export RUN --format gguf-lora`): `llama-server -m {result.files['gguf']} --lora "
+            "ADAPTER.gguf`.\n")
+        result.files["card"] = "README.md"
+
+    return _published(result, build)
+
+
+def model_folder(base: str, local_only: bool) -> Path:
+    """The folder of model ``base`` on this machine: a folder as given, a shipped model by its name, else the hub
+    id's snapshot (downloaded unless ``local_only``); one line when it is none of these."""
+    from app.config.builtin import BUILTIN_MODELS, builtin_model_path
+
+    if Path(base).expanduser().is_dir():
+        return Path(base).expanduser().resolve()
+    if base in BUILTIN_MODELS and (builtin_model_path(base) / "config.json").is_file():
+        return builtin_model_path(base)
+    from huggingface_hub import snapshot_download  # heavy
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(base, local_files_only=local_only))
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as e:
+        raise UserError(f"the base model '{base}' is not a folder here nor in the local HF cache ({type(e).__name__}"
+                        f"); pass a model folder, or run 'qlora-app prefetch --model {base}' first") from None
+
+
+def _published(result: Exported, build) -> Exported:
+    """``build(stage)`` into a hidden staging folder beside ``result.out``, then moved under the final names: a crash
+    or a full disk leaves none of them half-written."""
+    out = result.out
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
     try:
-        _build(staging, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt, outtypes, dtype, local_only,
-               images=bool(mc.images))
+        build(staging)
         _umask_modes(staging)
         out.mkdir(exist_ok=True)
         for entry in sorted(staging.iterdir()):
@@ -139,6 +196,7 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         result.files["gguf-lora"] = path.name
         result.notes.append(f"{path.name}: {path.stat().st_size / 1e6:,.1f} MB, {len(pairs.ab)} LoRA pairs; load it "
                             f"beside a GGUF of the same base ({base}): llama-server -m BASE.gguf --lora {path.name}"
+                            f" (the base's GGUF: qlora-app export --base {base} --format gguf --outtype f16)"
                             + ("; its scale (rsLoRA or a per-module alpha) is written into the B matrices, so "
                                "llama.cpp applies it at --lora's scale 1" if pairs.baked else ""))
     else:
@@ -150,29 +208,18 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         gguf_mod.check_architecture(config, images=images)
         pre = gguf_mod.pre_tokenizer(merged)  # refused here, before minutes of merging
         # the converter's types from the merge; the quantizer's from the converter's f16 file
-        converted = [t for t in outtypes if t in quant.CONVERTER_TYPES]
-        if quant.needs_quantizer(outtypes) and quant.SOURCE not in converted:
-            converted.append(quant.SOURCE)
+        converted = _converted(outtypes)
         merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, "f32" if "f32" in converted
                                                                       else converted[0]),
               local_only, tokenizer=False, images=images)
-        files = {t: stage / f"{name}-{t}.gguf" for t in [*converted, *outtypes]}
-        for t in converted:
-            gguf_mod.convert(merged, files[t], t, pre, name)
         if images:  # llama.cpp reads pictures through a second file: the vision tower and projector (--mmproj)
             save_processor(base, tok, merged, local_only)  # the converter reads its image size, mean and tokens
             kind = gguf_mod.projector_outtype(outtypes[0])
             projector = stage / f"mmproj-{name}-{kind}.gguf"
             gguf_mod.convert(merged, projector, kind, None, name, projector=True)
             result.files["mmproj"] = projector.name
-        problem = gguf_mod.verify_tokenizer(files[converted[0]], tok)
-        if problem:
-            raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
-                            "written; export --format merged instead")
-        made = _quantize(files, outtypes, result)
-        gguf_file = files[made[0]]
-        for t in made:
-            result.files["gguf" if t == made[0] else f"gguf-{t}"] = files[t].name
+        _write_ggufs(merged, stage, name, outtypes, tok, pre, result)
+        gguf_file = stage / result.files["gguf"]
         if run_cfg and run_cfg.tools.enabled:
             result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
                                 "llama-server --jinja parses the calls); the tools are not in the model: the program "
@@ -192,6 +239,32 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         weights = sorted(p.name for p in stage.iterdir() if p.suffix in (".safetensors", ".bin"))
         result.files.update({"weights" if i == 0 else f"weights-{i}": w for i, w in enumerate(weights)})
     result.files["card"] = "README.md"
+
+
+def _converted(outtypes: list[str]) -> list[str]:
+    """The types the converter writes: those asked that it makes, and f16 for the quantizer to start from."""
+    converted = [t for t in outtypes if t in quant.CONVERTER_TYPES]
+    if quant.needs_quantizer(outtypes) and quant.SOURCE not in converted:
+        converted.append(quant.SOURCE)
+    return converted
+
+
+def _write_ggufs(model_dir: Path, stage: Path, name: str, outtypes: list[str], tok, pre, result: Exported) -> list:
+    """``model_dir`` (16-bit weights, its tokenizer declared as ``pre``) as GGUF files in ``stage``: the converter's
+    types straight, the k-quants by llama.cpp's quantizer from its f16 file; the first file's tokenizer checked
+    against ``tok``. Returns the types made (result.files: gguf, gguf-TYPE)."""
+    converted = _converted(outtypes)
+    files = {t: stage / f"{name}-{t}.gguf" for t in [*converted, *outtypes]}
+    for t in converted:
+        gguf_mod.convert(model_dir, files[t], t, pre, name)
+    problem = gguf_mod.verify_tokenizer(files[converted[0]], tok)
+    if problem:
+        raise UserError(f"the GGUF's tokenizer splits text differently from the model ({problem}); nothing was "
+                        "written; export --format merged instead")
+    made = _quantize(files, outtypes, result)
+    for t in made:
+        result.files["gguf" if t == made[0] else f"gguf-{t}"] = files[t].name
+    return made
 
 
 def _quantize(files: dict[str, Path], outtypes: list[str], result: Exported) -> list[str]:

@@ -41,8 +41,7 @@ def test_the_bases_gguf_with_the_adapter_file_answers_as_the_merged_gguf(bases, 
     import numpy as np
     from llamacpp import scores
 
-    from app.export import gguf as gguf_mod
-    from app.export.bundle import export_run
+    from app.export.bundle import export_base, export_run
     from app.export.quantize import tensor_types
 
     adapter = _adapter(bases[arch], tmp_path / "adapter", **lora)
@@ -54,7 +53,9 @@ def test_the_bases_gguf_with_the_adapter_file_answers_as_the_merged_gguf(bases, 
     card = (res.out / "README.md").read_text()
     assert f"llama-server -m BASE.gguf --lora {lora_file.name}" in card and f"ADAPTER ./{lora_file.name}" in card
     merged = export_run(adapter, tmp_path / "merged", fmt="gguf", outtype="f32")
-    base_file = gguf_mod.convert(bases[arch], tmp_path / "base.gguf", "f32", gguf_mod.pre_tokenizer(bases[arch]), "b")
+    base = export_base(str(bases[arch]), tmp_path / "base", outtype="f32")  # the command the note names
+    base_file = base.out / base.files["gguf"]
+    assert f"qlora-app export --base {bases[arch]} --format gguf --outtype f16" in " ".join(res.notes)
     assert lora_file.stat().st_size < 0.2 * base_file.stat().st_size
     ids = list(range(5, 40))
     ref = scores(merged.out / merged.files["gguf"], ids)
@@ -131,3 +132,35 @@ def test_export_format_gguf_lora_from_the_cli(plain, tmp_path):
     bad = cli_here("export", plain, "--format", "gguf-lora", "--out", tmp_path / "bad", "--outtype", "q4_k_m")
     assert bad.returncode == 2 and "not a type of an adapter GGUF" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+
+def test_export_base_makes_the_gguf_a_gguf_lora_loads_beside(tmp_path):
+    """`export --base` of a shipped model (its tokenizer declared for the converter) writes its GGUF (llama.cpp
+    reads it: the same greedy tokens as transformers) and a card naming the --lora command; a base that is nowhere,
+    a run and a base at once, or another format are one line each, nothing written."""
+    pytest.importorskip("llama_cpp")
+    import torch
+    from conftest import cli_here
+    from llamacpp import greedy_answers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from app.config.builtin import builtin_model_path
+
+    ok = cli_here("export", "--base", "arith-base", "--out", tmp_path / "base", "--outtype", "f16")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    gguf_file = tmp_path / "base" / "arith-base-f16.gguf"
+    assert gguf_file.is_file() and "--lora ADAPTER.gguf" in (tmp_path / "base" / "README.md").read_text()
+    path = builtin_model_path("arith-base")
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    ids = tok.apply_chat_template([{"role": "user", "content": "Tom has 3 apples and buys 4 more."}],
+                                  add_generation_prompt=True, tokenize=True, return_dict=False)
+    with torch.no_grad():
+        hf = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):].tolist()
+    assert greedy_answers(gguf_file, [ids], 12)[0] == [t for t in hf if t != tok.eos_token_id][:12]
+    for args, said in ((["--base", "no-such-model-here"], "is not a folder here nor in the local HF cache"),
+                       (["--base", "arith-base", "--format", "merged"], "--base exports a base model as a GGUF"),
+                       ([], "export takes a run (qlora-app export RUN) or a base model")):
+        bad = cli_here("export", *args, "--out", tmp_path / "bad", "--local-only")
+        assert bad.returncode == 2 and said in " ".join(bad.stderr.split()), bad.stderr
+        assert "Traceback" not in bad.stderr and not (tmp_path / "bad").exists()

@@ -164,3 +164,14 @@ def test_a_teacher_that_dies_mid_run_stops_it_at_a_checkpoint_and_resume_finishe
     assert r.returncode == 0, r.stderr[-3000:]
     st = store.read_status(run)
     assert st["status"] == layout.FINISHED and st["step"] == 10
+
+
+def test_the_dry_run_probes_the_teacher_and_says_its_throughput(teacher_ggufs, tmp_path):
+    """`--dry-run` starts the GGUF teacher as the run would, tokenizes a sample of the data on both sides and says
+    the expected throughput; nothing is made."""
+    r = cli(*_train(tmp_path / "runs", teacher_ggufs["q4_k_m"]), "--dry-run")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "in llama.cpp, a child process (never in training memory): a " in said and "MB file" in said
+    assert "teacher probe: the data tokenizes alike on both sides (8 prompts);" in said and "tokens/s scored" in said
+    assert not (tmp_path / "runs").exists()
