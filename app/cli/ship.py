@@ -163,6 +163,10 @@ def export(
         "from one merge: q4_k_m,q8_0 (the first is the Modelfile's). gguf-lora: f16 (the default), bf16, q8_0 or "
         "f32."),
     dtype: Optional[str] = typer.Option(None, help="merged: bf16 (default), fp16 or fp32."),
+    merge_onto: str = typer.Option("trained", "--merge-onto", help="merged / gguf / ollama: trained (default: the "
+                                   "weights the adapter was trained on, a 4-bit run's NF4 base dequantized, so the "
+                                   "export answers as the adapter the proof measured) or original (the base's own "
+                                   "16-bit weights)."),
     force: bool = switch("--force", help="Write into a non-empty --out (same names are replaced)."),
     local_only: bool = switch("--local-only"),
 ):
@@ -185,7 +189,8 @@ def export(
         raise UserError(f"--merge means --format merged; drop one of --merge and --format {fmt}")
     fmt = "merged" if merge else fmt or "adapter"
     with console.status(f"exporting ({fmt})", spinner="dots") if console.is_terminal else _nothing():
-        res = export_run(run, out, fmt=fmt, outtype=outtype, dtype=dtype, force=force, local_only=local_only)
+        res = export_run(run, out, fmt=fmt, outtype=outtype, dtype=dtype, force=force, local_only=local_only,
+                         onto=merge_onto)
     console.print(f"[green]exported[/] {fmt} ({', '.join(res.files.values())}) to", highlight=False)
     console.print(str(res.out), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
     for n in res.notes:

@@ -1,7 +1,9 @@
 """`qlora-app export`: a run's adapter as a folder people can use elsewhere, with its model card.
 
 Formats: ``adapter`` (the PEFT folder), ``merged`` (the adapter merged into a 16-bit copy of the base, never into
-the 4-bit one: that would bake rounding error into every layer), ``gguf`` (the merged model converted by llama.cpp's
+the 4-bit one: that would bake rounding error into every layer; by default onto the weights the adapter was trained
+on, the NF4 base dequantized, so the merged model answers as the adapter the proof measured: app.model.pair
+.merged_model's ``onto``), ``gguf`` (the merged model converted by llama.cpp's
 converter: one .gguf file, plus the vision projector's for a vision-language model), ``gguf-lora`` (the adapter
 alone in llama.cpp's LoRA format, for the base's own GGUF: app/export/lora_gguf.py) and ``ollama`` (the GGUF plus
 a Modelfile). ``export_base``: a GGUF of a base model alone, the file a gguf-lora adapter loads beside.
@@ -30,7 +32,7 @@ from app.export import quantize as quant
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
-from app.model.pair import find_target, merged_model
+from app.model.pair import MERGE_ONTO, find_target, merged_model
 from app.model.vision import load_processor
 from app.run import layout, lookup
 
@@ -77,11 +79,15 @@ def default_out(adapter_dir: Path, run_dir: Path | None, fmt: str) -> Path:
 
 
 def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype: str | None = None,
-               force: bool = False, local_only: bool = False) -> Exported:
+               force: bool = False, local_only: bool = False, onto: str = "trained") -> Exported:
     """``outtype``: the GGUF types to write (gguf / ollama), one or several comma-separated (app/export/quantize.py;
-    default q4_k_m), or the adapter GGUF's one type (gguf-lora; default f16)."""
+    default q4_k_m), or the adapter GGUF's one type (gguf-lora; default f16). ``onto``: what a merge merges onto
+    (app.model.pair.MERGE_ONTO)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt} is not one of {', '.join(FORMATS)}")
+    if onto not in MERGE_ONTO:
+        raise UserError(f"--merge-onto {onto} is not one of {', '.join(MERGE_ONTO)}; trained (the default) merges "
+                        "onto the weights the adapter was trained on")
     outtypes = quant.parse_outtypes(outtype or (lora_gguf.DEFAULT if fmt == "gguf-lora" else quant.DEFAULT))
     if dtype is not None and dtype not in MERGE_DTYPES:
         raise UserError(f"--dtype {dtype} is not one of {', '.join(MERGE_DTYPES)}; pick one (bf16 is the default)")
@@ -101,7 +107,7 @@ def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype
                             "--format gguf for the merged model and its projector")
     result = Exported(out=out, fmt=fmt)
     return _published(result, lambda stage: _build(stage, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt,
-                                                    outtypes, dtype, local_only, images=bool(mc.images)))
+                                                    outtypes, dtype, local_only, images=bool(mc.images), onto=onto))
 
 
 def export_base(base: str, out, outtype: str | None = None, force: bool = False, local_only: bool = False) -> Exported:
@@ -184,12 +190,12 @@ def _published(result: Exported, build) -> Exported:
 
 
 def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: str, fmt, outtypes, dtype, local_only,
-           images: bool = False):
+           images: bool = False, onto: str = "trained"):
     name = slug(run_dir.name if run_dir else adapter_dir.name)
     if fmt == "adapter":
         shutil.copytree(adapter_dir, stage, dirs_exist_ok=True)
     elif fmt == "merged":
-        merge(adapter_dir, base, stage, dtype or "bf16", local_only, images=images)
+        merge(adapter_dir, base, stage, dtype or "bf16", local_only, images=images, onto=onto)
     elif fmt == "gguf-lora":
         path = stage / f"{name}-lora-{outtypes[0]}.gguf"
         pairs = lora_gguf.convert_adapter(adapter_dir, base, path, outtypes[0], name, local_only)
@@ -211,7 +217,7 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         converted = _converted(outtypes)
         merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, "f32" if "f32" in converted
                                                                       else converted[0]),
-              local_only, tokenizer=False, images=images)
+              local_only, tokenizer=False, images=images, onto=onto)
         if images:  # llama.cpp reads pictures through a second file: the vision tower and projector (--mmproj)
             save_processor(base, tok, merged, local_only)  # the converter reads its image size, mean and tokens
             kind = gguf_mod.projector_outtype(outtypes[0])
@@ -234,7 +240,7 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             result.ollama_command = f"ollama create {name} -f {result.out / MODELFILE}"
         shutil.rmtree(merged)
     (stage / "README.md").unlink(missing_ok=True)  # PEFT's blank card; ours replaces it
-    write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name, adapter_dir=adapter_dir)
+    write_card(stage, run_dir, run_cfg, fmt, base, result.files, ollama_name=name, adapter_dir=adapter_dir, onto=onto)
     if fmt in ("adapter", "merged"):  # the weights written, named in what the export reports (not the card alone)
         weights = sorted(p.name for p in stage.iterdir() if p.suffix in (".safetensors", ".bin"))
         result.files.update({"weights" if i == 0 else f"weights-{i}": w for i, w in enumerate(weights)})
@@ -326,10 +332,11 @@ def keep_hub_tokenizer(base: str, dest: Path, local_only: bool) -> None:
 
 
 def merge(adapter_dir: Path, base: str, dest: Path, dtype: str, local_only: bool, tokenizer: bool = True,
-          images: bool = False) -> None:
-    """The adapter merged into a ``dtype`` copy of the base, saved in ``dest``; the model is freed on return.
-    ``images``: a vision-language model, merged whole (its vision side as it was) and saved with its processor."""
-    model = merged_model(adapter_dir, base, torch_dtype(dtype), local_only, images=images)
+          images: bool = False, onto: str = "trained") -> None:
+    """The adapter merged into a ``dtype`` copy of the base (``onto``: app.model.pair.MERGE_ONTO), saved in
+    ``dest``; the model is freed on return. ``images``: a vision-language model, merged whole (its vision side as it
+    was) and saved with its processor."""
+    model = merged_model(adapter_dir, base, torch_dtype(dtype), local_only, images=images, onto=onto)
     model.save_pretrained(dest)
     del model
     gc.collect()

@@ -191,7 +191,7 @@ def method_lines(cfg) -> list[str]:
 
 
 def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, files: dict[str, str],
-               ollama_name: str | None = None, adapter_dir: Path | None = None) -> Path:
+               ollama_name: str | None = None, adapter_dir: Path | None = None, onto: str = "trained") -> Path:
     """DIR/README.md. ``cfg``: the run's AppConfig (None for a bare adapter folder); ``files``: role -> file name
     in DIR (gguf, modelfile); ``adapter_dir``: the adapter exported (its comparison is the card's proof)."""
     from huggingface_hub import ModelCard, ModelCardData
@@ -205,16 +205,25 @@ def write_card(out: Path, run: Path | None, cfg, fmt: str, base_model: str, file
                          datasets=hub_data or None,
                          pipeline_tag="image-text-to-text" if reads_images else "text-generation")
     name = run.name if run else out.name
+    # what a merge was merged onto (app.model.pair.MERGE_ONTO): a 4-bit run's own weights unless asked otherwise
+    merged_onto = ("" if not (cfg and cfg.model.load_in_4bit) else
+                   " whose layers are the NF4 weights the adapter was trained on, dequantized (so it answers as the "
+                   "adapter did)" if onto == "trained" else
+                   " with the base's own weights (not the NF4 ones the adapter was trained on: its answers can differ "
+                   "from the adapter's)")
     body = [f"# {name}", "",
             f"A LoRA {'adapter' if fmt in ('adapter', 'gguf-lora') else 'fine-tune'} of {code_name(base_model)} "
             "trained with "
             f"qlora-app ({(method or 'unknown method').upper()} on a "
             f"{'16-bit' if cfg and not cfg.model.load_in_4bit else '4-bit'} base)"
-            + (", merged into a 16-bit copy of the base (not 4-bit)" if fmt == "merged" else "")
-            + (f": the adapter merged into a 16-bit copy of the base (not 4-bit), then converted to GGUF for llama.cpp"
+            + (f", merged into a 16-bit copy of the base (not 4-bit){merged_onto}" if fmt == "merged" else "")
+            + (f": the adapter merged into a 16-bit copy of the base (not 4-bit){merged_onto}, then converted to GGUF "
+               "for llama.cpp"
                f"{' and Ollama' if fmt == 'ollama' else ''}" if fmt in ("gguf", "ollama") else "")
-            + (": the adapter alone in llama.cpp's LoRA GGUF format, applied over a GGUF of the same base" if fmt ==
-               "gguf-lora" else "") + ".", ""]
+            + (": the adapter alone in llama.cpp's LoRA GGUF format, applied over a GGUF of the same base"
+               + (" (the base's own weights, not the NF4 ones the adapter was trained against: its answers can differ "
+                  "from the adapter's)" if cfg and cfg.model.load_in_4bit else "") if fmt == "gguf-lora" else "")
+            + ".", ""]
     if cfg:
         st = (store.read_status(run) or {}) if run else {}
         if adapter_dir is not None and adapter_dir.parent.name == layout.CHECKPOINTS:  # a checkpoint: its own step

@@ -124,12 +124,7 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
     from peft import PeftModel  # heavy
 
     mc = target.base
-    # a run on pictures recorded the modules its plan kept 16-bit: the pair loads as it trained, never works them out
-    run = lookup.run_of_adapter(target.adapter_dir) if mc.images else None
-    kept = ((read_status(run) or {}).get(layout.VISION) or {}).get("kept_16bit") if run is not None else None
-    base, tok, info = load_base_model(mc, local_only=local_only, for_training=False, device=device or target.device,
-                                      images=bool(mc.images), vision_paths=tuple(kept) if kept else None,
-                                      files=files if files is not None and files.name == mc.name_or_path else None)
+    base, tok, info = base_as_trained(target, local_only, device or target.device, files)
     try:
         model = PeftModel.from_pretrained(base, str(target.adapter_dir), is_trainable=False)
     except (RuntimeError, ValueError, KeyError) as e:
@@ -145,15 +140,62 @@ def load_pair(target: Target, local_only: bool = False, device: str | None = Non
     return Pair(target, model, tok, info.get("processor"))
 
 
-def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False, images: bool = False):
+MERGE_ONTO = {"trained": "the weights the adapter was trained on: a 4-bit run's NF4 base, dequantized (what the "
+                          "proof, chat and serve ran)",
+              "original": "the base's own 16-bit weights (the adapter was trained against their NF4 rounding)"}
+
+
+def base_as_trained(target: Target, local_only: bool, device: str, files=None):
+    """(model, tokenizer, info) of the adapter's base loaded as its run trained on it (4-bit as it was, for
+    inference): a run on pictures recorded the modules its plan kept 16-bit, read here, never worked out again."""
+    mc = target.base
+    run = lookup.run_of_adapter(target.adapter_dir) if mc.images else None
+    kept = ((read_status(run) or {}).get(layout.VISION) or {}).get("kept_16bit") if run is not None else None
+    return load_base_model(mc, local_only=local_only, for_training=False, device=device, images=bool(mc.images),
+                           vision_paths=tuple(kept) if kept else None,
+                           files=files if files is not None and files.name == mc.name_or_path else None)
+
+
+def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False, images: bool = False,
+                 onto: str = "trained"):
     """The adapter merged into a ``dtype`` (a torch dtype) copy of its base ``base`` (16-bit, not 4-bit: what export
-    writes), in place, so there is no second copy of the weights. ``images``: the vision-language model whole."""
+    writes), in place, so there is no second copy of the weights. ``images``: the vision-language model whole.
+    ``onto`` (MERGE_ONTO): "trained" puts the base's quantized layers back as the run's 4-bit load made them
+    (dequantized NF4) before merging, so the merged model computes what the adapter did (an adapter folder without
+    its run says nothing of how it trained: merged as "original"); "original" keeps the base's own weights."""
     from peft import PeftModel  # heavy
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # heavy
 
     auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
     model = auto.from_pretrained(base, dtype=dtype, local_files_only=local_only)
+    target = find_target(adapter_dir)
+    if onto == "trained" and target.run_cfg is not None:  # a bare adapter folder does not say how it was trained
+        as_trained(model, target, local_only)
     return PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+
+
+def as_trained(model, target: Target, local_only: bool) -> int:
+    """``model``'s (16-bit) weights of every layer the run's 4-bit load quantizes set to that load's values,
+    dequantized: the base as the adapter was trained on it (the same quant type, double quantization and blocks, by
+    loading it as the run did). Returns how many layers were set (0: the run trained on an unquantized base)."""
+    import torch  # heavy
+
+    if not target.base.load_in_4bit:
+        return 0
+    from bitsandbytes.functional import dequantize_4bit  # heavy
+    from bitsandbytes.nn import Linear4bit
+
+    quantized, _, _ = base_as_trained(target, local_only, "cpu")
+    own = dict(model.named_modules())
+    done = 0
+    with torch.no_grad():
+        for name, layer in quantized.named_modules():
+            if isinstance(layer, Linear4bit) and name in own:
+                weight = dequantize_4bit(layer.weight.data, layer.weight.quant_state)
+                own[name].weight.copy_(weight.to(own[name].weight.dtype).reshape(own[name].weight.shape))
+                done += 1
+    del quantized
+    return done
 
 
 def open_pair(adapter: str | Path, model: str | None = None, local_only: bool = False) -> Pair:

@@ -357,3 +357,12 @@ def test_full_disk_leaves_no_partial_file(demo_run, small_disk):
     assert not out.exists() or not any(out.iterdir())
     assert [p.name for p in small_disk.iterdir()] == ["filler"] or sorted(p.name for p in small_disk.iterdir()) \
         == ["filler", "out"]
+
+
+def test_a_merge_onto_what_does_not_exist_is_one_line(tmp_path):
+    from conftest import cli_here
+
+    r = cli_here("export", tmp_path / "no-run-needed", "--format", "merged", "--merge-onto", "int8",
+                 "--out", tmp_path / "out")
+    assert r.returncode == 2 and "--merge-onto int8 is not one of trained, original" in " ".join(r.stderr.split())
+    assert not (tmp_path / "out").exists()

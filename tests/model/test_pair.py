@@ -78,3 +78,28 @@ def test_a_conversation_gets_the_runs_system_prompt_unless_it_has_its_own():
         tok, asked, "Be brief.") == Ask.of(asked, "Be brief.").plain
     assert plain_prompt(chat, detect_from_rows([chat], list(chat)), None) == conversation_prompt(
         tok, own, "Be brief.") == Ask.of(own, "Be brief.").plain
+
+
+@pytest.mark.slow
+def test_a_merge_onto_the_trained_weights_computes_what_the_adapter_did(tiny_models, tmp_path):
+    """A 4-bit run's adapter merged onto its NF4 base dequantized (the export default) gives the logits of the
+    adapter on the 4-bit base (what the proof, chat and serve ran), to float rounding; merged onto the base's own
+    weights it does not (the NF4 rounding the adapter was trained against is gone)."""
+    import torch
+    from fakes import make_adapter, write_run
+
+    from app.model.pair import load_pair, merged_model
+
+    base = tiny_models["llama"]
+    run = write_run(tmp_path / "run", base, make_adapter(base, tmp_path / "a"))
+    target = find_target(run)
+    assert target.base.load_in_4bit
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        pair = load_pair(target, local_only=True, device="cpu")
+        adapter = pair.model(input_ids=ids).logits.float()
+        trained = merged_model(target.adapter_dir, str(base), torch.float32, True)(input_ids=ids).logits
+        original = merged_model(target.adapter_dir, str(base), torch.float32, True, onto="original")(
+            input_ids=ids).logits
+    near, far = (trained - adapter).abs().max().item(), (original - adapter).abs().max().item()
+    assert near < 1e-3 and far > 30 * near, (near, far)
