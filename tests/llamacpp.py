@@ -5,31 +5,9 @@ naming the cause, never the end of pytest; each file opened the way llama.cpp ru
 from pathlib import Path
 
 from app.export.llamacpp import in_child, open_gguf
+from app.export.measure import greedy, greedy_answers  # what an export measures of its GGUF files, the same way
 
 __all__ = ["greedy", "greedy_answers", "open_gguf", "scores"]
-
-
-def greedy(llm, ids: list[int], most: int = 32) -> list[int]:
-    """llama.cpp's greedy tokens after ``ids``, up to the end-of-sequence token or ``most``."""
-    out = []
-    for t in llm.generate(ids, temp=0.0, top_k=1, reset=True):
-        if t == llm.token_eos() or len(out) >= most:
-            break
-        out.append(t)
-    return out
-
-
-def _greedy_all(path: str, prompts: list[list[int]], most: int) -> list[list[int]]:
-    llm = open_gguf(Path(path))
-    try:
-        return [greedy(llm, ids, most) for ids in prompts]
-    finally:
-        llm.close()
-
-
-def greedy_answers(path: Path, prompts: list[list[int]], most: int = 32) -> list[list[int]]:
-    """llama.cpp's greedy tokens after each of ``prompts`` (token ids), in a child process."""
-    return in_child(_greedy_all, str(path), prompts, most, what=f"answering with {Path(path).name}")
 
 
 def _scores(path: str, ids: list[int], kw: dict):

@@ -17,7 +17,8 @@ from app.data.images import open_image
 from app.errors import UserError
 from app.ask.asking import check_generation
 from app.eval.chat import Chat
-from app.export.bundle import export_base, export_run
+from app.export.base_gguf import export_base
+from app.export.bundle import export_run
 from app.export.prefetch import prefetch as do_prefetch
 from app.export.push import push_run
 from app.export.quantize import DEFAULT as GGUF_DEFAULT
@@ -167,6 +168,9 @@ def export(
                                    "weights the adapter was trained on, a 4-bit run's NF4 base dequantized, so the "
                                    "export answers as the adapter the proof measured) or original (the base's own "
                                    "16-bit weights)."),
+    measure_rows: Optional[int] = typer.Option(None, "--measure-rows", min=0, help="merged / gguf / ollama: the run's "
+                                               "proof rows each exported model is asked again, to state its own "
+                                               "accuracy (default: all of them; 0: none)."),
     force: bool = switch("--force", help="Write into a non-empty --out (same names are replaced)."),
     local_only: bool = switch("--local-only"),
 ):
@@ -190,7 +194,7 @@ def export(
     fmt = "merged" if merge else fmt or "adapter"
     with console.status(f"exporting ({fmt})", spinner="dots") if console.is_terminal else _nothing():
         res = export_run(run, out, fmt=fmt, outtype=outtype, dtype=dtype, force=force, local_only=local_only,
-                         onto=merge_onto)
+                         onto=merge_onto, measure_rows=measure_rows)
     console.print(f"[green]exported[/] {fmt} ({', '.join(res.files.values())}) to", highlight=False)
     console.print(str(res.out), highlight=False, soft_wrap=True)  # on its own line: a path to copy, never cut
     for n in res.notes:

@@ -6,7 +6,7 @@ on, the NF4 base dequantized, so the merged model answers as the adapter the pro
 .merged_model's ``onto``), ``gguf`` (the merged model converted by llama.cpp's
 converter: one .gguf file, plus the vision projector's for a vision-language model), ``gguf-lora`` (the adapter
 alone in llama.cpp's LoRA format, for the base's own GGUF: app/export/lora_gguf.py) and ``ollama`` (the GGUF plus
-a Modelfile). ``export_base``: a GGUF of a base model alone, the file a gguf-lora adapter loads beside.
+a Modelfile). A base model alone as a GGUF (the file a gguf-lora adapter loads beside): base_gguf.py.
 
 Everything is written into a hidden staging folder beside DIR and moved into DIR at the end, so a crash or a full
 disk leaves nothing under DIR's final names. At most one 16-bit copy of the model is in memory: the merge frees it
@@ -28,15 +28,19 @@ from pathlib import Path
 from app.errors import UserError, write_failure
 from app.export import gguf as gguf_mod
 from app.export import lora_gguf
+from app.export import measure
 from app.export import quantize as quant
 from app.export.card import write_card
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
+from app.model.load import load_tokenizer
 from app.model.pair import MERGE_ONTO, find_target, merged_model
 from app.model.vision import load_processor
 from app.run import layout, lookup
+from app.run.record import record_export
 
 FORMATS = ("adapter", "merged", "gguf", "gguf-lora", "ollama")
+MEASURED = ("merged", "gguf", "ollama")  # the formats that hold the merged model: each measured on the proof's rows
 MERGE_DTYPES = ("bf16", "fp16", "fp32")
 MODELFILE = "Modelfile"
 SENTENCEPIECE = "tokenizer.model"  # a SentencePiece model, as the hub ships it beside tokenizer.json
@@ -50,6 +54,7 @@ class Exported:
     files: dict[str, str] = field(default_factory=dict)  # role (gguf, modelfile, card) -> file name in out
     notes: list[str] = field(default_factory=list)
     ollama_command: str | None = None
+    measured: list = field(default_factory=list)  # app.export.measure.Measured of each artifact, on the proof's rows
     failed: str | None = None  # a quantization that failed: raised once what was made (the f16 file) is in out
 
 
@@ -79,10 +84,12 @@ def default_out(adapter_dir: Path, run_dir: Path | None, fmt: str) -> Path:
 
 
 def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype: str | None = None,
-               force: bool = False, local_only: bool = False, onto: str = "trained") -> Exported:
+               force: bool = False, local_only: bool = False, onto: str = "trained",
+               measure_rows: int | None = None) -> Exported:
     """``outtype``: the GGUF types to write (gguf / ollama), one or several comma-separated (app/export/quantize.py;
     default q4_k_m), or the adapter GGUF's one type (gguf-lora; default f16). ``onto``: what a merge merges onto
-    (app.model.pair.MERGE_ONTO)."""
+    (app.model.pair.MERGE_ONTO). ``measure_rows``: the proof's held-out rows each merged artifact is asked again
+    (None: all of them; 0: none; app/export/measure.py)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt} is not one of {', '.join(FORMATS)}")
     if onto not in MERGE_ONTO:
@@ -106,61 +113,45 @@ def export_run(run, out, fmt: str = "adapter", outtype: str | None = None, dtype
                             "base's projector file, which this adapter's language side would have to match); export "
                             "--format gguf for the merged model and its projector")
     result = Exported(out=out, fmt=fmt)
-    return _published(result, lambda stage: _build(stage, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt,
-                                                    outtypes, dtype, local_only, images=bool(mc.images), onto=onto))
+    published(result, lambda stage: _build(stage, result, adapter_dir, run_dir, run_cfg, mc.name_or_path, fmt,
+                                             outtypes, dtype, local_only, images=bool(mc.images), onto=onto))
+    if fmt in MEASURED and measure_rows != 0:
+        _measure(result, adapter_dir, run_dir, run_cfg, mc.name_or_path, local_only, measure_rows)
+    return result
 
 
-def export_base(base: str, out, outtype: str | None = None, force: bool = False, local_only: bool = False) -> Exported:
-    """A GGUF of a base model alone (``qlora-app export --base MODEL --format gguf``): the file an adapter GGUF
-    (--format gguf-lora) loads beside, for any model the converter takes, the shipped ones included (their tokenizer
-    declared as app/export/gguf.pre_tokenizer declares it). ``outtype``: as a run's GGUF export (default q4_k_m)."""
-    outtypes = quant.parse_outtypes(outtype or quant.DEFAULT)
-    gguf_mod.converter()  # the extra is missing: one line before anything is read
-    quant.check_quantizer(outtypes)
-    folder = model_folder(base, local_only)
-    name = slug(folder.name if folder.name != "snapshots" else base)
-    out = Path(out) if out is not None else Path("exports") / f"{name}-gguf"
-    check_out(out, force)
-    result = Exported(out=out, fmt="gguf")
-
-    def build(stage: Path) -> None:
-        from transformers import AutoConfig, AutoTokenizer  # heavy
-
-        config = AutoConfig.from_pretrained(folder)
-        gguf_mod.check_architecture(config)
-        tok = AutoTokenizer.from_pretrained(folder)
-        _write_ggufs(folder, stage, name, outtypes, tok, gguf_mod.pre_tokenizer(folder), result)
-        written = ", ".join(f"`{f}`" for f in result.files.values())
-        (stage / "README.md").write_text(
-            f"# {name} (GGUF)\n\nThe base model `{base}` as {written}, written by llama.cpp's converter (and its "
-            "quantizer for the k-quants) with `qlora-app export --base`. Load an adapter GGUF of a run on this base "
-            f"beside it (`qlora-app export RUN --format gguf-lora`): `llama-server -m {result.files['gguf']} --lora "
-            "ADAPTER.gguf`.\n")
-        result.files["card"] = "README.md"
-
-    return _published(result, build)
+def _measure(result: Exported, adapter_dir: Path, run_dir, run_cfg, base: str, local_only: bool,
+             limit: int | None) -> None:
+    """Each artifact ``result`` wrote that holds the merged model (the folder; each GGUF), asked the proof's rows:
+    said in the export's notes, added to its card, recorded in the run's status.json (``exports``)."""
+    rows, why = measure.proof_rows(run_dir, run_cfg, local_only, limit)
+    if rows is None:
+        result.notes.append(f"not measured: {why}")
+        return
+    if result.fmt == "merged":
+        found = [measure.measure_folder(result.out, rows)]
+    else:
+        tok = load_tokenizer(run_cfg.model.model_copy(update={"name_or_path": base}), local_only)
+        found = [measure.measure_gguf(result.out / name, tok, rows) for role, name in result.files.items()
+                 if role == "gguf" or (role.startswith("gguf-") and name.endswith(".gguf"))]
+    result.measured = found
+    result.notes += [m.line() for m in found]
+    card = result.out / "README.md"
+    if card.is_file():
+        card.write_text(card.read_text().rstrip("\n") + "\n\n" + measure_section(found) + "\n")
+    if run_dir is not None:
+        record_export(run_dir, result.fmt, str(result.out), [m.record() for m in found])
 
 
-def model_folder(base: str, local_only: bool) -> Path:
-    """The folder of model ``base`` on this machine: a folder as given, a shipped model by its name, else the hub
-    id's snapshot (downloaded unless ``local_only``); one line when it is none of these."""
-    from app.config.builtin import BUILTIN_MODELS, builtin_model_path
-
-    if Path(base).expanduser().is_dir():
-        return Path(base).expanduser().resolve()
-    if base in BUILTIN_MODELS and (builtin_model_path(base) / "config.json").is_file():
-        return builtin_model_path(base)
-    from huggingface_hub import snapshot_download  # heavy
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(base, local_files_only=local_only))
-    except (LocalEntryNotFoundError, HFValidationError, OSError) as e:
-        raise UserError(f"the base model '{base}' is not a folder here nor in the local HF cache ({type(e).__name__}"
-                        f"); pass a model folder, or run 'qlora-app prefetch --model {base}' first") from None
+def measure_section(found: list) -> str:
+    """The card's account of what this export itself answers on the proof's rows."""
+    lines = ["## What this export answers", "",
+             "Asked the run's held-out proof rows again (greedy, as the proof asked the adapter):", ""]
+    lines += [f"- {m.line()}" for m in found]
+    return "\n".join(lines)
 
 
-def _published(result: Exported, build) -> Exported:
+def published(result: Exported, build) -> Exported:
     """``build(stage)`` into a hidden staging folder beside ``result.out``, then moved under the final names: a crash
     or a full disk leaves none of them half-written."""
     out = result.out
@@ -224,7 +215,7 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             projector = stage / f"mmproj-{name}-{kind}.gguf"
             gguf_mod.convert(merged, projector, kind, None, name, projector=True)
             result.files["mmproj"] = projector.name
-        _write_ggufs(merged, stage, name, outtypes, tok, pre, result)
+        write_ggufs(merged, stage, name, outtypes, tok, pre, result)
         gguf_file = stage / result.files["gguf"]
         if run_cfg and run_cfg.tools.enabled:
             result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
@@ -255,7 +246,7 @@ def _converted(outtypes: list[str]) -> list[str]:
     return converted
 
 
-def _write_ggufs(model_dir: Path, stage: Path, name: str, outtypes: list[str], tok, pre, result: Exported) -> list:
+def write_ggufs(model_dir: Path, stage: Path, name: str, outtypes: list[str], tok, pre, result: Exported) -> list:
     """``model_dir`` (16-bit weights, its tokenizer declared as ``pre``) as GGUF files in ``stage``: the converter's
     types straight, the k-quants by llama.cpp's quantizer from its f16 file; the first file's tokenizer checked
     against ``tok``. Returns the types made (result.files: gguf, gguf-TYPE)."""

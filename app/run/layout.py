@@ -20,6 +20,7 @@ CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 LOG = "train.log"
 STATUS = "status.json"
+EXPORTS = "exports"  # status.json: each export of the run and what it measured of itself (app/export/measure.py)
 ADAPTER = "adapter"
 BEST_ADAPTER = "adapter-best"  # training.keep_best: the adapter of the best held-out evaluation
 # training.early_stop: the best held-out point's adapter is the run's (RUN/adapter), the last step's is kept here

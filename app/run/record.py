@@ -98,3 +98,12 @@ def record_exit(run_dir: Path, rc: int, stop_requested: bool, killed: bool, last
         why = f"signal {-rc}" if rc < 0 else f"exit code {rc}"
         store.write_status(run_dir, layout.FAILED, ended=time.time(),
                            error=f"training process ended with {why}" + (f": {last_line}" if last_line else ""))
+
+
+def record_export(run_dir: Path, fmt: str, out: str, measured: list[dict]) -> None:
+    """An export of the run and what it measured of itself (app/export/measure.py), added to status.json's
+    ``exports`` (the newest last): what ships, stated as measured."""
+    st = store.read_status(run_dir) or {}
+    exports = [*(st.get(layout.EXPORTS) or []), {"format": fmt, "out": out, "when": time.time(),
+                                                  "measured": measured}]
+    store.write_status(run_dir, None, **{layout.EXPORTS: exports})

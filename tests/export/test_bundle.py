@@ -309,6 +309,47 @@ def test_the_quantized_demo_ggufs_answer_like_the_f16_file(demo_run, demo_ggufs)
 
 
 @pytest.mark.slow
+def test_every_exported_gguf_states_its_own_accuracy_on_the_proof_rows(demo_run, demo_ggufs):
+    """The export asks each file it wrote the run's proof rows again (llama.cpp, greedy, as the proof asked the
+    adapter): its accuracy and how many answers are the adapter's, in the export's notes, its card and the run's
+    status.json. The f16 file (merged onto the weights the adapter was trained on) answers as the adapter did."""
+    res = demo_ggufs
+    cmp = json.loads((demo_run / layout.COMPARE_JSON).read_text())
+    n = len(cmp["rows"])
+    got = {m.artifact: m for m in res.measured}
+    assert set(got) == {res.files["gguf"], res.files["gguf-q4_k_m"], res.files["gguf-q8_0"]}
+    adapter = sum(bool(r["adapter"]["correct"]) for r in cmp["rows"]) / n
+    assert all(m.n == n and m.adapter_accuracy == pytest.approx(adapter) for m in got.values())
+    f16 = got[res.files["gguf"]]
+    assert f16.same >= n - 1 and abs(f16.accuracy - adapter) <= 1 / n, f16  # f16 rounding may break a near tie
+    card = (res.out / "README.md").read_text()
+    assert "## What this export answers" in card and all(m.line() in card for m in got.values())
+    assert all(m.line() in res.notes for m in got.values())
+    (recorded,) = [e for e in store.read_status(demo_run)[layout.EXPORTS] if e["out"] == str(res.out)]
+    assert recorded["format"] == "ollama" and recorded["measured"] == [m.record() for m in res.measured]
+
+
+@pytest.mark.slow
+def test_the_merged_export_answers_as_its_adapter_and_says_so(demo_run, tmp_path):
+    """Merged onto the weights the adapter was trained on (the default), in the run's own fp32: every greedy answer
+    on the proof's rows is the adapter's; merged onto the base's own weights, the export says how many are not."""
+    from app.export.bundle import export_run
+
+    trained = export_run(demo_run, tmp_path / "trained", fmt="merged", dtype="fp32", measure_rows=12)
+    (m,) = trained.measured
+    assert m.artifact == "the merged model (trained)" and m.n == 12 and m.same == 12, m
+    assert m.accuracy == pytest.approx(m.adapter_accuracy)
+    card = (trained.out / "README.md").read_text()
+    assert "whose layers are the NF4 weights the adapter was trained on, dequantized" in card and m.line() in card
+    original = export_run(demo_run, tmp_path / "original", fmt="merged", dtype="fp32", measure_rows=12,
+                          onto="original")
+    assert "with the base's own weights (not the NF4 ones" in (original.out / "README.md").read_text()
+    assert original.measured[0].n == 12 and original.measured[0].line() in original.notes
+    none = export_run(demo_run, tmp_path / "none", fmt="merged", measure_rows=0)
+    assert none.measured == [] and "## What this export answers" not in (none.out / "README.md").read_text()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_fixture_architectures_agree_on_next_token(arch, tiny_models, tmp_path):
     """Qwen2 / Qwen3 with a random non-zero adapter: the GGUF (f32) loads in llama.cpp and picks the same next

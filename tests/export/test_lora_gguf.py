@@ -41,7 +41,8 @@ def test_the_bases_gguf_with_the_adapter_file_answers_as_the_merged_gguf(bases, 
     import numpy as np
     from llamacpp import scores
 
-    from app.export.bundle import export_base, export_run
+    from app.export.base_gguf import export_base
+    from app.export.bundle import export_run
     from app.export.quantize import tensor_types
 
     adapter = _adapter(bases[arch], tmp_path / "adapter", **lora)
