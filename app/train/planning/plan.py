@@ -39,6 +39,7 @@ from app.model.files import ModelFiles
 from app.model.load import packed_examples_stay_apart
 from app.model.placement import PACKING_KERNELS, Placement, pick_packing, placement
 from app.model.shape import linear_attention_layers
+from app.model.source import published_format_problem
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
@@ -292,6 +293,9 @@ def _model_kind(cfg: AppConfig, det, rows, steps: Steps, offline: bool, backend:
     vision, changes = plan_images(cfg, det, rows, steps.say, offline, files)
     cfg = steps.apply(cfg, changes)
     check_class(cfg.model, files.config)  # a family with no class a run trains: one line, before anything loads
+    published = published_format_problem(cfg.model, files.config)  # MXFP4 / FP8 uploads: not into NF4 here yet
+    if published:
+        raise UserError(published)
     if vision and backend == "unsloth":
         steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
         backend = "hf"

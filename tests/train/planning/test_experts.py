@@ -280,3 +280,33 @@ def test_whether_the_experts_precision_is_the_plans_to_choose_is_said_once():
                                                      for s in [node.left, *node.comparators]):
                 strays += [] if path == home else [f"{path.relative_to(ROOT)}:{node.lineno}"]
     assert not strays, f"the experts' precision decided outside app/train/planning/experts.py: {strays}"
+
+
+@pytest.mark.parametrize("name, quant, said", [
+    ("gpt-oss-20b", {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]},
+     "is published in MXFP4 (its config.json's quantization_config) and a 4-bit run loads NF4 from 16-bit weights: "
+     "pass unsloth/gpt-oss-20b-BF16 as --model"),
+    ("Qwen3-30B-A3B-FP8", {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+     "is published in FP8 (its config.json's quantization_config) and a 4-bit run loads NF4 from 16-bit weights: "
+     "pass "),
+])
+def test_a_checkpoint_published_quantized_is_one_line_before_anything_loads(name, quant, said, chat_jsonl, tmp_path):
+    """gpt-oss as OpenAI publishes it (MXFP4 experts) and a block-FP8 release: transformers refuses either beside
+    the run's BitsAndBytesConfig, so the plan (and the dry run) says so in one line, naming a 16-bit upload, instead
+    of saying it fits and ending in a traceback; exit 2, no run folder. 16-bit training of the same upload plans."""
+    shape = FLAGSHIPS["gpt-oss-20b" if name.startswith("gpt") else "qwen3-30b-a3b"]
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**shape, "quantization_config": quant}))
+    (model / "model.safetensors").write_bytes(b"x")
+    for extra in (["--dry-run", "--gpu-memory", "24"], ["--max-steps", "1"]):
+        r = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft", "--local-only",
+                     "--output-dir", tmp_path / "runs", *extra, cwd=tmp_path)
+        line = " ".join((r.stdout + r.stderr).split())
+        assert r.returncode == 2 and said in line and "Traceback" not in line, line[-800:]
+    assert not (tmp_path / "runs").exists()
+    if name.startswith("Qwen"):
+        assert "pass " + str(model).removesuffix("-FP8") + " as --model" in line  # the repository without -FP8
+    sixteen = cli_here("train", "--model", str(model), "--dataset", str(chat_jsonl), "--method", "sft",
+                       "--local-only", "--dry-run", "--set", "model.load_in_4bit=false", cwd=tmp_path)
+    assert "is published in" not in sixteen.stdout + sixteen.stderr
