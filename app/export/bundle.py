@@ -217,6 +217,11 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             result.files["mmproj"] = projector.name
         write_ggufs(merged, stage, name, outtypes, tok, pre, result)
         gguf_file = stage / result.files["gguf"]
+        mtp = gguf_mod.mtp_layers(config)
+        if mtp:  # llama.cpp would use them to speculate; a merge cannot carry what transformers never loaded
+            result.notes.append(f"the base's {mtp} multi-token-prediction layer(s) are not in this GGUF: transformers "
+                                "loads none (so the merge holds none) and llama.cpp's speculative decoding with them "
+                                "is left out; the GGUF generates token by token as usual")
         if run_cfg and run_cfg.tools.enabled:
             result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
                                 "llama-server --jinja parses the calls); the tools are not in the model: the program "

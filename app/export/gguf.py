@@ -234,6 +234,14 @@ def hub_hparams(hparams: dict) -> dict:
     return out
 
 
+def mtp_layers(config) -> int:
+    """The multi-token-prediction (next-n) layers a base's config counts (Qwen3.5 / 3.6's ``mtp_num_hidden_layers``,
+    GLM-4.5's and DeepSeek V3's ``num_nextn_predict_layers``), 0 where it has none."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return max(int(getattr(c, key, 0) or 0) for c in (config, text)
+               for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"))
+
+
 def _merged(cls):
     """The converter's class for a folder transformers wrote: transformers loads no multi-token-prediction layers
     (Qwen3.5's ``mtp.*``, GLM-4.5's and DeepSeek V3's next-token layers), so a merge has none, while the config

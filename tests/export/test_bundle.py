@@ -325,6 +325,7 @@ def test_every_exported_gguf_states_its_own_accuracy_on_the_proof_rows(demo_run,
     card = (res.out / "README.md").read_text()
     assert "## What this export answers" in card and all(m.line() in card for m in got.values())
     assert all(m.line() in res.notes for m in got.values())
+    assert not any("multi-token" in n for n in res.notes)  # the demo's base has none to leave out
     (recorded,) = [e for e in store.read_status(demo_run)[layout.EXPORTS] if e["out"] == str(res.out)]
     assert recorded["format"] == "ollama" and recorded["measured"] == [m.record() for m in res.measured]
 
@@ -407,3 +408,21 @@ def test_a_merge_onto_what_does_not_exist_is_one_line(tmp_path):
                  "--out", tmp_path / "out")
     assert r.returncode == 2 and "--merge-onto int8 is not one of trained, original" in " ".join(r.stderr.split())
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_gguf_export_says_the_multi_token_prediction_layers_it_leaves_out(tmp_path):
+    """A Qwen3.5 base whose config counts a multi-token-prediction layer: transformers loads none, so the merged
+    GGUF holds none (the installed converter reads none for this family either); the export says so."""
+    pytest.importorskip("llama_cpp")
+    import tiny
+    from fakes import make_adapter, write_run
+
+    from app.export.bundle import export_run
+
+    base = tiny.build_family("qwen3_5", tmp_path / "base")
+    cfg = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 1}))
+    run = write_run(tmp_path / "run", base, make_adapter(base, tmp_path / "a"))
+    res = export_run(run, tmp_path / "gguf", fmt="gguf", outtype="f32", measure_rows=0)
+    assert any("1 multi-token-prediction layer(s) are not in this GGUF" in n for n in res.notes), res.notes
