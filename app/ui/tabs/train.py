@@ -171,11 +171,12 @@ def _method_settings(w: dict, parts: dict, dflt: dict) -> None:
                                                     label=_label("kto_undesirable_weight"),
                                                     elem_id="kto-undesirable-weight",
                                                     info=_info("kto_undesirable_weight"))
-    with gr.Accordion("Distillation settings (a teacher model or run)", open=_opens(dflt["method"])[3]) as \
-            parts["distill_box"]:
+    with gr.Accordion("Distillation settings (a teacher: model, run, GGUF file or endpoint)",
+                      open=_opens(dflt["method"])[3]) as parts["distill_box"]:
         with gr.Row():
             w["teacher"] = gr.Textbox(dflt["teacher"] or "", label=_label("teacher"), scale=2, elem_id="teacher",
-                                      placeholder="a model id or folder, or a run folder", info=_info("teacher"))
+                                      placeholder="a model id or folder, a run folder, a .gguf file or an "
+                                      "http(s)://host:port/v1 endpoint", info=_info("teacher"))
             w["distill_mode"] = gr.Radio(["on_policy", "off_policy"], value=dflt["distill_mode"],
                                          label=_label("distill_mode"), elem_id="distill-mode",
                                          info=_info("distill_mode"))
