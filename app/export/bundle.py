@@ -128,12 +128,16 @@ def _measure(result: Exported, adapter_dir: Path, run_dir, run_cfg, base: str, l
     if rows is None:
         result.notes.append(f"not measured: {why}")
         return
-    if result.fmt == "merged":
-        found = [measure.measure_folder(result.out, rows)]
-    else:
-        tok = load_tokenizer(run_cfg.model.model_copy(update={"name_or_path": base}), local_only)
-        found = [measure.measure_gguf(result.out / name, tok, rows) for role, name in result.files.items()
-                 if role == "gguf" or (role.startswith("gguf-") and name.endswith(".gguf"))]
+    try:
+        if result.fmt == "merged":
+            found = [measure.measure_folder(result.out, rows)]
+        else:
+            tok = load_tokenizer(run_cfg.model.model_copy(update={"name_or_path": base}), local_only)
+            found = [measure.measure_gguf(result.out / name, tok, rows) for role, name in result.files.items()
+                     if role == "gguf" or (role.startswith("gguf-") and name.endswith(".gguf"))]
+    except UserError as e:  # llama.cpp died answering (an illegal instruction, memory): the export stands, unmeasured
+        result.notes.append(f"not measured: {e}")
+        return
     result.measured = found
     result.notes += [m.line() for m in found]
     card = result.out / "README.md"

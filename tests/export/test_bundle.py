@@ -426,3 +426,20 @@ def test_a_gguf_export_says_the_multi_token_prediction_layers_it_leaves_out(tmp_
     run = write_run(tmp_path / "run", base, make_adapter(base, tmp_path / "a"))
     res = export_run(run, tmp_path / "gguf", fmt="gguf", outtype="f32", measure_rows=0)
     assert any("1 multi-token-prediction layer(s) are not in this GGUF" in n for n in res.notes), res.notes
+
+
+@pytest.mark.slow
+def test_an_export_whose_measurement_fails_stands_and_says_it_was_not_measured(demo_run, tmp_path, monkeypatch):
+    """llama.cpp dying while it answers the proof rows (an illegal instruction, memory) leaves the exported files in
+    place and the export says, in one line, that they were not measured."""
+    from app.export import measure
+    from app.export.bundle import export_run
+    from app.export.llamacpp import LlamaCppDied
+
+    def dies(*a, **k):
+        raise LlamaCppDied("llama.cpp died answering with x.gguf (SIGILL: an illegal instruction)")
+
+    monkeypatch.setattr(measure, "measure_gguf", dies)
+    res = export_run(demo_run, tmp_path / "gguf", fmt="gguf", outtype="f16", measure_rows=4)
+    assert (res.out / res.files["gguf"]).is_file() and res.measured == []
+    assert "not measured: llama.cpp died answering with x.gguf (SIGILL: an illegal instruction)" in res.notes
