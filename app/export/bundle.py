@@ -142,17 +142,10 @@ def _measure(result: Exported, adapter_dir: Path, run_dir, run_cfg, base: str, l
     result.notes += [m.line() for m in found]
     card = result.out / "README.md"
     if card.is_file():
-        card.write_text(card.read_text().rstrip("\n") + "\n\n" + measure_section(found) + "\n")
+        card.write_text(card.read_text().rstrip("\n") + "\n\n" + measure.card_section(found) + "\n")
     if run_dir is not None:
         record_export(run_dir, result.fmt, str(result.out), [m.record() for m in found])
 
-
-def measure_section(found: list) -> str:
-    """The card's account of what this export itself answers on the proof's rows."""
-    lines = ["## What this export answers", "",
-             "Asked the run's held-out proof rows again (greedy, as the proof asked the adapter):", ""]
-    lines += [f"- {m.line()}" for m in found]
-    return "\n".join(lines)
 
 
 def published(result: Exported, build) -> Exported:

@@ -38,6 +38,13 @@ class Measured:
         return asdict(self)
 
 
+def card_section(found: list[Measured]) -> str:
+    """The card's account of what the export itself answers on the proof's rows."""
+    lines = ["## What this export answers", "",
+             "Asked the run's held-out proof rows again (greedy, as the proof asked the adapter):", ""]
+    return "\n".join(lines + [f"- {m.line()}" for m in found])
+
+
 @dataclass
 class ProofRows:
     items: list[dict]  # as collect_prompts makes them (messages, plain, reference, prompt)

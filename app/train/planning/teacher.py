@@ -89,14 +89,20 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
     if not method_of(cfg).teacher:
         return None
     source = find_teacher(cfg.distill, cfg.model, cfg.runtime.local_only, loads=not offline)
-    if source.outside:
-        system, why = teacher_system(cfg.distill, source, cfg.data.system_prompt)
-        plan = TeacherPlan(source, None, False, system, cfg.data.system_prompt, why, cfg.distill.mode,
-                           plan_outside(cfg, source))
-        say(plan.line())
-        if plan.system_line():
-            say(plan.system_line())
-        return plan
+    # a GGUF or an endpoint: where it runs (its vocabulary is checked on the data by the probe, before the student)
+    outside = plan_outside(cfg, source) if source.outside else None
+    source, keep, shares = (source, None, False) if outside else _in_memory(cfg, source, student_files)
+    system, why = teacher_system(cfg.distill, source, cfg.data.system_prompt)
+    plan = TeacherPlan(source, keep, shares, system, cfg.data.system_prompt, why, cfg.distill.mode, outside)
+    say(plan.line())
+    if plan.system_line():
+        say(plan.system_line())
+    return plan
+
+
+def _in_memory(cfg, source: TeacherSource, student_files) -> tuple[TeacherSource, int | None, bool]:
+    """(the source with its files read, rows kept of its head, shares the student's base) of a teacher loaded beside
+    the student, checked from its small files: not a causal language model, another vocabulary: one line each."""
     problem = causal_problem(source)
     if problem:
         raise UserError(problem)
@@ -109,13 +115,8 @@ def plan_teacher(cfg, student_files, say, offline: bool) -> TeacherPlan | None:
                                        teacher_tok)
     if problem:
         raise UserError(problem)
-    shares = bool(source.adapter_dir) and same_model(source.model.name_or_path, cfg.model.name_or_path or "")
-    system, why = teacher_system(cfg.distill, source, cfg.data.system_prompt)
-    plan = TeacherPlan(source, keep, shares, system, cfg.data.system_prompt, why, cfg.distill.mode)
-    say(plan.line())
-    if plan.system_line():
-        say(plan.system_line())
-    return plan
+    return source, keep, bool(source.adapter_dir) and same_model(source.model.name_or_path,
+                                                                 cfg.model.name_or_path or "")
 
 
 def _quoted(text: str, width: int = 60) -> str:
