@@ -13,7 +13,6 @@ section of docs/performance.md. CPU, offline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,33 +28,25 @@ VARIANTS = (("original", "bf16"), ("trained", "bf16"), ("original", "fp32"), ("t
 
 
 def measure(run: Path) -> dict:
-    from app.ask.asking import Asker
-    from app.eval.compare import collect_prompts, score_cell
-    from app.host.machine import torch_dtype
-    from app.model.pair import find_target, merged_model
-    from app.run import layout
-
-    proof = json.loads((run / layout.COMPARE_JSON).read_text())
-    rows, c = proof["rows"], proof["config"]
-    target = find_target(run)
-    cfg = target.run_cfg
-    items, _ = collect_prompts(cfg, None, len(rows), [], None, None, c["seed"], True)
-    assert [it["prompt"] for it in items] == [r["prompt"] for r in rows], "the proof's rows were not drawn again"
     from transformers import AutoTokenizer
 
+    from app.export.measure import measure_model, proof_rows
+    from app.host.machine import torch_dtype
+    from app.model.pair import find_target, merged_model
+
+    target = find_target(run)
+    rows, why = proof_rows(run, target.run_cfg, True)  # the proof's rows drawn again, as an export measures itself
+    if rows is None:
+        raise SystemExit(f"{run}: {why}")
     tok = AutoTokenizer.from_pretrained(target.adapter_dir if (target.adapter_dir / "tokenizer_config.json").is_file()
                                         else target.base.name_or_path)
-    out = {"run": f"{run.parent.name}/{run.name}", "n": len(rows),
-           "adapter": sum(bool(r["adapter"]["correct"]) for r in rows) / len(rows)}
+    out = {"run": f"{run.parent.name}/{run.name}", "n": len(rows.items)}
     for onto, dtype in VARIANTS:
         t = time.time()
         model = merged_model(target.adapter_dir, target.base.name_or_path, torch_dtype(dtype), True, onto=onto)
-        answers = Asker(model, tok, None, cfg).answers(items, max_new_tokens=c["max_new_tokens"], batch_size=32,
-                                                        seed=c["seed"])
-        same = sum(a["text"] == r["adapter"]["text"] for a, r in zip(answers, rows))
-        correct = sum(bool(score_cell(a, it["reference"], cfg.reward, it["prompt"]).correct)
-                      for a, it in zip(answers, items))
-        out[f"{onto}-{dtype}"] = {"same": same, "accuracy": correct / len(rows), "seconds": round(time.time() - t, 1)}
+        m = measure_model(model, tok, rows, f"{onto}-{dtype}")
+        out["adapter"] = m.adapter_accuracy
+        out[f"{onto}-{dtype}"] = {"same": m.same, "accuracy": m.accuracy, "seconds": round(time.time() - t, 1)}
         print(run.name, onto, dtype, out[f"{onto}-{dtype}"], flush=True)
         del model
     return out

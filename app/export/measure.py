@@ -88,10 +88,14 @@ def measure_folder(folder: Path, rows: ProofRows) -> Measured:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy
 
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
-    tok = AutoTokenizer.from_pretrained(folder)
+    return measure_model(model, AutoTokenizer.from_pretrained(folder), rows, f"the merged model ({folder.name})")
+
+
+def measure_model(model, tok, rows: ProofRows, name: str) -> Measured:
+    """A loaded model (transformers) on the proof's rows, asked as every model is asked (app/ask)."""
     out = Asker(model, tok, None, rows.run_cfg).answers(rows.items, max_new_tokens=rows.max_new_tokens,
                                                          batch_size=16)
-    return _scored(rows, f"the merged model ({folder.name})", [o["text"] for o in out])
+    return _scored(rows, name, [o["text"] for o in out])
 
 
 def measure_gguf(path: Path, tok, rows: ProofRows) -> Measured:
