@@ -10,6 +10,12 @@ for one load quantizes each expert tensor as it lands: the peak is the 4-bit mod
 Axolotl's MoE loading does the same. Entered and left around the load only (restored on exit, an error included);
 loads in other threads during it would be quantized too, and qlora-app loads one model at a time.
 
+A checkpoint published quantized (gpt-oss's MXFP4 experts, a block-FP8 release) loads into a 4-bit run only if its
+tensors are dequantized as the loader gathers them, before bitsandbytes quantizes them: transformers has those
+operations (its MXFP4 / FP8 quantizers' dequantize mode adds them to the model's weight conversions), but takes one
+quantization per load, and the run's is bitsandbytes'. ``weight_conversions`` hands the conversions transformers made
+for one load to a function that adds the published format's (app/model/published.py).
+
 llama-cpp-python builds llama.cpp's model parameters inside ``Llama()`` with no way to pass ``use_extra_bufts``;
 ``llama_plain_buffers`` sets it false on the defaults for one open, on a CPU whose repacked kernels fault
 (app/export/llamacpp.py's probe).
@@ -44,6 +50,24 @@ def after_each_param(callback: Callable[[object, str, object], None]):
         yield
     finally:
         loader.set_param_for_module = original
+
+
+@contextlib.contextmanager
+def weight_conversions(extend: Callable[[list, object], list]):
+    """Within: the weight conversions transformers' loader applies to a checkpoint's tensors (renames, merges of
+    per-expert tensors, the quantizer's) are ``extend(conversions, model)``, for each load."""
+    from transformers import modeling_utils
+
+    original = modeling_utils.get_model_conversion_mapping
+
+    def extended(model, *args, **kwargs):
+        return extend(original(model, *args, **kwargs), model)
+
+    modeling_utils.get_model_conversion_mapping = extended
+    try:
+        yield
+    finally:
+        modeling_utils.get_model_conversion_mapping = original
 
 
 @contextlib.contextmanager

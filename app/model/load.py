@@ -14,7 +14,8 @@ from app.host.loading import after_each_param
 from app.host.machine import torch_dtype
 from app.model.experts import QuantizeAsLoaded, expert_parameters, quantize_experts
 from app.model.placement import Placement, placement, quant_storage
-from app.model.shape import meta_model
+from app.model.published import as_sixteen_bit, dequantizing_config, published_format, read_into_4bit
+from app.model.shape import meta_model, read_config
 from app.model.source import check_model_source, model_load_error
 from app.model.templates import apply_named_template
 from app.model.vision import kept_16bit, load_processor, skip_modules
@@ -78,7 +79,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     app.model.files.ModelFiles as a plan read them (its transformers config and processor: config.json not parsed
     again)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     check_model_source(mc.name_or_path, local_only)
     where = where or placement(mc, device)
@@ -90,7 +91,11 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         local_files_only=local_only,
         dtype=torch_dtype(dtype),
     )
+    raw = files.config if files is not None else read_config(mc.name_or_path)
     config = files.hf_config(local_only) if files is not None and files.config is not None else None
+    if config is None and dequantizing_config(raw) is not None:  # a published checkpoint's: edited for a 4-bit load
+        config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
+                                            trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
     if config is not None:  # a copy: loading writes its choices (quantization, attention) into the config it gets
         kwargs["config"] = copy.deepcopy(config)
     skip = None
@@ -102,20 +107,21 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         skip = skip_modules(shell)
     if mc.load_in_4bit:
         kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp, skip)
+    elif dequantizing_config(raw) is not None:  # MXFP4 / FP8 weights, dequantized as they load (16-bit run)
+        kwargs["quantization_config"] = dequantizing_config(raw)
     # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
     # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
     # under FSDP the Trainer places (and shards) the model itself.
     if not fsdp:
         kwargs["device_map"] = {"": int(os.environ.get("LOCAL_RANK", "0"))} if where.cuda else {"": "cpu"}
     auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
-    as_loaded = None
-    if mc.experts_in_4bit:
-        # each fused expert weight quantized as the loader places it: the 16-bit experts are never all in memory
-        as_loaded = QuantizeAsLoaded(mc.quant_type, mc.double_quant)
-        with after_each_param(as_loaded):
-            model = _from_pretrained(auto, mc, kwargs)
-    else:
+    # each fused expert weight quantized as the loader places it: the 16-bit experts are never all in memory
+    as_loaded = QuantizeAsLoaded(mc.quant_type, mc.double_quant) if mc.experts_in_4bit else None
+    with (read_into_4bit(raw, kwargs["config"]) if mc.load_in_4bit and config is not None else
+          contextlib.nullcontext()), (after_each_param(as_loaded) if as_loaded else contextlib.nullcontext()):
         model = _from_pretrained(auto, mc, kwargs)
+    if not mc.load_in_4bit and "quantization_config" in kwargs:  # a published checkpoint, dequantized
+        as_sixteen_bit(model, kwargs["dtype"])
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
     tok = tok if tok is not None else load_tokenizer(mc, local_only, config)
@@ -126,7 +132,8 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     one_cpu_path(model)
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
-            "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention}
+            "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention,
+            **({"published_as": published} if (published := published_format(raw)) else {})}
     # fused MoE experts: bitsandbytes' loader leaves them as they are, unless they were quantized as they loaded
     experts = as_loaded.expert_params() if as_loaded and as_loaded.elements else sum(expert_parameters(model).values())
     if experts:

@@ -24,6 +24,8 @@ from app.data.turns import plain_text, render_conversation
 from app.errors import UserError
 from app.model.generation import format_prompt
 from app.model.load import load_base_model
+from app.model.published import as_sixteen_bit, dequantizing_config
+from app.model.shape import read_config
 from app.model.source import check_model_source
 from app.run import layout, lookup
 from app.run.store import read_status
@@ -167,7 +169,11 @@ def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False, 
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText  # heavy
 
     auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
-    model = auto.from_pretrained(base, dtype=dtype, local_files_only=local_only)
+    published = dequantizing_config(read_config(base))  # MXFP4 / FP8 uploads: their 16-bit values
+    model = auto.from_pretrained(base, dtype=dtype, local_files_only=local_only,
+                                 **({"quantization_config": published} if published is not None else {}))
+    if published is not None:
+        as_sixteen_bit(model, dtype)
     target = find_target(adapter_dir)
     if onto == "trained" and target.run_cfg is not None:  # a bare adapter folder does not say how it was trained
         as_trained(model, target, local_only)
@@ -177,22 +183,31 @@ def merged_model(adapter_dir: Path, base: str, dtype, local_only: bool = False, 
 def as_trained(model, target: Target, local_only: bool) -> int:
     """``model``'s (16-bit) weights of every layer the run's 4-bit load quantizes set to that load's values,
     dequantized: the base as the adapter was trained on it (the same quant type, double quantization and blocks, by
-    loading it as the run did). Returns how many layers were set (0: the run trained on an unquantized base)."""
+    loading it as the run did): the linear layers bitsandbytes converts and the fused experts quantized as they
+    loaded (read through their parametrization, which dequantizes). Returns how many tensors were set (0: the run
+    trained on an unquantized base)."""
     import torch  # heavy
 
     if not target.base.load_in_4bit:
         return 0
     from bitsandbytes.functional import dequantize_4bit  # heavy
     from bitsandbytes.nn import Linear4bit
+    from torch.nn.utils import parametrize
 
     quantized, _, _ = base_as_trained(target, local_only, "cpu")
     own = dict(model.named_modules())
     done = 0
     with torch.no_grad():
         for name, layer in quantized.named_modules():
-            if isinstance(layer, Linear4bit) and name in own:
+            if name not in own:
+                continue
+            if isinstance(layer, Linear4bit):
                 weight = dequantize_4bit(layer.weight.data, layer.weight.quant_state)
                 own[name].weight.copy_(weight.to(own[name].weight.dtype).reshape(own[name].weight.shape))
+                done += 1
+            for pname in getattr(layer, "parametrizations", {}) if parametrize.is_parametrized(layer) else ():
+                target_param = getattr(own[name], pname)
+                target_param.copy_(getattr(layer, pname).to(target_param.dtype))
                 done += 1
     del quantized
     return done

@@ -5,7 +5,6 @@ load, so a missing model fails in a second."""
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from app.config.resolve import model_name
@@ -125,46 +124,3 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
                "the Hugging Face Hub cannot be reached from here")
         raise UserError(f"model '{name}' is not in the local HF cache and {why}; "
                         f"{said or unavailable_model_hint(name)}")
-
-
-# quantization_config.quant_method values transformers loads with its own config, which cannot be combined with the
-# BitsAndBytesConfig a 4-bit run passes (transformers refuses the pair), by the words a user knows them by
-PUBLISHED_FORMATS = {"mxfp4": "MXFP4", "fp8": "FP8", "fbgemm_fp8": "FP8", "compressed-tensors": "compressed-tensors "
-                     "(FP8 / INT8)", "gptq": "GPTQ", "awq": "AWQ", "hqq": "HQQ", "eetq": "EETQ", "torchao": "torchao",
-                     "bitnet": "BitNet", "quark": "Quark", "fp_quant": "FP-Quant", "spqr": "SpQR", "vptq": "VPTQ",
-                     "higgs": "HIGGS", "aqlm": "AQLM"}
-_QUANT_SUFFIX = re.compile(r"[-_.](fp8|mxfp4|awq|gptq(-int[48])?|int[48]|w8a8|fp8-dynamic|fp8-block)$", re.I)
-
-
-def published_format(config: dict | None) -> str | None:
-    """The quant_method of a checkpoint published quantized (its config.json's quantization_config, or its text
-    model's), else None. bitsandbytes uploads load as 4-bit runs load them: None too."""
-    for part in (config or {}, (config or {}).get("text_config") or {}):
-        q = part.get("quantization_config")
-        if isinstance(q, dict) and q.get("quant_method") and q["quant_method"] != "bitsandbytes":
-            return str(q["quant_method"])
-    return None
-
-
-def sixteen_bit_name(name: str, method: str) -> str:
-    """Where the same model's 16-bit weights are usually published: the repository without the quantization in its
-    name (Qwen/Qwen3-30B-A3B-FP8 -> Qwen/Qwen3-30B-A3B); gpt-oss's BF16 copy (its only release is MXFP4)."""
-    base = name.rstrip("/").split("/")[-1]
-    if method == "mxfp4" and "gpt-oss" in base.lower():
-        return f"unsloth/{base}-BF16"
-    stripped = _QUANT_SUFFIX.sub("", name.rstrip("/"))
-    return stripped if stripped != name.rstrip("/") else "a 16-bit (BF16 / FP16) upload of the same model"
-
-
-def published_format_problem(mc, config: dict | None) -> str | None:
-    """The line for a 4-bit run of a checkpoint published in another quantized format (MXFP4, FP8, GPTQ, ...): its
-    weights reach a 4-bit NF4 load only from 16-bit ones here, and transformers refuses the two quantizations
-    together (a traceback after the plan said it fits, otherwise). None when it loads."""
-    method = published_format(config)
-    if method is None or not mc.load_in_4bit:
-        return None
-    kind = PUBLISHED_FORMATS.get(method, method)
-    return (f"model '{mc.name_or_path}' is published in {kind} (its config.json's quantization_config) and a 4-bit "
-            f"run loads NF4 from 16-bit weights: pass {sixteen_bit_name(mc.name_or_path, method)} as --model (the same "
-            f"model, 16-bit), or set model.load_in_4bit=false to train it as transformers dequantizes it (16-bit "
-            "memory)")

@@ -39,7 +39,7 @@ from app.model.files import ModelFiles
 from app.model.load import packed_examples_stay_apart
 from app.model.placement import PACKING_KERNELS, Placement, pick_packing, placement
 from app.model.shape import linear_attention_layers
-from app.model.source import published_format_problem
+from app.model.published import format_line, published_format_problem
 from app.model.templates import tool_template_problem
 from app.model.unsloth_backend import pick_backend, unsloth_installed
 from app.run import layout
@@ -133,7 +133,9 @@ class RunPlan:
                 **({layout.VISION: self.vision.record()} if self.vision else {}),
                 **({layout.EXPERTS: self.experts.record()} if self.experts else {}),
                 **({"family": self.family.record()} if self.family else {}),
-                **({layout.TEACHER: self.teacher.record()} if self.teacher else {})}
+                **({layout.TEACHER: self.teacher.record()} if self.teacher else {}),
+                **({"published_as": published} if self.model_files and (published := format_line(
+                    self.model_files.config)) else {})}
 
     def config_yaml(self) -> str:
         """config.yaml: the config that trains, with what the plan changed (and why) as comments on top."""
@@ -293,11 +295,17 @@ def _model_kind(cfg: AppConfig, det, rows, steps: Steps, offline: bool, backend:
     vision, changes = plan_images(cfg, det, rows, steps.say, offline, files)
     cfg = steps.apply(cfg, changes)
     check_class(cfg.model, files.config)  # a family with no class a run trains: one line, before anything loads
-    published = published_format_problem(cfg.model, files.config)  # MXFP4 / FP8 uploads: not into NF4 here yet
+    problem = published_format_problem(cfg.model, files.config)  # GPTQ, AWQ, ...: one line before anything loads
+    if problem:
+        raise UserError(problem)
+    published = format_line(files.config)  # MXFP4 / FP8: dequantized a tensor at a time as they load
     if published:
-        raise UserError(published)
-    if vision and backend == "unsloth":
-        steps.say("backend hf: the Unsloth backend loads text models here; transformers + bitsandbytes load this one")
+        steps.say(f"model published in {published}: each tensor is dequantized as it loads (transformers' own "
+                  "operation), then loads as the 16-bit upload would" + (" (NF4 from the dequantized values)"
+                                                                         if cfg.model.load_in_4bit else ""))
+    if (vision or published) and backend == "unsloth":
+        steps.say("backend hf: the Unsloth backend loads 16-bit text checkpoints here; transformers + bitsandbytes "
+                  "load this one")
         backend = "hf"
     experts = plan_experts(cfg, files, vision.kept_16bit if vision else ())
     backend, changes = unsloth_experts(experts, cfg, backend, steps.say)
