@@ -190,3 +190,24 @@ def build_family(family: str, out: Path) -> Path:
     tok_dir = out.parent / f"{out.name}-tok"
     build_tokenizer(tok_dir, extra=template_tokens(text), eos=eos, template=text, **options)
     return build_from_config(model_type, out, tok_dir, **{**DENSE, **MOE_COMMON, **keys})
+
+
+def add_mtp(folder: Path) -> dict:
+    """A multi-token-prediction layer in a tiny Qwen3.5's checkpoint, as Qwen publishes it: ``mtp.fc`` (hidden x
+    2 hidden), its three norms and ``mtp.layers.0`` (a full-attention decoder layer), and the config's
+    ``mtp_num_hidden_layers: 1``. Returns the added tensors."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    hidden, last = config["hidden_size"], config["num_hidden_layers"] - 1  # the last layer: full attention
+    g = torch.Generator().manual_seed(7)
+    mtp = {k.replace(f"model.layers.{last}.", "mtp.layers.0."): v + 0.01 * torch.randn(v.shape, generator=g)
+           for k, v in weights.items() if k.startswith(f"model.layers.{last}.")}
+    mtp["mtp.fc.weight"] = 0.02 * torch.randn(hidden, 2 * hidden, generator=g)
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        mtp[f"mtp.{norm}.weight"] = 1 + 0.01 * torch.randn(hidden, generator=g)
+    save_file({**weights, **mtp}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps({**config, "mtp_num_hidden_layers": 1}, indent=1))
+    return mtp

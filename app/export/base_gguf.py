@@ -4,18 +4,17 @@ Any model llama.cpp's converter takes: a folder, a hub id (in the cache, or down
 model by its name (its tokenizer declared to the converter as a run's export declares it). Written as a run's GGUF
 export writes its merged model (bundle.write_ggufs) and published the same way (bundle.published).
 
-Owns: finding a base's folder and exporting it. Must not merge (bundle.py).
+Owns: exporting a base (its folder: app/model/source.model_folder). Must not merge (bundle.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.config.builtin import BUILTIN_MODELS, builtin_model_path
-from app.errors import UserError
 from app.export import gguf as gguf_mod
 from app.export import quantize as quant
 from app.export.bundle import Exported, check_out, published, slug, write_ggufs
+from app.model.source import model_folder
 
 
 def export_base(base: str, out, outtype: str | None = None, force: bool = False, local_only: bool = False) -> Exported:
@@ -47,20 +46,3 @@ def export_base(base: str, out, outtype: str | None = None, force: bool = False,
         result.files["card"] = "README.md"
 
     return published(result, build)
-
-
-def model_folder(base: str, local_only: bool) -> Path:
-    """The folder of model ``base`` on this machine: a folder as given, a shipped model by its name, else the hub
-    id's snapshot (downloaded unless ``local_only``); one line when it is none of these."""
-    if Path(base).expanduser().is_dir():
-        return Path(base).expanduser().resolve()
-    if base in BUILTIN_MODELS and (builtin_model_path(base) / "config.json").is_file():
-        return builtin_model_path(base)
-    from huggingface_hub import snapshot_download  # heavy
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(base, local_files_only=local_only))
-    except (LocalEntryNotFoundError, HFValidationError, OSError) as e:
-        raise UserError(f"the base model '{base}' is not a folder here nor in the local HF cache ({type(e).__name__}"
-                        f"); pass a model folder, or run 'qlora-app prefetch --model {base}' first") from None

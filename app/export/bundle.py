@@ -31,10 +31,12 @@ from app.export import lora_gguf
 from app.export import measure
 from app.export import quantize as quant
 from app.export.card import write_card
+from app.export.mtp import keep_mtp, mtp_layers
 from app.export.template import derive, go_template, stop_strings
 from app.host.machine import torch_dtype
 from app.model.load import load_tokenizer
 from app.model.pair import MERGE_ONTO, find_target, merged_model
+from app.model.source import model_folder
 from app.model.vision import load_processor
 from app.run import layout, lookup
 from app.run.record import record_export
@@ -199,13 +201,15 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(base, local_files_only=local_only)
-        gguf_mod.check_architecture(config, images=images)
+        arch = gguf_mod.check_architecture(config, images=images)
         pre = gguf_mod.pre_tokenizer(merged)  # refused here, before minutes of merging
         # the converter's types from the merge; the quantizer's from the converter's f16 file
         converted = _converted(outtypes)
-        merge(adapter_dir, base, merged, dtype or gguf_mod.merge_dtype(config, "f32" if "f32" in converted
-                                                                      else converted[0]),
-              local_only, tokenizer=False, images=images, onto=onto)
+        merge_dtype = dtype or gguf_mod.merge_dtype(config, "f32" if "f32" in converted else converted[0])
+        merge(adapter_dir, base, merged, merge_dtype, local_only, tokenizer=False, images=images, onto=onto)
+        if mtp_layers(config):  # drafting layers transformers never loads: the base's, where the converter reads them
+            result.notes.append(keep_mtp(model_folder(base, local_only=True), merged, config, torch_dtype(merge_dtype),
+                                         arch))
         if images:  # llama.cpp reads pictures through a second file: the vision tower and projector (--mmproj)
             save_processor(base, tok, merged, local_only)  # the converter reads its image size, mean and tokens
             kind = gguf_mod.projector_outtype(outtypes[0])
@@ -214,11 +218,6 @@ def _build(stage: Path, result: Exported, adapter_dir, run_dir, run_cfg, base: s
             result.files["mmproj"] = projector.name
         write_ggufs(merged, stage, name, outtypes, tok, pre, result)
         gguf_file = stage / result.files["gguf"]
-        mtp = gguf_mod.mtp_layers(config)
-        if mtp:  # llama.cpp would use them to speculate; a merge cannot carry what transformers never loaded
-            result.notes.append(f"the base's {mtp} multi-token-prediction layer(s) are not in this GGUF: transformers "
-                                "loads none (so the merge holds none) and llama.cpp's speculative decoding with them "
-                                "is left out; the GGUF generates token by token as usual")
         if run_cfg and run_cfg.tools.enabled:
             result.notes.append("the model calls tools in its chat template's format, embedded in the GGUF (llama.cpp: "
                                 "llama-server --jinja parses the calls); the tools are not in the model: the program "

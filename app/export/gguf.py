@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from app.errors import UserError
+from app.export.mtp import converter_writes_mtp, mtp_tensors
 
 EXTRA = "pip install 'qlora-app[gguf]'"
 # The merged copy's dtype for each GGUF type when the base is not stored in 16 bits (q8_0 quantizes from f16).
@@ -195,7 +196,9 @@ def convert(merged_dir: Path, out_file: Path, outtype: str, pre: str | None, mod
     with converter_log(logging.ERROR), torch.inference_mode():
         hparams = hub_hparams(ModelBase.load_hparams(merged_dir, False))
         kind = ModelType.MMPROJ if projector else ModelType.TEXT
-        cls = _merged(get_model_class(get_model_architecture(hparams, kind), mmproj=projector))
+        cls = get_model_class(get_model_architecture(hparams, kind), mmproj=projector)
+        cls = _merged(cls, keep_mtp=not projector and converter_writes_mtp(cls) and bool(mtp_tensors(merged_dir,
+                                                                                                    hparams)))
         if projector:
             cls = _hub_names(cls)
         model = cls(merged_dir, ftype, out_file, model_name=model_name, hparams=hparams)
@@ -234,21 +237,14 @@ def hub_hparams(hparams: dict) -> dict:
     return out
 
 
-def mtp_layers(config) -> int:
-    """The multi-token-prediction (next-n) layers a base's config counts (Qwen3.5 / 3.6's ``mtp_num_hidden_layers``,
-    GLM-4.5's and DeepSeek V3's ``num_nextn_predict_layers``), 0 where it has none."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return max(int(getattr(c, key, 0) or 0) for c in (config, text)
-               for key in ("mtp_num_hidden_layers", "num_nextn_predict_layers"))
-
-
-def _merged(cls):
+def _merged(cls, keep_mtp: bool = False):
     """The converter's class for a folder transformers wrote: transformers loads no multi-token-prediction layers
-    (Qwen3.5's ``mtp.*``, GLM-4.5's and DeepSeek V3's next-token layers), so a merge has none, while the config
-    still counts them (the converter asserts on Qwen3.5, or looks for tensors that are not there)."""
+    (Qwen3.5's ``mtp.*``, GLM-4.5's and DeepSeek V3's next-token layers), so a merge has none unless the export
+    copied the base's (app/export/mtp.py), while the config still counts them (the converter asserts on Qwen3.5, or
+    looks for tensors that are not there): ``keep_mtp`` where the folder holds them."""
     class Merged(cls):
         model_arch = cls.model_arch  # the converter asks each text class to name its own
-        no_mtp = True
+        no_mtp = not keep_mtp
 
     Merged.__name__ = cls.__name__
     return Merged

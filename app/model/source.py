@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from app.config.builtin import BUILTIN_MODELS, builtin_model_path
 from app.config.resolve import model_name
 from app.data.preview import has_pictures
 from app.errors import UserError
@@ -124,3 +125,20 @@ def check_model_source(name: str, local_only: bool, offline_because: str = "--lo
                "the Hugging Face Hub cannot be reached from here")
         raise UserError(f"model '{name}' is not in the local HF cache and {why}; "
                         f"{said or unavailable_model_hint(name)}")
+
+
+def model_folder(base: str, local_only: bool) -> Path:
+    """The folder of model ``base`` on this machine: a folder as given, a shipped model by its name, else the hub
+    id's snapshot (downloaded unless ``local_only``); one line when it is none of these."""
+    if Path(base).expanduser().is_dir():
+        return Path(base).expanduser().resolve()
+    if base in BUILTIN_MODELS and (builtin_model_path(base) / "config.json").is_file():
+        return builtin_model_path(base)
+    from huggingface_hub import snapshot_download  # heavy
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(base, local_files_only=local_only))
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as e:
+        raise UserError(f"the base model '{base}' is not a folder here nor in the local HF cache ({type(e).__name__}"
+                        f"); pass a model folder, or run 'qlora-app prefetch --model {base}' first") from None

@@ -411,24 +411,6 @@ def test_a_merge_onto_what_does_not_exist_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_gguf_export_says_the_multi_token_prediction_layers_it_leaves_out(tmp_path):
-    """A Qwen3.5 base whose config counts a multi-token-prediction layer: transformers loads none, so the merged
-    GGUF holds none (the installed converter reads none for this family either); the export says so."""
-    pytest.importorskip("llama_cpp")
-    import tiny
-    from fakes import make_adapter, write_run
-
-    from app.export.bundle import export_run
-
-    base = tiny.build_family("qwen3_5", tmp_path / "base")
-    cfg = json.loads((base / "config.json").read_text())
-    (base / "config.json").write_text(json.dumps({**cfg, "mtp_num_hidden_layers": 1}))
-    run = write_run(tmp_path / "run", base, make_adapter(base, tmp_path / "a"))
-    res = export_run(run, tmp_path / "gguf", fmt="gguf", outtype="f32", measure_rows=0)
-    assert any("1 multi-token-prediction layer(s) are not in this GGUF" in n for n in res.notes), res.notes
-
-
-@pytest.mark.slow
 def test_an_export_whose_measurement_fails_stands_and_says_it_was_not_measured(demo_run, tmp_path, monkeypatch):
     """llama.cpp dying while it answers the proof rows (an illegal instruction, memory) leaves the exported files in
     place and the export says, in one line, that they were not measured."""

@@ -120,7 +120,8 @@ def test_a_merged_gemma4_config_gets_the_hubs_keys_back():
 
 def test_a_merge_is_converted_without_the_layers_transformers_never_loads():
     """A merge is written by transformers, which loads no multi-token-prediction layers (Qwen3.5's mtp.*), while the
-    config still counts them: the converter's class is told there are none (it asserted on Qwen3.5)."""
+    config still counts them: the converter's class is told there are none (it asserted on Qwen3.5), unless the
+    export copied the base's (app/export/mtp.py)."""
     from conversion import get_model_class
 
     from app.export.gguf import _merged
@@ -128,6 +129,7 @@ def test_a_merge_is_converted_without_the_layers_transformers_never_loads():
     cls = get_model_class("Qwen3_5ForCausalLM")
     merged = _merged(cls)
     assert merged.no_mtp and not cls.no_mtp and issubclass(merged, cls) and merged.model_arch == cls.model_arch
+    assert not _merged(cls, keep_mtp=True).no_mtp
 
 
 def test_the_tokenizer_files_keep_the_bases_class_and_sentencepiece_model(tmp_path):
