@@ -92,8 +92,9 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         dtype=torch_dtype(dtype),
     )
     raw = files.config if files is not None else read_config(mc.name_or_path)
+    published = dequantizing_config(raw)  # MXFP4 / FP8: transformers' own config for reading it 16-bit
     config = files.hf_config(local_only) if files is not None and files.config is not None else None
-    if config is None and dequantizing_config(raw) is not None:  # a published checkpoint's: edited for a 4-bit load
+    if config is None and published is not None:  # a published checkpoint's: edited for a 4-bit load
         config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
                                             trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
     if config is not None:  # a copy: loading writes its choices (quantization, attention) into the config it gets
@@ -107,8 +108,8 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         skip = skip_modules(shell)
     if mc.load_in_4bit:
         kwargs["quantization_config"] = quantization_config(mc, dtype, fsdp, skip)
-    elif dequantizing_config(raw) is not None:  # MXFP4 / FP8 weights, dequantized as they load (16-bit run)
-        kwargs["quantization_config"] = dequantizing_config(raw)
+    elif published is not None:  # MXFP4 / FP8 weights, dequantized as they load (16-bit run)
+        kwargs["quantization_config"] = published
     # Always explicit: with no device_map, transformers' 4-bit loader puts the model on the GPU whenever one is
     # visible, which would ignore runtime.device=cpu. Under torchrun each rank takes its own GPU (LOCAL_RANK);
     # under FSDP the Trainer places (and shards) the model itself.
@@ -117,10 +118,10 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
     # each fused expert weight quantized as the loader places it: the 16-bit experts are never all in memory
     as_loaded = QuantizeAsLoaded(mc.quant_type, mc.double_quant) if mc.experts_in_4bit else None
-    with (read_into_4bit(raw, kwargs["config"]) if mc.load_in_4bit and config is not None else
+    with (read_into_4bit(raw, kwargs["config"]) if mc.load_in_4bit and published is not None else
           contextlib.nullcontext()), (after_each_param(as_loaded) if as_loaded else contextlib.nullcontext()):
         model = _from_pretrained(auto, mc, kwargs)
-    if not mc.load_in_4bit and "quantization_config" in kwargs:  # a published checkpoint, dequantized
+    if published is not None and not mc.load_in_4bit:
         as_sixteen_bit(model, kwargs["dtype"])
     # What the model really runs (auto may have fallen back to eager), which decides packing.
     attention = getattr(model.config, "_attn_implementation", None) or attention
@@ -133,7 +134,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     torch.manual_seed(0)
     info = {"compute_dtype": dtype, "cuda": where.cuda, "gpu": where.gpu,
             "4bit": mc.load_in_4bit and _has_4bit_layers(model), "attention": attention,
-            **({"published_as": published} if (published := published_format(raw)) else {})}
+            **({"published_as": published_format(raw)} if published is not None else {})}
     # fused MoE experts: bitsandbytes' loader leaves them as they are, unless they were quantized as they loaded
     experts = as_loaded.expert_params() if as_loaded and as_loaded.elements else sum(expert_parameters(model).values())
     if experts:
