@@ -79,7 +79,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     app.model.files.ModelFiles as a plan read them (its transformers config and processor: config.json not parsed
     again)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     check_model_source(mc.name_or_path, local_only)
     where = where or placement(mc, device)
@@ -93,10 +93,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     )
     raw = files.config if files is not None else read_config(mc.name_or_path)
     published = dequantizing_config(raw)  # MXFP4 / FP8: transformers' own config for reading it 16-bit
-    config = files.hf_config(local_only) if files is not None and files.config is not None else None
-    if config is None and published is not None:  # a published checkpoint's: edited for a 4-bit load
-        config = AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision,
-                                            trust_remote_code=mc.trust_remote_code, local_files_only=local_only)
+    config = _given_config(mc, files, published, local_only)
     if config is not None:  # a copy: loading writes its choices (quantization, attention) into the config it gets
         kwargs["config"] = copy.deepcopy(config)
     skip = None
@@ -148,6 +145,19 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
         processor.tokenizer = tok  # one tokenizer: the run's (its pad token, its named chat template)
         info["kept_16bit"] = skip
     return model, tok, info
+
+
+def _given_config(mc: ModelConfig, files, published, local_only: bool):
+    """The transformers config a load is given: the plan's (config.json not parsed again), or a published
+    checkpoint's read here (a 4-bit load takes its quantization_config off); None: transformers reads it itself."""
+    if files is not None and files.config is not None:
+        return files.hf_config(local_only)
+    if published is None:
+        return None
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(mc.name_or_path, revision=mc.revision, trust_remote_code=mc.trust_remote_code,
+                                      local_files_only=local_only)
 
 
 def one_cpu_path(model) -> int:
