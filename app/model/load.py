@@ -16,7 +16,7 @@ from app.model.experts import QuantizeAsLoaded, expert_parameters, quantize_expe
 from app.model.placement import Placement, placement, quant_storage
 from app.model.published import as_sixteen_bit, dequantizing_config, published_format, read_into_4bit
 from app.model.shape import meta_model, read_config
-from app.model.source import check_model_source, model_load_error
+from app.model.source import check_model_source, looks_local, model_load_error
 from app.model.templates import apply_named_template
 from app.model.vision import kept_16bit, load_processor, skip_modules
 
@@ -187,21 +187,34 @@ def _has_4bit_layers(model) -> bool:
     return any(isinstance(m, Linear4bit) for m in model.modules())
 
 
+# How transformers' loader starts its errors for weight files that do not fit the model (utils/loading_report.py).
+_UNREADABLE_WEIGHTS = ("Error(s) in loading state_dict", "We encountered some issues during automatic conversion")
+
+
 def _from_pretrained(auto_cls, mc: ModelConfig, kwargs: dict):
     """Loads with the attention kernel asked for. On auto, an architecture without sdpa (Gemma 2) or flash
     attention support falls back to what it has: transformers picks sdpa, else eager, when asked for none. An
     explicit kernel the architecture lacks is the user's to change."""
     try:
-        return auto_cls.from_pretrained(mc.name_or_path, **kwargs)
+        try:
+            return auto_cls.from_pretrained(mc.name_or_path, **kwargs)
+        except ValueError as e:
+            if "attention" not in str(e) or kwargs.get("attn_implementation") is None:
+                raise
+            if mc.attn_implementation != "auto":
+                raise UserError(f"model '{mc.name_or_path}' does not support model.attn_implementation="
+                                f"{mc.attn_implementation}; set it to auto or eager") from None
+        return auto_cls.from_pretrained(mc.name_or_path, **{**kwargs, "attn_implementation": None})
     except OSError as e:
         raise model_load_error(mc.name_or_path, e) from None
-    except ValueError as e:
-        if "attention" not in str(e) or kwargs.get("attn_implementation") is None:
+    except RuntimeError as e:  # weight files that do not make the model its config describes (torn, another model)
+        if not str(e).startswith(_UNREADABLE_WEIGHTS):
             raise
-        if mc.attn_implementation != "auto":
-            raise UserError(f"model '{mc.name_or_path}' does not support model.attn_implementation="
-                            f"{mc.attn_implementation}; set it to auto or eager") from None
-    return auto_cls.from_pretrained(mc.name_or_path, **{**kwargs, "attn_implementation": None})
+        again = "copy its files again" if looks_local(mc.name_or_path) else \
+            f"download it again (qlora-app prefetch --model {mc.name_or_path})"
+        raise UserError(f"could not load model '{mc.name_or_path}': its weight files do not make the model its "
+                        "config.json describes (a tensor missing, of another shape, or a published format's piece "
+                        f"torn); {again}, or pass another model") from None
 
 
 def match_adapter_dtype(model, compute_dtype: str) -> int:

@@ -57,6 +57,30 @@ def test_a_published_checkpoint_loads_into_nf4_as_its_16bit_twin(case, checkpoin
     assert not info16["4bit"] and (sixteen - twin16).abs().max() < 1e-5
 
 
+def test_a_torn_published_checkpoint_is_one_line(checkpoints, tmp_path):
+    """A published file missing a piece (one layer's MXFP4 scales): transformers' loader cannot convert it; the load
+    says so in one line naming the model and what to do, not a traceback from the loader's report."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from app.config.schema import ModelConfig
+    from app.errors import UserError
+    from app.model.load import load_base_model
+
+    _, pub, _ = checkpoints["gpt-oss mxfp4"]
+    torn = tmp_path / "torn"
+    shutil.copytree(pub, torn)
+    weights = load_file(str(torn / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if not k.endswith("layers.1.mlp.experts.down_proj_scales")},
+              str(torn / "model.safetensors"), metadata={"format": "pt"})
+    for four in (True, False):
+        with pytest.raises(UserError) as e:
+            load_base_model(ModelConfig(name_or_path=str(torn), load_in_4bit=four), local_only=True, device="cpu")
+        line = str(e.value)
+        assert f"could not load model '{torn}': its weight files do not make the model" in line and "\n" not in line
+
+
 def test_the_mxfp4_writer_is_the_layout_transformers_reads():
     """tests/published.mxfp4's blocks and scales decode, with transformers' own MXFP4 decoder, to the values the
     writer says they stand for, each block within E2M1's rounding of the original."""
