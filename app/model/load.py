@@ -115,7 +115,7 @@ def load_base_model(mc: ModelConfig, local_only: bool = False, for_training: boo
     auto = AutoModelForImageTextToText if images else AutoModelForCausalLM
     # each fused expert weight quantized as the loader places it: the 16-bit experts are never all in memory
     as_loaded = QuantizeAsLoaded(mc.quant_type, mc.double_quant) if mc.experts_in_4bit else None
-    with (read_into_4bit(raw, kwargs["config"]) if mc.load_in_4bit and published is not None else
+    with (read_into_4bit(published, kwargs["config"]) if mc.load_in_4bit and published is not None else
           contextlib.nullcontext()), (after_each_param(as_loaded) if as_loaded else contextlib.nullcontext()):
         model = _from_pretrained(auto, mc, kwargs)
     if published is not None and not mc.load_in_4bit:

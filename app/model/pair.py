@@ -205,7 +205,7 @@ def as_trained(model, target: Target, local_only: bool) -> int:
                 weight = dequantize_4bit(layer.weight.data, layer.weight.quant_state)
                 own[name].weight.copy_(weight.to(own[name].weight.dtype).reshape(own[name].weight.shape))
                 done += 1
-            for pname in getattr(layer, "parametrizations", {}) if parametrize.is_parametrized(layer) else ():
+            for pname in layer.parametrizations if parametrize.is_parametrized(layer) else ():  # NF4 experts
                 target_param = getattr(own[name], pname)
                 target_param.copy_(getattr(layer, pname).to(target_param.dtype))
                 done += 1

@@ -20,7 +20,7 @@ import contextlib
 import re
 
 from app.host.loading import weight_conversions
-from app.model.experts import expert_parameters
+from app.model.experts import expert_targets
 
 # quantization_config.quant_method values, by the words a user knows them by
 PUBLISHED_FORMATS = {"mxfp4": "MXFP4", "fp8": "FP8", "fbgemm_fp8": "FP8 (per-channel, FBGEMM)",
@@ -113,15 +113,11 @@ def as_sixteen_bit(model, dtype) -> int:
 
 
 @contextlib.contextmanager
-def read_into_4bit(config: dict | None, hf_config):
-    """Within: a 4-bit (bitsandbytes) load of a checkpoint published in MXFP4 / FP8 (``config``: its config.json)
-    reads each published tensor dequantized by the format's own operation, which bitsandbytes (or the experts'
-    callback) then quantizes; ``hf_config``, the transformers config the load is given, loses its
-    quantization_config for the load's sake (transformers takes one quantization). Nothing for other checkpoints."""
-    deq = dequantizing_config(config)
-    if deq is None:
-        yield
-        return
+def read_into_4bit(deq, hf_config):
+    """Within: a 4-bit (bitsandbytes) load of a checkpoint published in MXFP4 / FP8 (``deq``: its
+    dequantizing_config) reads each published tensor dequantized by the format's own operation, which bitsandbytes
+    (or the experts' callback) then quantizes; ``hf_config``, the transformers config the load is given, loses its
+    quantization_config for the load's sake (transformers takes one quantization)."""
     from transformers.quantizers.auto import AutoHfQuantizer  # heavy
 
     for part in {id(p): p for p in (hf_config, hf_config.get_text_config(decoder=True))}.values():
@@ -144,7 +140,7 @@ class _Reader:
         self.dequantize = quantizer.get_load_operations()["dequantize"]
 
     def __call__(self, conversions: list, model) -> list:
-        experts = [name for name in expert_parameters(model) if model.get_parameter(name).dim() >= 3]
+        experts = expert_targets(model)  # the fused expert weights, as "mlp.experts.gate_up_proj"
         out = []
         for c in self.quantizer.update_weight_conversions(conversions, model):
             ops = getattr(c, "operations", None) or []
